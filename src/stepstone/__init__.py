@@ -1,0 +1,69 @@
+"""stepstone: long notebook tasks that resume after any interruption.
+
+Each completed step commits its record, with evidence, to a Git repository;
+resume re-verifies that evidence before it skips a step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .checks import check
+from .errors import (
+    CheckFailed,
+    DecisionConflict,
+    InvalidInput,
+    PlanError,
+    RecordError,
+    RunLocked,
+    RunNotFound,
+    SchemaTooNew,
+    StepOrderError,
+    StepstoneError,
+    StoreError,
+    UnknownCheck,
+    UnresolvedEffect,
+)
+from .run import Run, StepResult, decided, open_run
+from .status import RunStatus, StepStatus
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckFailed",
+    "DecisionConflict",
+    "InvalidInput",
+    "PlanError",
+    "RecordError",
+    "Run",
+    "RunLocked",
+    "RunNotFound",
+    "RunStatus",
+    "SchemaTooNew",
+    "StepOrderError",
+    "StepResult",
+    "StepStatus",
+    "StepstoneError",
+    "StoreError",
+    "UnknownCheck",
+    "UnresolvedEffect",
+    "__version__",
+    "check",
+    "decided",
+    "load_ipython_extension",
+    "open_run",
+]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the stepstone magics (`%load_ext stepstone`)."""
+    from .magics import register
+
+    register(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Let go of the run the magics hold."""
+    from .magics import unregister
+
+    unregister(ipython)

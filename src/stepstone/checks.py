@@ -1,0 +1,240 @@
+"""Completion checks: each produces evidence that a later `verify` re-checks.
+
+A check is written `KIND:ARGUMENT`:
+
+    file:PATH            the file exists and parses by its type; evidence is its sha256
+    sha256:PATH=HEX      the file's sha256 equals HEX
+    cmd:COMMAND          the command exits 0 (run by the shell in the run's folder)
+    expr:EXPRESSION      a Python expression over the given values is truthy
+    call:NAME            a callable registered with `stepstone.check` returns a truthy
+                         value or an identifier
+
+In the Python API a plain callable can stand in for a spec.
+"""
+
+from __future__ import annotations
+
+import builtins
+import csv
+import hashlib
+import json
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from .errors import InvalidInput, UnknownCheck
+from .models import Evidence
+
+KINDS = ["file", "sha256", "cmd", "expr", "call"]
+CheckFn: TypeAlias = Callable[[], Any]
+CheckLike: TypeAlias = "str | CheckFn"
+
+_registry: dict[str, CheckFn] = {}
+
+
+def check(name: str | CheckFn) -> Any:
+    """Register a callable as a named check, usable as `call:NAME`.
+
+    Use as `@stepstone.check` (the function's name) or `@stepstone.check("name")`.
+    """
+
+    def register(fn: CheckFn, key: str) -> CheckFn:
+        _registry[key] = fn
+        return fn
+
+    if callable(name):
+        return register(name, name.__name__)
+    return lambda fn: register(fn, name)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """A parsed check: its kind, its argument and the text it was written as."""
+
+    kind: str
+    arg: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of re-checking one piece of evidence."""
+
+    ok: bool
+    reason: str = ""
+    checkable: bool = True
+
+
+def parse(spec: CheckLike) -> CheckSpec:
+    """Parse a check spec (or register a callable); raise on unknown kinds at plan time."""
+    if callable(spec):
+        key = f"{getattr(spec, '__module__', '')}.{getattr(spec, '__qualname__', repr(spec))}"
+        _registry[key] = spec
+        return CheckSpec("call", key, f"call:{key}")
+    if not isinstance(spec, str):
+        raise InvalidInput(f"a check must be a string like file:PATH or a callable, not {spec!r}")
+    kind, sep, arg = spec.partition(":")
+    if not sep or kind not in KINDS:
+        raise UnknownCheck(spec, KINDS)
+    arg = arg.strip()
+    if not arg:
+        raise InvalidInput(f"check {spec!r} has no argument: write {kind}:ARGUMENT")
+    if kind == "sha256":
+        path, eq, digest = arg.rpartition("=")
+        if not eq or not path or len(digest) != 64 or not _is_hex(digest):
+            raise InvalidInput(f"check {spec!r}: write sha256:PATH=<64 hex digits>")
+    if kind == "expr":
+        try:
+            compile(arg, "<check>", "eval")
+        except SyntaxError as exc:
+            raise InvalidInput(f"check {spec!r}: not a Python expression ({exc.msg})") from exc
+    return CheckSpec(kind, arg, f"{kind}:{arg}")
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text.lower())
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 hex digest of a file's content."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class CheckNotPassed(Exception):
+    """Internal: a check ran and did not pass; the reason is the message."""
+
+
+def _parse_file(path: Path) -> str:
+    """Parse `path` by its type; return a short description or raise CheckNotPassed."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            with path.open("rb") as handle:
+                json.load(handle)
+            return "json"
+        if suffix in (".yaml", ".yml"):
+            import yaml
+
+            with path.open("rb") as handle:
+                yaml.safe_load(handle)
+            return "yaml"
+        if suffix in (".csv", ".tsv"):
+            with path.open(newline="", encoding="utf-8") as handle:
+                rows = sum(1 for _ in csv.reader(handle, delimiter="\t" if suffix == ".tsv" else ","))
+            if rows == 0:
+                raise CheckNotPassed(f"{path} is empty")
+            return f"csv, {rows} rows"
+        if suffix == ".ipynb":
+            import nbformat
+
+            nbformat.validate(nbformat.read(str(path), as_version=4))
+            return "notebook"
+        if suffix == ".parquet":
+            try:
+                import pyarrow.parquet as pq
+            except ImportError:
+                return "parquet (not parsed: pyarrow is not installed)"
+            pq.read_metadata(str(path))
+            return "parquet"
+        if suffix in (".txt", ".md", ".log", ".py", ".html", ".xml", ".sql", ".toml", ".ini"):
+            path.read_text(encoding="utf-8")
+            return "text"
+        return "bytes"
+    except CheckNotPassed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any parser failure means "does not parse"
+        raise CheckNotPassed(f"{path} does not parse as {suffix or 'text'}: {exc}") from exc
+
+
+def _eval(expr: str, namespace: Mapping[str, Any] | None) -> Any:
+    scope = dict(namespace or {})
+    scope.setdefault("__builtins__", builtins)
+    try:
+        return eval(expr, scope)  # noqa: S307 - the user's own check expression
+    except NameError as exc:
+        raise CheckNotPassed(f"{exc} (expression {expr!r})") from exc
+    except Exception as exc:  # noqa: BLE001
+        raise CheckNotPassed(f"{expr!r} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _identifier(value: Any) -> str | int | bool:
+    if isinstance(value, (bool, int, str)):
+        return value
+    return True
+
+
+def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None = None) -> Evidence:
+    """Run a check now; return its evidence or raise CheckNotPassed with the reason."""
+    if spec.kind in ("file", "sha256"):
+        raw_path = spec.arg.rpartition("=")[0] if spec.kind == "sha256" else spec.arg
+        path = (workdir / raw_path).resolve() if not Path(raw_path).is_absolute() else Path(raw_path)
+        if not path.is_file():
+            raise CheckNotPassed(f"{raw_path} does not exist")
+        digest = sha256_file(path)
+        if spec.kind == "sha256":
+            expected = spec.arg.rpartition("=")[2].lower()
+            if digest != expected:
+                raise CheckNotPassed(f"{raw_path} has sha256 {digest[:12]}…, expected {expected[:12]}…")
+            return Evidence(check=spec.text, kind="sha256", value=digest)
+        kind = _parse_file(path)
+        return Evidence(
+            check=spec.text, kind="file", value=digest, detail=f"{kind}, {path.stat().st_size} bytes"
+        )
+    if spec.kind == "cmd":
+        try:
+            done = subprocess.run(
+                spec.arg, shell=True, cwd=workdir, capture_output=True, text=True, check=False
+            )
+        except OSError as exc:
+            raise CheckNotPassed(f"cannot run {spec.arg!r}: {exc}") from exc
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+            raise CheckNotPassed(f"{spec.arg!r} exited {done.returncode} {tail[0]}".rstrip())
+        return Evidence(check=spec.text, kind="cmd", value=0, detail="exit status 0")
+    if spec.kind == "expr":
+        result = _eval(spec.arg, namespace)
+        if not result:
+            raise CheckNotPassed(f"{spec.arg!r} is {result!r}")
+        return Evidence(check=spec.text, kind="expr", value=_identifier(result))
+    fn = _registry.get(spec.arg)
+    if fn is None:
+        raise CheckNotPassed(
+            f"no check registered as {spec.arg!r}; register it with @stepstone.check before use"
+        )
+    try:
+        result = fn()
+    except Exception as exc:  # noqa: BLE001
+        raise CheckNotPassed(f"{spec.arg} raised {type(exc).__name__}: {exc}") from exc
+    if not result:
+        raise CheckNotPassed(f"{spec.arg}() returned {result!r}")
+    return Evidence(check=spec.text, kind="call", value=_identifier(result))
+
+
+def verify(
+    evidence: Evidence, *, workdir: Path, namespace: Mapping[str, Any] | None = None
+) -> Verdict:
+    """Re-check recorded evidence against the real state now."""
+    if evidence.kind == "completed":
+        return Verdict(True, "the cell completed")
+    try:
+        spec = parse(evidence.check)
+    except InvalidInput as exc:
+        return Verdict(False, str(exc))
+    if spec.kind == "call" and spec.arg not in _registry:
+        return Verdict(True, f"{spec.arg} is not registered in this process", checkable=False)
+    try:
+        fresh = run(spec, workdir=workdir, namespace=namespace)
+    except CheckNotPassed as exc:
+        return Verdict(False, str(exc))
+    if spec.kind in ("file", "sha256") and fresh.value != evidence.value:
+        return Verdict(False, f"{spec.arg} changed since it was recorded (sha256 differs)")
+    if spec.kind in ("call", "expr") and not isinstance(evidence.value, bool):
+        if fresh.value != evidence.value:
+            return Verdict(False, f"{spec.arg} now gives {fresh.value!r}, was {evidence.value!r}")
+    return Verdict(True)

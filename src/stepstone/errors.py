@@ -1,0 +1,157 @@
+"""Every error stepstone raises, under one root.
+
+    StepstoneError
+    ├── InvalidInput            bad names, check specs, plans, magic lines
+    │   ├── UnknownCheck        a check kind that does not exist
+    │   └── PlanError           a malformed or contradictory plan
+    ├── RecordError             a stored file that fails validation
+    │   └── SchemaTooNew        written by a newer stepstone
+    ├── StoreError              the repository cannot be used as a store
+    ├── RunNotFound             no such run in the store
+    ├── RunLocked               another process drives the run
+    ├── StepOrderError          a step's predecessor is not confirmed
+    ├── CheckFailed             a step ran but its completion check did not pass
+    ├── DecisionConflict        a decision would be reopened
+    └── UnresolvedEffect        an effect's outcome is unknown (see effects)
+
+Each error carries structured fields and a message that says what to do next.
+"""
+
+from __future__ import annotations
+
+
+class StepstoneError(Exception):
+    """Root of every error stepstone raises."""
+
+
+class InvalidInput(StepstoneError):
+    """Input that stepstone cannot accept: a name, a check, a plan, an option."""
+
+
+class UnknownCheck(InvalidInput):
+    """A completion check whose kind stepstone does not know."""
+
+    def __init__(self, spec: str, known: list[str]) -> None:
+        self.spec = spec
+        self.known = known
+        super().__init__(
+            f"unknown check {spec!r}: a check is KIND:ARGUMENT with KIND one of "
+            f"{', '.join(known)} (for example file:out/data.csv)"
+        )
+
+
+class PlanError(InvalidInput):
+    """A plan that is malformed or contradicts itself."""
+
+
+class RecordError(StepstoneError):
+    """A record file in the store that fails validation; it is never overwritten."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        self.where = where
+        self.problem = problem
+        super().__init__(
+            f"corrupt record {where}: {problem}. Nothing was changed; fix the file in a new "
+            f"commit or reset the run's ref to the last good commit (see `git log`)"
+        )
+
+
+class SchemaTooNew(RecordError):
+    """A record written by a newer version of stepstone."""
+
+    def __init__(self, where: str, found: int, supported: int) -> None:
+        self.found = found
+        self.supported = supported
+        StepstoneError.__init__(
+            self,
+            f"{where} has schema version {found}, newer than this stepstone reads "
+            f"({supported}): upgrade stepstone (pip install -U stepstone) to use this run",
+        )
+        self.where = where
+        self.problem = f"schema version {found} > {supported}"
+
+
+class StoreError(StepstoneError):
+    """The repository at a path cannot be used as a stepstone store."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"store {path}: {problem}")
+
+
+class RunNotFound(StepstoneError):
+    """No run of that id exists in the store."""
+
+    def __init__(self, run: str, path: str, known: list[str]) -> None:
+        self.run = run
+        self.path = path
+        self.known = known
+        listing = ", ".join(known) if known else "none"
+        super().__init__(f"no run {run!r} in store {path} (runs there: {listing})")
+
+
+class RunLocked(StepstoneError):
+    """Another live process drives the run."""
+
+    def __init__(self, run: str, holder: str) -> None:
+        self.run = run
+        self.holder = holder
+        super().__init__(
+            f"run {run!r} is driven by {holder}: wait for it to finish or stop that process; "
+            f"readers such as `stepstone status` work meanwhile"
+        )
+
+
+class StepOrderError(StepstoneError):
+    """A step was started before its predecessor was confirmed."""
+
+    def __init__(self, run: str, step: str, predecessor: str) -> None:
+        self.run = run
+        self.step = step
+        self.predecessor = predecessor
+        super().__init__(
+            f"step {step!r} cannot run yet: its predecessor {predecessor!r} is not confirmed. "
+            f"Run {predecessor!r} first, or pass force=True (--force) to run out of order"
+        )
+
+
+class CheckFailed(StepstoneError):
+    """A step ran to the end but one of its completion checks did not pass."""
+
+    def __init__(self, step: str, check: str, reason: str) -> None:
+        self.step = step
+        self.check = check
+        self.reason = reason
+        super().__init__(
+            f"step {step!r} ran but its check {check} did not pass: {reason}. "
+            f"The step is recorded as failed; fix it and run it again"
+        )
+
+
+class DecisionConflict(StepstoneError):
+    """A decision that was already made would be changed."""
+
+    def __init__(self, key: str, old: str, new: str, why: str) -> None:
+        self.key = key
+        self.old = old
+        self.new = new
+        super().__init__(
+            f"decision {key!r} was already made as {old!r} ({why}); not reopening it with "
+            f"{new!r}. To change it on purpose, pass revise=True (--revise)"
+        )
+
+
+class UnresolvedEffect(StepstoneError):
+    """An external effect whose outcome is unknown and cannot be asked of its receiver."""
+
+    def __init__(self, run: str, step: str, key: str, since: str) -> None:
+        self.run = run
+        self.step = step
+        self.key = key
+        self.since = since
+        super().__init__(
+            f"effect {key} of step {step!r} was submitted at {since} and its outcome is "
+            f"unknown. Check the receiver, then run `stepstone resolve {key} --happened "
+            f"[--receipt R]` or `stepstone resolve {key} --not-happened` (run {run!r})"
+        )

@@ -1,0 +1,163 @@
+"""The records a run is made of, as pydantic models stored as human-readable JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import RecordError, SchemaTooNew
+
+SCHEMA_VERSION = 1
+
+PlanMode = Literal["explicit", "notebook", "incremental"]
+StepStatus = Literal["confirmed", "failed"]
+EvidenceKind = Literal["file", "sha256", "cmd", "expr", "call", "completed"]
+
+
+def now() -> str:
+    """The current time as an ISO 8601 UTC string with milliseconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Record(BaseModel):
+    """Base of every stored file: strict fields and a schema version."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: int = SCHEMA_VERSION
+
+
+class RunInfo(Record):
+    """The small head file of a run (`run.json`), rewritten by every commit."""
+
+    run: str
+    created: str
+    updated: str
+    plan_mode: PlanMode = "incremental"
+    goal: str = ""
+    seq: int = 0
+    finished: str | None = None
+
+
+class PlannedStep(Record):
+    """One numbered step of the plan with its checks and declared inputs and outputs."""
+
+    number: int = Field(ge=1)
+    name: str
+    checks: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    source_hash: str | None = None
+
+
+class Evidence(Record):
+    """What a completion check observed, re-checkable later by `verify`."""
+
+    check: str
+    kind: EvidenceKind
+    value: str | int | bool | None = None
+    detail: str = ""
+
+
+class Artifact(Record):
+    """A saved output value: content-addressed in the store, verified by sha256."""
+
+    sha256: str
+    format: str
+    size: int
+
+
+class StepRecord(Record):
+    """The progress record of one step: status, evidence and what the next step needs."""
+
+    number: int
+    name: str
+    status: StepStatus
+    attempt: int = 1
+    started: str
+    finished: str
+    seq: int
+    evidence: tuple[Evidence, ...] = ()
+    facts: dict[str, Any] = Field(default_factory=dict)
+    outputs: dict[str, Artifact] = Field(default_factory=dict)
+    checks: tuple[str, ...] = ()
+    source_hash: str | None = None
+    error: str | None = None
+    holder: str = ""
+
+
+class Decision(Record):
+    """A decision with its reason, so that a resumed run does not reopen it."""
+
+    key: str
+    value: str
+    why: str
+    time: str
+    revised_from: str | None = None
+
+
+class Unknown(Record):
+    """An open question, recorded so it is not mistaken for a settled one."""
+
+    id: str
+    question: str
+    state: Literal["open", "resolved"] = "open"
+    asked: str
+    answer: str | None = None
+    resolved: str | None = None
+
+
+class Plan(BaseModel):
+    """A run's plan: its head file and its numbered steps, in order."""
+
+    model_config = ConfigDict(frozen=True)
+    run: str
+    mode: PlanMode
+    steps: tuple[PlannedStep, ...] = ()
+
+    def number_of(self, name: str) -> int | None:
+        """The step number of `name`, or None when the plan does not have it."""
+        for step in self.steps:
+            if step.name == name:
+                return step.number
+        return None
+
+
+R = TypeVar("R", bound=Record)
+
+
+def dump(record: Record) -> bytes:
+    """Serialise a record as stable, human-readable JSON."""
+    text = json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True, ensure_ascii=False)
+    return (text + "\n").encode()
+
+
+def load(cls: type[R], data: bytes, where: str) -> R:
+    """Parse and validate a stored record, naming `where` in any error."""
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(where, f"not valid JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise RecordError(where, "expected a JSON object")
+    version = raw.get("schema_version")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise SchemaTooNew(where, version, SCHEMA_VERSION)
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
+            for err in exc.errors()[:5]
+        )
+        raise RecordError(where, problems) from exc
+
+
+def json_schemas() -> dict[str, Any]:
+    """JSON Schema of every stored file type, generated from the models."""
+    return {
+        cls.__name__: cls.model_json_schema()
+        for cls in (RunInfo, PlannedStep, StepRecord, Decision, Unknown)
+    }

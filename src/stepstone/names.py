@@ -1,0 +1,47 @@
+"""Validation of the names that become paths and refs: run ids, step names, keys."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidInput
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=@-]{0,119}")
+
+
+def run_id(value: str) -> str:
+    """Return `value` if it can name a run (a Git ref component), else raise."""
+    if (
+        not isinstance(value, str)
+        or not _RUN_ID.fullmatch(value)
+        or ".." in value
+        or value.endswith((".", ".lock"))
+    ):
+        raise InvalidInput(
+            f"invalid run id {value!r}: use 1-100 letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit (for example quickstart-2026)"
+        )
+    return value
+
+
+def step_name(value: str, what: str = "step name") -> str:
+    """Return `value` if it can name a step, a decision or an unknown, else raise."""
+    if (
+        not isinstance(value, str)
+        or not _NAME.fullmatch(value)
+        or ".." in value
+        or value.endswith((".", ".lock"))
+    ):
+        raise InvalidInput(
+            f"invalid {what} {value!r}: use 1-120 letters, digits or . _ : + = @ -, "
+            f"starting with a letter or digit (for example fetch-prices)"
+        )
+    return value
+
+
+def from_filename(stem: str) -> str:
+    """Turn a notebook file name (without suffix) into a valid run id."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")[:100] or "run"
+    cleaned = cleaned.replace("..", ".")
+    return run_id(cleaned)

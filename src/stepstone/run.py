@@ -1,0 +1,715 @@
+"""A run: its plan, its step records, decisions and unknowns, driven by one process.
+
+Opening a run reads its latest commit (never a work tree), verifies the recorded
+evidence against the real state and says what to do next. Each completed step
+is one commit; a step is skipped only while its evidence still verifies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import artifacts, checks, models, names
+from .errors import (
+    CheckFailed,
+    DecisionConflict,
+    InvalidInput,
+    PlanError,
+    RecordError,
+    RunNotFound,
+    StepOrderError,
+    StepstoneError,
+    StoreError,
+)
+from .lock import RunLock
+from .models import Decision, PlannedStep, RunInfo, StepRecord, Unknown, dump, load, now
+from .status import RunStatus, StepState, StepStatus
+from .store import RUN_ENV, GitStore, Snapshot, holder_identity
+
+_active: Run | None = None
+
+
+def active_run() -> Run:
+    """The run this process drives now (opened last and not closed)."""
+    if _active is None:
+        raise StepstoneError(
+            "no run is open in this process: call stepstone.open_run(...) or run %resume first"
+        )
+    return _active
+
+
+def plan_path(number: int) -> str:
+    """Where the plan entry of step `number` lives in a run's tree."""
+    key = f"{number:08d}"
+    return f"plan/{key[:4]}/{key[4:6]}/{key}.json"
+
+
+def step_path(name: str) -> str:
+    """Where the record of step `name` lives (a fan-out by hash keeps folders small)."""
+    digest = hashlib.sha1(name.encode()).hexdigest()  # noqa: S324 - a fan-out, not security
+    return f"steps/{digest[:2]}/{digest[2:4]}/{name}.json"
+
+
+def source_hash(source: str) -> str:
+    """The hash of a step's source, used to notice an edited cell."""
+    return hashlib.sha256(source.strip().encode()).hexdigest()
+
+
+@dataclass
+class StepStart:
+    """The outcome of `Run.begin`: skip the step (with restored values) or run it."""
+
+    planned: PlannedStep
+    skip: bool
+    reason: str
+    record: StepRecord | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    started: str = field(default_factory=now)
+    check_specs: tuple[checks.CheckSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What `Run.step` did: ran or skipped the step, and the step's return value."""
+
+    name: str
+    skipped: bool
+    value: Any
+    record: StepRecord
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class Run:
+    """One run in a store. Open it with `open_run`; close it (or use `with`) when done."""
+
+    def __init__(
+        self,
+        store: GitStore,
+        run_id: str,
+        *,
+        workdir: Path,
+        drive: bool = True,
+        create: bool = True,
+    ) -> None:
+        self.store = store
+        self.id = names.run_id(run_id)
+        self.workdir = workdir
+        self.holder = holder_identity()
+        self.notes: list[str] = []
+        self._lock = RunLock(store.git_dir / "stepstone" / "locks" / f"{self.id}.lock", self.id, self.holder)
+        self._state: dict[str, StepState] = {}
+        self._reasons: dict[str, str] = {}
+        if drive:
+            self._lock.acquire()
+        try:
+            if drive:
+                self._recover_locks()
+            self._snap = store.read(self.id)
+            if self._snap.commit is None and not (drive and create):
+                raise RunNotFound(self.id, str(store.path), store.runs())
+            self._parse()
+            if drive and self._snap.commit is None:
+                self._commit({}, f"run {self.id}: created", ["Stepstone-Status: created"])
+            if drive:
+                store.point_head_at(self.id)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    # -- loading ----------------------------------------------------------------
+
+    def _recover_locks(self) -> None:
+        for lock in self.store.stale_ref_locks(self.id):
+            lock.unlink(missing_ok=True)
+            self.notes.append(f"removed a stale lock {lock.name} left by a killed process")
+
+    def _where(self, path: str) -> str:
+        commit = (self._snap.commit or "")[:10]
+        return f"{path} in commit {commit} of {self.store.path}"
+
+    def _parse(self) -> None:
+        files = self._snap.files
+        stamp = now()
+        raw_info = files.get("run.json")
+        self.info = (
+            load(RunInfo, raw_info, self._where("run.json"))
+            if raw_info is not None
+            else RunInfo(run=self.id, created=stamp, updated=stamp)
+        )
+        planned: list[PlannedStep] = []
+        self.records: dict[str, StepRecord] = {}
+        self.decisions: dict[str, Decision] = {}
+        self.unknowns: dict[str, Unknown] = {}
+        for path, data in files.items():
+            top = path.split("/", 1)[0]
+            if top == "plan":
+                planned.append(load(PlannedStep, data, self._where(path)))
+            elif top == "steps":
+                record = load(StepRecord, data, self._where(path))
+                self.records[record.name] = record
+            elif top == "decisions":
+                decision = load(Decision, data, self._where(path))
+                self.decisions[decision.key] = decision
+            elif top == "unknowns":
+                unknown = load(Unknown, data, self._where(path))
+                self.unknowns[unknown.id] = unknown
+        planned.sort(key=lambda s: s.number)
+        for index, step in enumerate(planned, start=1):
+            if step.number != index:
+                raise RecordError(self._where(plan_path(step.number)), f"plan has no step {index}")
+        if len({s.name for s in planned}) != len(planned):
+            raise RecordError(self._where("plan/"), "two plan steps share a name")
+        self.steps: list[PlannedStep] = planned
+
+    # -- committing -------------------------------------------------------------
+
+    def _commit(self, writes: dict[str, bytes | None], subject: str, trailers: list[str]) -> None:
+        stamp = now()
+        self.info = self.info.model_copy(update={"seq": self.info.seq + 1, "updated": stamp})
+        writes = {"run.json": dump(self.info), **writes}
+        lines = [f"Stepstone-Run: {self.id}", *trailers, f"Stepstone-Holder: {self.holder}"]
+        message = f"{subject}\n\n" + "\n".join(_one_line(line) for line in lines) + "\n"
+        self._snap = self.store.commit(self.id, self._snap, writes, message, author=self.holder)
+
+    def _require_lock(self) -> None:
+        if not self._lock.held:
+            raise StepstoneError(
+                f"run {self.id!r} was opened read-only or is closed; open it with "
+                f"stepstone.open_run({self.id!r}) to drive it"
+            )
+
+    # -- the plan ---------------------------------------------------------------
+
+    @property
+    def plan(self) -> models.Plan:
+        """The committed plan."""
+        return models.Plan(run=self.id, mode=self.info.plan_mode, steps=tuple(self.steps))
+
+    def set_plan(
+        self,
+        steps: Sequence[PlannedStep | Mapping[str, Any] | str],
+        *,
+        mode: models.PlanMode = "explicit",
+        goal: str | None = None,
+    ) -> list[str]:
+        """Commit a plan (names, mappings or `PlannedStep`s, in order); return what changed."""
+        self._require_lock()
+        new: list[PlannedStep] = []
+        for number, raw in enumerate(steps, start=1):
+            fields: dict[str, Any] = {"name": raw} if isinstance(raw, str) else dict(
+                raw.model_dump() if isinstance(raw, PlannedStep) else raw
+            )
+            fields["number"] = number
+            fields.pop("schema_version", None)
+            try:
+                step = PlannedStep.model_validate(fields)
+            except Exception as exc:  # noqa: BLE001 - pydantic's error, made one line
+                raise PlanError(f"plan step {number}: {_one_line(str(exc))}") from exc
+            names.step_name(step.name)
+            for spec in step.checks:
+                checks.parse(spec)
+            new.append(step)
+        if len({s.name for s in new}) != len(new):
+            dupes = sorted({s.name for s in new if sum(t.name == s.name for t in new) > 1})
+            raise PlanError(f"duplicate step names in the plan: {', '.join(dupes)}")
+        changes = _plan_changes(self.steps, new)
+        info_changed = mode != self.info.plan_mode or (goal is not None and goal != self.info.goal)
+        if not changes and not info_changed:
+            return []
+        writes: dict[str, bytes | None] = {}
+        old_by_number = {s.number: s for s in self.steps}
+        for step in new:
+            if old_by_number.get(step.number) != step:
+                writes[plan_path(step.number)] = dump(step)
+        for number in range(len(new) + 1, len(self.steps) + 1):
+            writes[plan_path(number)] = None
+        self.info = self.info.model_copy(
+            update={"plan_mode": mode, "goal": goal if goal is not None else self.info.goal}
+        )
+        self.steps = new
+        self._commit(
+            writes,
+            f"plan: {len(new)} steps" + (f" ({'; '.join(changes)})" if changes else ""),
+            ["Stepstone-Status: planned", f"Stepstone-Plan: {mode}, {len(new)} steps"],
+        )
+        self._state.clear()
+        return changes
+
+    def _planned(self, name: str) -> PlannedStep | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+    def _ensure_planned(
+        self,
+        name: str,
+        specs: tuple[str, ...],
+        inputs: tuple[str, ...],
+        outputs: tuple[str, ...],
+        source: str | None,
+    ) -> PlannedStep:
+        existing = self._planned(name)
+        if existing is None and self.info.plan_mode == "explicit":
+            listing = ", ".join(s.name for s in self.steps) or "none"
+            raise PlanError(
+                f"step {name!r} is not in the plan of run {self.id!r} (steps: {listing}); "
+                f"add it to the plan, or use a new run"
+            )
+        number = existing.number if existing else len(self.steps) + 1
+        wanted = PlannedStep(
+            number=number,
+            name=name,
+            checks=specs,
+            inputs=inputs,
+            outputs=outputs,
+            source_hash=source,
+        )
+        if existing == wanted:
+            return existing
+        if existing is None:
+            subject = f"plan: add step {number} {name}"
+        else:
+            subject = f"plan: update step {number} {name}"
+            self.notes.append(f"step {number} {name} changed since it was planned")
+        self.steps = [s for s in self.steps if s.name != name]
+        self.steps.insert(number - 1, wanted)
+        self._commit(
+            {plan_path(number): dump(wanted)},
+            subject,
+            ["Stepstone-Status: planned", f"Stepstone-Step: {number} {name}"],
+        )
+        return wanted
+
+    # -- verification -----------------------------------------------------------
+
+    def _verify_step(
+        self, planned: PlannedStep, record: StepRecord, namespace: Mapping[str, Any] | None
+    ) -> str | None:
+        """Why `record` no longer stands for `planned`, or None when it verifies."""
+        if tuple(planned.checks) != tuple(record.checks):
+            return "its checks changed since it ran"
+        if planned.source_hash and record.source_hash and planned.source_hash != record.source_hash:
+            return "its source changed since it ran"
+        scope = dict(namespace or {})
+        if any(ev.kind == "expr" for ev in record.evidence):
+            try:
+                scope.update(self._load_outputs(record))
+            except StepstoneError as exc:
+                return str(exc)
+        for ev in record.evidence:
+            verdict = checks.verify(ev, workdir=self.workdir, namespace=scope)
+            if not verdict.ok:
+                return verdict.reason
+        return None
+
+    def status(self, *, namespace: Mapping[str, Any] | None = None) -> RunStatus:
+        """Verify every recorded step against the real state now and say what is next."""
+        results: list[StepStatus] = []
+        blocked: str | None = None
+        latest_pred_seq = 0
+        for planned in self.steps:
+            record = self.records.get(planned.name)
+            state: StepState
+            reason = ""
+            if record is None:
+                state = "pending"
+            elif record.status == "failed":
+                state, reason = "failed", record.error or "failed"
+            elif blocked is not None:
+                state, reason = "stale", f"it runs again after step {blocked}"
+            elif record.seq < latest_pred_seq:
+                state, reason = "stale", "an earlier step was redone after it"
+            else:
+                problem = self._verify_step(planned, record, namespace)
+                state, reason = ("stale", problem) if problem else ("verified", "")
+            if state != "verified" and blocked is None:
+                blocked = planned.name
+            if record is not None:
+                latest_pred_seq = max(latest_pred_seq, record.seq)
+            self._state[planned.name] = state
+            self._reasons[planned.name] = reason
+            results.append(StepStatus(planned.number, planned.name, state, reason, record))
+        return RunStatus(
+            run=self.id,
+            plan_mode=self.info.plan_mode,
+            steps=tuple(results),
+            decisions=tuple(self.decisions.values()),
+            unknowns=tuple(sorted(self.unknowns.values(), key=lambda u: int(u.id[1:]))),
+            finished=self.info.finished,
+            notes=tuple(self.notes),
+        )
+
+    # -- steps ------------------------------------------------------------------
+
+    def begin(
+        self,
+        name: str,
+        *,
+        checks: Iterable[checks.CheckLike] = (),
+        inputs: Iterable[str] = (),
+        outputs: Iterable[str] = (),
+        source: str | None = None,
+        force: bool = False,
+        namespace: Mapping[str, Any] | None = None,
+    ) -> StepStart:
+        """Decide whether step `name` is skipped (evidence verifies) or must run."""
+        self._require_lock()
+        names.step_name(name)
+        specs = tuple(_parse_all(checks))
+        out_names = tuple(outputs)
+        for var in out_names:
+            if not var.isidentifier():
+                raise InvalidInput(f"--out {var!r} is not a Python variable name")
+        planned = self._ensure_planned(
+            name,
+            tuple(s.text for s in specs),
+            tuple(inputs),
+            out_names,
+            source_hash(source) if source is not None else None,
+        )
+        if not self._state:
+            self.status(namespace=namespace)
+        self._check_order(planned, force)
+        record = self.records.get(name)
+        state = self._state.get(name, "pending")
+        if record is not None and state == "verified":
+            problem = self._verify_step(planned, record, namespace)
+            if problem is None:
+                try:
+                    values = self._load_outputs(record)
+                except StepstoneError as exc:
+                    problem = f"its saved outputs cannot be restored ({exc})"
+                else:
+                    if set(out_names) <= set(values) or not out_names:
+                        return StepStart(planned, True, "verified", record, values, check_specs=specs)
+                    problem = "it has outputs that were not saved"
+            self._mark_stale(planned, problem)
+        reason = self._reasons.get(name) or ("not run yet" if record is None else state)
+        return StepStart(planned, False, reason, record, check_specs=specs)
+
+    def _check_order(self, planned: PlannedStep, force: bool) -> None:
+        if planned.number == 1 or force:
+            return
+        before = self.steps[planned.number - 2]
+        if self._state.get(before.name) != "verified":
+            raise StepOrderError(self.id, planned.name, before.name)
+
+    def _mark_stale(self, planned: PlannedStep, reason: str) -> None:
+        for step in self.steps[planned.number - 1 :]:
+            if self._state.get(step.name) == "verified":
+                self._state[step.name] = "stale"
+                self._reasons[step.name] = (
+                    reason if step is planned else f"it runs again after step {planned.name}"
+                )
+
+    def confirm(
+        self,
+        start: StepStart,
+        *,
+        values: Mapping[str, Any] | None = None,
+        facts: Mapping[str, Any] | None = None,
+        namespace: Mapping[str, Any] | None = None,
+    ) -> StepRecord:
+        """Run the step's checks, then commit its record with evidence and saved outputs.
+
+        A check that does not pass records the step as failed and raises `CheckFailed`.
+        """
+        self._require_lock()
+        planned = start.planned
+        values = dict(values or {})
+        missing = [var for var in planned.outputs if var not in values]
+        if missing:
+            raise InvalidInput(
+                f"step {planned.name!r} declared --out {', '.join(missing)} but did not define it"
+            )
+        scope = {**(namespace or {}), **values}
+        evidence: list[models.Evidence] = []
+        for spec in start.check_specs:
+            try:
+                evidence.append(checks.run(spec, workdir=self.workdir, namespace=scope))
+            except checks.CheckNotPassed as exc:
+                self.fail(start, f"check {spec.text} did not pass: {exc}")
+                raise CheckFailed(planned.name, spec.text, str(exc)) from None
+        if not evidence:
+            evidence.append(models.Evidence(check="completed", kind="completed", value=True))
+        writes: dict[str, bytes | None] = {}
+        saved: dict[str, models.Artifact] = {}
+        for var, value in values.items():
+            fmt, data = artifacts.encode(var, value)
+            digest = artifacts.sha256(data)
+            writes[artifacts.path_for(digest, fmt)] = data
+            saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data))
+        record = self._record(start, "confirmed", evidence=evidence, outputs=saved, facts=facts)
+        writes[step_path(planned.name)] = dump(record)
+        trailers = [
+            f"Stepstone-Step: {planned.number} {planned.name}",
+            "Stepstone-Status: confirmed",
+            *(f"Stepstone-Evidence: {_evidence_line(ev)}" for ev in evidence),
+        ]
+        self._commit(writes, f"step {planned.number} {planned.name}: confirmed", trailers)
+        self.records[planned.name] = record
+        self._mark_stale(planned, "")
+        self._state[planned.name] = "verified"
+        self._reasons[planned.name] = ""
+        return record
+
+    def fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
+        """Commit the step as failed (not confirmed); later steps will run again."""
+        self._require_lock()
+        planned = start.planned
+        if isinstance(error, BaseException):
+            text = "".join(traceback.format_exception_only(type(error), error)).strip()
+        else:
+            text = error
+        record = self._record(start, "failed", error=text[-2000:])
+        self._commit(
+            {step_path(planned.name): dump(record)},
+            f"step {planned.number} {planned.name}: failed",
+            [
+                f"Stepstone-Step: {planned.number} {planned.name}",
+                "Stepstone-Status: failed",
+                f"Stepstone-Error: {text.splitlines()[-1][:200] if text else 'failed'}",
+            ],
+        )
+        self.records[planned.name] = record
+        self._mark_stale(planned, "failed")
+        self._state[planned.name] = "failed"
+        self._reasons[planned.name] = text
+        return record
+
+    def _record(self, start: StepStart, status: models.StepStatus, **fields: Any) -> StepRecord:
+        previous = start.record
+        fields = {k: v for k, v in fields.items() if v is not None}
+        return StepRecord(
+            number=start.planned.number,
+            name=start.planned.name,
+            status=status,
+            attempt=(previous.attempt + 1) if previous else 1,
+            started=start.started,
+            finished=now(),
+            seq=self.info.seq + 1,
+            checks=start.planned.checks,
+            source_hash=start.planned.source_hash,
+            holder=self.holder,
+            **fields,
+        )
+
+    def _load_outputs(self, record: StepRecord) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        tree = self._snap.tree
+        for var, art in record.outputs.items():
+            data = self.store.blob(tree, artifacts.path_for(art.sha256, art.format)) if tree else None
+            if data is None or artifacts.sha256(data) != art.sha256:
+                raise StepstoneError(f"saved output {var!r} is missing or does not match its sha256")
+            if art.format == "pickle" and not self.store.trusted:
+                raise StoreError(
+                    str(self.store.path),
+                    f"output {var!r} is a pickle, which runs code when loaded, and this store is "
+                    f"not marked trusted: if you trust it, run "
+                    f"`git -C {self.store.path} config stepstone.trusted true`",
+                )
+            values[var] = artifacts.decode(art.format, data)
+        return values
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        *,
+        checks: Iterable[checks.CheckLike] = (),
+        inputs: Iterable[str] = (),
+        force: bool = False,
+    ) -> StepResult:
+        """Run `fn` as step `name`, or skip it while its evidence verifies.
+
+        `fn`'s return value is saved and returned again when the step is skipped.
+        """
+        start = self.begin(
+            name, checks=checks, inputs=inputs, outputs=("return",), force=force
+        )
+        if start.skip and start.record is not None:
+            return StepResult(name, True, start.values.get("return"), start.record)
+        global _current_step
+        _current_step = name
+        try:
+            value = fn()
+        except BaseException as exc:
+            self.fail(start, exc)
+            raise
+        finally:
+            _current_step = None
+        record = self.confirm(start, values={"return": value})
+        return StepResult(name, False, value, record)
+
+    # -- decisions and unknowns -------------------------------------------------
+
+    def decide(self, key: str, value: str, why: str, *, revise: bool = False) -> Decision:
+        """Record a decision with its reason; a resumed run does not reopen it."""
+        self._require_lock()
+        names.step_name(key, "decision key")
+        value = str(value)
+        if not why.strip():
+            raise InvalidInput(f"decision {key!r} needs a reason (--why REASON)")
+        old = self.decisions.get(key)
+        if old is not None and old.value == value:
+            return old
+        if old is not None and not revise:
+            raise DecisionConflict(key, old.value, value, old.why)
+        decision = Decision(
+            key=key, value=value, why=why, time=now(), revised_from=old.value if old else None
+        )
+        self._commit(
+            {f"decisions/{key}.json": dump(decision)},
+            f"decide {key}={_one_line(value)[:60]}",
+            ["Stepstone-Status: decided", f"Stepstone-Decision: {key}"],
+        )
+        self.decisions[key] = decision
+        return decision
+
+    def decided(self, key: str, default: Any = None) -> Any:
+        """The value decided for `key`, or `default`."""
+        decision = self.decisions.get(key)
+        return decision.value if decision is not None else default
+
+    def unknown(self, question: str) -> Unknown:
+        """Record an open question (the same open question is recorded once)."""
+        self._require_lock()
+        question = question.strip()
+        if not question:
+            raise InvalidInput("an unknown needs a question")
+        for existing in self.unknowns.values():
+            if existing.question == question and existing.state == "open":
+                return existing
+        item = Unknown(id=f"U{len(self.unknowns) + 1}", question=question, asked=now())
+        self._commit(
+            {f"unknowns/{item.id}.json": dump(item)},
+            f"unknown {item.id}: {_one_line(question)[:60]}",
+            ["Stepstone-Status: unknown", f"Stepstone-Unknown: {item.id}"],
+        )
+        self.unknowns[item.id] = item
+        return item
+
+    def resolve_unknown(self, unknown_id: str, answer: str) -> Unknown:
+        """Close an open unknown with its answer."""
+        self._require_lock()
+        item = self.unknowns.get(unknown_id)
+        if item is None:
+            known = ", ".join(self.unknowns) or "none"
+            raise InvalidInput(f"no unknown {unknown_id!r} in run {self.id!r} (unknowns: {known})")
+        if item.state == "resolved" and item.answer == answer:
+            return item
+        closed = item.model_copy(update={"state": "resolved", "answer": answer, "resolved": now()})
+        self._commit(
+            {f"unknowns/{item.id}.json": dump(closed)},
+            f"resolve {item.id}: {_one_line(answer)[:60]}",
+            ["Stepstone-Status: resolved", f"Stepstone-Unknown: {item.id}"],
+        )
+        self.unknowns[item.id] = closed
+        return closed
+
+    # -- lifetime ---------------------------------------------------------------
+
+    @property
+    def driving(self) -> bool:
+        """Whether this object holds the run (may commit to it)."""
+        return self._lock.held
+
+    def close(self) -> None:
+        """Let go of the run so another process can drive it."""
+        global _active
+        self._lock.release()
+        if _active is self:
+            _active = None
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_current_step: str | None = None
+
+
+def _parse_all(specs: Iterable[checks.CheckLike]) -> list[checks.CheckSpec]:
+    if isinstance(specs, str):
+        specs = [specs]
+    return [checks.parse(spec) for spec in specs]
+
+
+def _evidence_line(ev: models.Evidence) -> str:
+    if ev.kind == "completed":
+        return "completed"
+    value = f"sha256={ev.value}" if ev.kind in ("file", "sha256") else f"{ev.value}"
+    return f"{ev.check} {value}"
+
+
+def _plan_changes(old: Sequence[PlannedStep], new: Sequence[PlannedStep]) -> list[str]:
+    before = {s.name: s for s in old}
+    after = {s.name: s for s in new}
+    changes = [f"added {n}" for n in after if n not in before]
+    changes += [f"removed {n}" for n in before if n not in after]
+    for name, step in after.items():
+        prior = before.get(name)
+        if prior is None:
+            continue
+        if prior.number != step.number:
+            changes.append(f"moved {name} {prior.number}->{step.number}")
+        elif prior != step:
+            changes.append(f"changed {name}")
+    return changes
+
+
+def open_run(
+    run: str | None = None,
+    *,
+    repo: str | os.PathLike[str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    drive: bool = True,
+    create: bool = True,
+) -> Run:
+    """Open a run (creating it and its store if new) and hold it as its only driver.
+
+    `run` defaults to `STEPSTONE_RUN`, then to the store's only run; `repo` to
+    `STEPSTONE_REPO`, then `.stepstone` in the current folder. With
+    `drive=False` the run is opened read-only and no lock is taken.
+    """
+    global _active
+    store = GitStore(repo, create=create and drive)
+    run_id = run or os.environ.get(RUN_ENV) or _only_run(store)
+    opened = Run(
+        store,
+        run_id,
+        workdir=Path(workdir).absolute() if workdir is not None else Path.cwd(),
+        drive=drive,
+        create=create,
+    )
+    if drive:
+        _active = opened
+    return opened
+
+
+def _only_run(store: GitStore) -> str:
+    runs = store.runs()
+    if len(runs) == 1:
+        return runs[0]
+    if not runs:
+        raise InvalidInput(
+            f"no run id given and store {store.path} has no runs: pass a run id "
+            f"(--run ID, or STEPSTONE_RUN)"
+        )
+    raise InvalidInput(
+        f"store {store.path} has several runs ({', '.join(runs)}): pick one with --run ID"
+    )
+
+
+def decided(key: str, default: Any = None) -> Any:
+    """The value decided for `key` in the run this process drives, or `default`."""
+    return active_run().decided(key, default)

@@ -1,0 +1,347 @@
+"""The Git store: each run is a ref whose commits hold the run's files.
+
+A store is any Git repository. One that stepstone created (the embedded default
+`.stepstone/`, a bare repository) keeps each run on a branch, and points HEAD
+at the run driven last, so `git -C .stepstone log` shows it. Any other
+repository, the notebook's own project included, keeps runs under
+`refs/stepstone/runs/` and is never touched elsewhere: not its branches, index
+or work tree.
+
+Commits are written straight to the object database with libgit2 (pygit2),
+with fsync on, and the ref moves by compare-and-swap. A crash leaves either
+the old commit or the new one as the tip; objects of an unfinished commit are
+unreachable and harmless.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import getpass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+
+from . import names
+from .errors import StoreError
+
+DEFAULT_STORE = ".stepstone"
+STORE_ENV = "STEPSTONE_REPO"
+RUN_ENV = "STEPSTONE_RUN"
+_DEDICATED_KEY = "stepstone.dedicated"
+_TRUSTED_KEY = "stepstone.trusted"
+_FOREIGN_PREFIX = "refs/stepstone/runs/"
+_DEDICATED_PREFIX = "refs/heads/"
+_TAG_PREFIX = "refs/tags/stepstone/"
+_BLOB = pygit2.enums.FileMode.BLOB
+_TREE = pygit2.enums.FileMode.TREE
+
+_fsync_enabled = False
+
+
+def _enable_fsync() -> None:
+    global _fsync_enabled
+    if not _fsync_enabled:
+        pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 1)
+        _fsync_enabled = True
+
+
+def holder_identity() -> str:
+    """Who drives: `user@host pid N`, used in locks, commits and records."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()} pid {os.getpid()}"
+
+
+@dataclass
+class Snapshot:
+    """The files of one commit of a run (artifacts are read lazily)."""
+
+    commit: str | None
+    tree: str | None
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """One commit of a run's history, with its trailers parsed."""
+
+    id: str
+    time: int
+    author: str
+    subject: str
+    trailers: dict[str, list[str]]
+
+
+def parse_trailers(message: str) -> dict[str, list[str]]:
+    """The `Key: value` trailers of the last paragraph of a commit message."""
+    paragraphs = message.strip().split("\n\n")
+    found: dict[str, list[str]] = {}
+    if len(paragraphs) < 2:
+        return found
+    for line in paragraphs[-1].splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key and " " not in key:
+            found.setdefault(key, []).append(value.strip())
+    return found
+
+
+def resolve_store_path(repo: str | os.PathLike[str] | None) -> Path:
+    """The store path from an argument, then `STEPSTONE_REPO`, then `.stepstone`."""
+    chosen = repo if repo is not None else os.environ.get(STORE_ENV) or DEFAULT_STORE
+    return Path(chosen).expanduser().absolute()
+
+
+class GitStore:
+    """A Git repository holding runs. Narrow: read files, commit changes, list history."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True):
+        self.path = resolve_store_path(path)
+        _enable_fsync()
+        self.repo = self._open(create)
+        self.dedicated = self._is_dedicated()
+        self.prefix = _DEDICATED_PREFIX if self.dedicated else _FOREIGN_PREFIX
+
+    # -- opening ---------------------------------------------------------------
+
+    def _open(self, create: bool) -> pygit2.Repository:
+        where = str(self.path)
+        if self.path.is_file():
+            raise StoreError(where, "is a file, not a store; pass --repo a folder")
+        if self.path.is_dir():
+            found = pygit2.discover_repository(str(self.path))
+            if found and Path(found).resolve() in (
+                self.path.resolve(),
+                (self.path / ".git").resolve(),
+            ):
+                try:
+                    return pygit2.Repository(found)
+                except pygit2.GitError as exc:
+                    raise StoreError(where, f"is a damaged Git repository ({exc})") from exc
+            if any(self.path.iterdir()):
+                raise StoreError(
+                    where,
+                    "is a folder but not a Git repository; pass --repo an empty or new "
+                    "folder, or a Git repository",
+                )
+        if not create:
+            raise StoreError(where, "does not exist; run a notebook or `%resume` to create it")
+        return self._create()
+
+    def _create(self) -> pygit2.Repository:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            repo = pygit2.init_repository(str(self.path), bare=True)
+            repo.config[_DEDICATED_KEY] = True
+            repo.config[_TRUSTED_KEY] = True
+            repo.config["core.logAllRefUpdates"] = False
+            repo.config["gc.auto"] = 0
+            # The parent project should not pick the store up as untracked files.
+            (self.path / ".gitignore").write_text("*\n")
+        except (OSError, pygit2.GitError) as exc:
+            raise StoreError(str(self.path), f"cannot create a repository here ({exc})") from exc
+        return repo
+
+    def _is_dedicated(self) -> bool:
+        return self._flag(_DEDICATED_KEY)
+
+    def _flag(self, key: str) -> bool:
+        try:
+            return bool(self.repo.config.get_bool(key))
+        except (KeyError, pygit2.GitError):
+            return False
+
+    @property
+    def trusted(self) -> bool:
+        """Whether pickled outputs may be loaded from this store (created here, or marked)."""
+        return self._flag(_TRUSTED_KEY)
+
+    @property
+    def git_dir(self) -> Path:
+        """The repository's Git directory (where objects, refs and locks live)."""
+        return Path(self.repo.path)
+
+    # -- refs -------------------------------------------------------------------
+
+    def ref(self, run: str) -> str:
+        """The ref that holds `run`'s history."""
+        return self.prefix + names.run_id(run)
+
+    def runs(self) -> list[str]:
+        """The ids of the runs in this store, sorted."""
+        found = []
+        for ref in self.repo.references:
+            if ref.startswith(self.prefix):
+                rest = ref[len(self.prefix) :]
+                if "/" not in rest:
+                    found.append(rest)
+        return sorted(found)
+
+    def tip(self, run: str) -> str | None:
+        """The id of the latest commit of `run`, or None when it has none."""
+        try:
+            ref = self.repo.references.get(self.ref(run))
+        except pygit2.GitError as exc:
+            raise StoreError(str(self.path), f"cannot read the ref of run {run!r} ({exc})") from exc
+        if ref is None:
+            return None
+        return str(ref.target)
+
+    def point_head_at(self, run: str) -> None:
+        """In a store stepstone created, make HEAD the run's branch (for plain `git log`)."""
+        if not self.dedicated:
+            return
+        target = self.ref(run)
+        head = self.repo.references.get("HEAD")
+        if head is not None and head.type == pygit2.enums.ReferenceType.SYMBOLIC:
+            if head.target == target:
+                return
+        self.repo.references.create("HEAD", target, force=True)
+
+    def tag(self, run: str, commit: str) -> str:
+        """Tag `commit` as `stepstone/<run>` (the archive of a finished run)."""
+        name = _TAG_PREFIX + names.run_id(run)
+        self.repo.references.create(name, pygit2.Oid(hex=commit), force=True)
+        return name
+
+    def stale_ref_locks(self, run: str) -> list[Path]:
+        """Lock files of the run's ref (left by a killed writer)."""
+        locks = [self.git_dir / (self.ref(run) + ".lock"), self.git_dir / "packed-refs.lock"]
+        return [lock for lock in locks if lock.exists()]
+
+    # -- reading ----------------------------------------------------------------
+
+    def read(self, run: str, *, skip: tuple[str, ...] = ("artifacts",)) -> Snapshot:
+        """The files of the latest commit of `run` (top folders in `skip` are left out)."""
+        commit_id = self.tip(run)
+        if commit_id is None:
+            return Snapshot(None, None)
+        try:
+            commit = self.repo[commit_id]
+            tree = commit.tree
+            files: dict[str, bytes] = {}
+            self._walk(tree, "", files, skip)
+        except (pygit2.GitError, KeyError, ValueError) as exc:
+            raise StoreError(
+                str(self.path),
+                f"cannot read commit {commit_id[:10]} of run {run!r} ({exc}); "
+                f"run `git -C {self.path} fsck` and reset the ref to the last good commit",
+            ) from exc
+        return Snapshot(commit_id, str(tree.id), files)
+
+    def _walk(
+        self, tree: pygit2.Tree, prefix: str, out: dict[str, bytes], skip: tuple[str, ...]
+    ) -> None:
+        for entry in tree:
+            name = entry.name
+            if entry.filemode == _TREE:
+                if not prefix and name in skip:
+                    continue
+                self._walk(self.repo[entry.id], f"{prefix}{name}/", out, skip)
+            else:
+                out[f"{prefix}{name}"] = self.repo[entry.id].data
+
+    def blob(self, tree: str, path: str) -> bytes | None:
+        """The content of `path` in `tree`, or None when absent."""
+        try:
+            entry = self.repo[tree] / path  # type: ignore[operator]
+        except (KeyError, pygit2.GitError):
+            return None
+        return bytes(self.repo[entry.id].data)
+
+    # -- writing ----------------------------------------------------------------
+
+    def commit(
+        self,
+        run: str,
+        parent: Snapshot,
+        writes: Mapping[str, bytes | None],
+        message: str,
+        *,
+        author: str,
+    ) -> Snapshot:
+        """Commit `writes` (path to content, None deletes) on top of `parent`.
+
+        The ref moves only if it still points at `parent.commit`: a run that
+        moved under us is an error, never a silent overwrite.
+        """
+        try:
+            updates: dict[tuple[str, ...], pygit2.Oid | None] = {}
+            for path, data in writes.items():
+                parts = tuple(path.split("/"))
+                updates[parts] = None if data is None else self.repo.create_blob(data)
+            base = self.repo[parent.tree] if parent.tree else None
+            tree_id = self._apply(base, updates) or self._apply(None, {})
+            user, _, rest = author.partition("@")
+            signature = pygit2.Signature(user or "stepstone", f"{user}@{rest.split(' ')[0]}")
+            parents = [pygit2.Oid(hex=parent.commit)] if parent.commit else []
+            commit_id = self.repo.create_commit(
+                self.ref(run), signature, signature, message, tree_id, parents
+            )
+        except pygit2.GitError as exc:
+            raise StoreError(
+                str(self.path),
+                f"could not commit to run {run!r} ({exc}); nothing was recorded for this "
+                f"attempt. If another process moved the run, reopen it",
+            ) from exc
+        except OSError as exc:
+            raise StoreError(
+                str(self.path), f"could not write ({exc.strerror}); free space or fix permissions"
+            ) from exc
+        files = dict(parent.files)
+        for path, data in writes.items():
+            if data is None:
+                files.pop(path, None)
+            elif not path.startswith("artifacts/"):
+                files[path] = data
+        return Snapshot(str(commit_id), str(tree_id), files)
+
+    def _apply(
+        self, tree: pygit2.Tree | None, updates: Mapping[tuple[str, ...], pygit2.Oid | None]
+    ) -> pygit2.Oid | None:
+        builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
+        nested: dict[str, dict[tuple[str, ...], pygit2.Oid | None]] = {}
+        for parts, oid in updates.items():
+            if len(parts) == 1:
+                if oid is not None:
+                    builder.insert(parts[0], oid, _BLOB)
+                elif builder.get(parts[0]) is not None:
+                    builder.remove(parts[0])
+            else:
+                nested.setdefault(parts[0], {})[parts[1:]] = oid
+        for name, sub in nested.items():
+            existing = builder.get(name)
+            subtree = self.repo[existing.id] if existing is not None else None
+            if subtree is not None and not isinstance(subtree, pygit2.Tree):
+                subtree = None
+            new = self._apply(subtree, sub)
+            if new is None:
+                if existing is not None:
+                    builder.remove(name)
+            else:
+                builder.insert(name, new, _TREE)
+        if len(builder) == 0 and tree is not None:
+            return None
+        return builder.write()
+
+    # -- history ----------------------------------------------------------------
+
+    def history(self, run: str) -> Iterator[CommitInfo]:
+        """The commits of `run`, newest first."""
+        tip = self.tip(run)
+        if tip is None:
+            return
+        walker = self.repo.walk(pygit2.Oid(hex=tip), pygit2.enums.SortMode.TOPOLOGICAL)
+        for commit in walker:
+            message = commit.message
+            yield CommitInfo(
+                id=str(commit.id),
+                time=commit.commit_time,
+                author=f"{commit.author.name} <{commit.author.email}>",
+                subject=message.splitlines()[0] if message else "",
+                trailers=parse_trailers(message),
+            )
