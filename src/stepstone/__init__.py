@@ -4,9 +4,7 @@ Each completed step commits its record, with evidence, to a Git repository;
 resume re-verifies that evidence before it skips a step.
 """
 
-from __future__ import annotations
-
-from typing import Any
+from typing import Any as _Any
 
 from .checks import check
 from .errors import (
@@ -52,17 +50,18 @@ __all__ = [
     "decided",
     "load_ipython_extension",
     "open_run",
+    "unload_ipython_extension",
 ]
 
 
-def load_ipython_extension(ipython: Any) -> None:
+def load_ipython_extension(ipython: _Any) -> None:
     """Register the stepstone magics (`%load_ext stepstone`)."""
     from .magics import register
 
     register(ipython)
 
 
-def unload_ipython_extension(ipython: Any) -> None:
+def unload_ipython_extension(ipython: _Any) -> None:
     """Let go of the run the magics hold."""
     from .magics import unregister
 

@@ -126,14 +126,16 @@ def _parse_file(path: Path) -> str:
             return "yaml"
         if suffix in (".csv", ".tsv"):
             with path.open(newline="", encoding="utf-8") as handle:
-                rows = sum(1 for _ in csv.reader(handle, delimiter="\t" if suffix == ".tsv" else ","))
+                rows = sum(
+                    1 for _ in csv.reader(handle, delimiter="\t" if suffix == ".tsv" else ",")
+                )
             if rows == 0:
                 raise CheckNotPassed(f"{path} is empty")
             return f"csv, {rows} rows"
         if suffix == ".ipynb":
             import nbformat
 
-            nbformat.validate(nbformat.read(str(path), as_version=4))
+            nbformat.validate(nbformat.read(str(path), as_version=4))  # type: ignore[no-untyped-call]
             return "notebook"
         if suffix == ".parquet":
             try:
@@ -148,7 +150,7 @@ def _parse_file(path: Path) -> str:
         return "bytes"
     except CheckNotPassed:
         raise
-    except Exception as exc:  # noqa: BLE001 - any parser failure means "does not parse"
+    except Exception as exc:
         raise CheckNotPassed(f"{path} does not parse as {suffix or 'text'}: {exc}") from exc
 
 
@@ -156,10 +158,10 @@ def _eval(expr: str, namespace: Mapping[str, Any] | None) -> Any:
     scope = dict(namespace or {})
     scope.setdefault("__builtins__", builtins)
     try:
-        return eval(expr, scope)  # noqa: S307 - the user's own check expression
+        return eval(expr, scope)
     except NameError as exc:
         raise CheckNotPassed(f"{exc} (expression {expr!r})") from exc
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise CheckNotPassed(f"{expr!r} raised {type(exc).__name__}: {exc}") from exc
 
 
@@ -173,18 +175,25 @@ def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None =
     """Run a check now; return its evidence or raise CheckNotPassed with the reason."""
     if spec.kind in ("file", "sha256"):
         raw_path = spec.arg.rpartition("=")[0] if spec.kind == "sha256" else spec.arg
-        path = (workdir / raw_path).resolve() if not Path(raw_path).is_absolute() else Path(raw_path)
+        path = (
+            (workdir / raw_path).resolve() if not Path(raw_path).is_absolute() else Path(raw_path)
+        )
         if not path.is_file():
             raise CheckNotPassed(f"{raw_path} does not exist")
         digest = sha256_file(path)
         if spec.kind == "sha256":
             expected = spec.arg.rpartition("=")[2].lower()
             if digest != expected:
-                raise CheckNotPassed(f"{raw_path} has sha256 {digest[:12]}…, expected {expected[:12]}…")
+                raise CheckNotPassed(
+                    f"{raw_path} has sha256 {digest[:12]}…, expected {expected[:12]}…"
+                )
             return Evidence(check=spec.text, kind="sha256", value=digest)
         kind = _parse_file(path)
         return Evidence(
-            check=spec.text, kind="file", value=digest, detail=f"{kind}, {path.stat().st_size} bytes"
+            check=spec.text,
+            kind="file",
+            value=digest,
+            detail=f"{kind}, {path.stat().st_size} bytes",
         )
     if spec.kind == "cmd":
         try:
@@ -209,7 +218,7 @@ def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None =
         )
     try:
         result = fn()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise CheckNotPassed(f"{spec.arg} raised {type(exc).__name__}: {exc}") from exc
     if not result:
         raise CheckNotPassed(f"{spec.arg}() returned {result!r}")
@@ -234,7 +243,10 @@ def verify(
         return Verdict(False, str(exc))
     if spec.kind in ("file", "sha256") and fresh.value != evidence.value:
         return Verdict(False, f"{spec.arg} changed since it was recorded (sha256 differs)")
-    if spec.kind in ("call", "expr") and not isinstance(evidence.value, bool):
-        if fresh.value != evidence.value:
-            return Verdict(False, f"{spec.arg} now gives {fresh.value!r}, was {evidence.value!r}")
+    if (
+        spec.kind in ("call", "expr")
+        and not isinstance(evidence.value, bool)
+        and fresh.value != evidence.value
+    ):
+        return Verdict(False, f"{spec.arg} now gives {fresh.value!r}, was {evidence.value!r}")
     return Verdict(True)

@@ -30,7 +30,7 @@ from .errors import (
 from .lock import RunLock
 from .models import Decision, PlannedStep, RunInfo, StepRecord, Unknown, dump, load, now
 from .status import RunStatus, StepState, StepStatus
-from .store import RUN_ENV, GitStore, Snapshot, holder_identity
+from .store import RUN_ENV, GitStore, holder_identity
 
 _active: Run | None = None
 
@@ -52,7 +52,7 @@ def plan_path(number: int) -> str:
 
 def step_path(name: str) -> str:
     """Where the record of step `name` lives (a fan-out by hash keeps folders small)."""
-    digest = hashlib.sha1(name.encode()).hexdigest()  # noqa: S324 - a fan-out, not security
+    digest = hashlib.sha1(name.encode()).hexdigest()
     return f"steps/{digest[:2]}/{digest[2:4]}/{name}.json"
 
 
@@ -105,7 +105,9 @@ class Run:
         self.workdir = workdir
         self.holder = holder_identity()
         self.notes: list[str] = []
-        self._lock = RunLock(store.git_dir / "stepstone" / "locks" / f"{self.id}.lock", self.id, self.holder)
+        self._lock = RunLock(
+            store.git_dir / "stepstone" / "locks" / f"{self.id}.lock", self.id, self.holder
+        )
         self._state: dict[str, StepState] = {}
         self._reasons: dict[str, str] = {}
         if drive:
@@ -205,14 +207,16 @@ class Run:
         self._require_lock()
         new: list[PlannedStep] = []
         for number, raw in enumerate(steps, start=1):
-            fields: dict[str, Any] = {"name": raw} if isinstance(raw, str) else dict(
-                raw.model_dump() if isinstance(raw, PlannedStep) else raw
+            fields: dict[str, Any] = (
+                {"name": raw}
+                if isinstance(raw, str)
+                else dict(raw.model_dump() if isinstance(raw, PlannedStep) else raw)
             )
             fields["number"] = number
             fields.pop("schema_version", None)
             try:
                 step = PlannedStep.model_validate(fields)
-            except Exception as exc:  # noqa: BLE001 - pydantic's error, made one line
+            except Exception as exc:
                 raise PlanError(f"plan step {number}: {_one_line(str(exc))}") from exc
             names.step_name(step.name)
             for spec in step.checks:
@@ -263,6 +267,12 @@ class Run:
                 f"add it to the plan, or use a new run"
             )
         number = existing.number if existing else len(self.steps) + 1
+        if existing is not None:
+            # what the caller leaves out, the plan supplies
+            specs = specs or existing.checks
+            inputs = inputs or existing.inputs
+            outputs = outputs or existing.outputs
+            source = source or existing.source_hash
         wanted = PlannedStep(
             number=number,
             name=name,
@@ -374,6 +384,7 @@ class Run:
             out_names,
             source_hash(source) if source is not None else None,
         )
+        specs = tuple(_parse_all(planned.checks))
         if not self._state:
             self.status(namespace=namespace)
         self._check_order(planned, force)
@@ -388,7 +399,9 @@ class Run:
                     problem = f"its saved outputs cannot be restored ({exc})"
                 else:
                     if set(out_names) <= set(values) or not out_names:
-                        return StepStart(planned, True, "verified", record, values, check_specs=specs)
+                        return StepStart(
+                            planned, True, "verified", record, values, check_specs=specs
+                        )
                     problem = "it has outputs that were not saved"
             self._mark_stale(planned, problem)
         reason = self._reasons.get(name) or ("not run yet" if record is None else state)
@@ -505,9 +518,13 @@ class Run:
         values: dict[str, Any] = {}
         tree = self._snap.tree
         for var, art in record.outputs.items():
-            data = self.store.blob(tree, artifacts.path_for(art.sha256, art.format)) if tree else None
+            data = (
+                self.store.blob(tree, artifacts.path_for(art.sha256, art.format)) if tree else None
+            )
             if data is None or artifacts.sha256(data) != art.sha256:
-                raise StepstoneError(f"saved output {var!r} is missing or does not match its sha256")
+                raise StepstoneError(
+                    f"saved output {var!r} is missing or does not match its sha256"
+                )
             if art.format == "pickle" and not self.store.trusted:
                 raise StoreError(
                     str(self.store.path),
@@ -531,9 +548,7 @@ class Run:
 
         `fn`'s return value is saved and returned again when the step is skipped.
         """
-        start = self.begin(
-            name, checks=checks, inputs=inputs, outputs=("return",), force=force
-        )
+        start = self.begin(name, checks=checks, inputs=inputs, force=force)
         if start.skip and start.record is not None:
             return StepResult(name, True, start.values.get("return"), start.record)
         global _current_step

@@ -82,9 +82,8 @@ class RunStatus:
         if self.finished:
             return "nothing: the run is finished"
         if not self.steps:
-            return (
-                "run the first step"
-                + (" (the plan grows as steps are met)" if self.plan_mode == "incremental" else "")
+            return "run the first step" + (
+                " (the plan grows as steps are met)" if self.plan_mode == "incremental" else ""
             )
         if self.open_unknowns:
             return (
@@ -147,15 +146,20 @@ class RunStatus:
             f"<td>{escape(s.evidence if s.state == 'verified' else s.reason)}</td></tr>"
             for s in self.steps
         )
-        extra = "".join(
-            f"<li>decided <code>{escape(d.key)}={escape(d.value)}</code>: {escape(d.why)}</li>"
-            for d in self.decisions
-        ) + "".join(
-            f"<li>unknown {escape(u.id)}: {escape(u.question)}</li>" for u in self.open_unknowns
-        ) + "".join(
-            f"<li>effect <code>{escape(e['key'])}</code>: {escape(e['state'])}</li>"
-            for e in self.effects
-        ) + "".join(f"<li>note: {escape(n)}</li>" for n in self.notes)
+        extra = (
+            "".join(
+                f"<li>decided <code>{escape(d.key)}={escape(d.value)}</code>: {escape(d.why)}</li>"
+                for d in self.decisions
+            )
+            + "".join(
+                f"<li>unknown {escape(u.id)}: {escape(u.question)}</li>" for u in self.open_unknowns
+            )
+            + "".join(
+                f"<li>effect <code>{escape(e['key'])}</code>: {escape(e['state'])}</li>"
+                for e in self.effects
+            )
+            + "".join(f"<li>note: {escape(n)}</li>" for n in self.notes)
+        )
         return (
             f"<div><b>run {escape(self.run)}</b> ({escape(self.plan_mode)} plan)"
             f"<table><tr><th>#</th><th>step</th><th>state</th><th>evidence</th></tr>{rows}"

@@ -15,9 +15,9 @@ unreachable and harmless.
 
 from __future__ import annotations
 
+import getpass
 import os
 import socket
-import getpass
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,9 +197,12 @@ class GitStore:
             return
         target = self.ref(run)
         head = self.repo.references.get("HEAD")
-        if head is not None and head.type == pygit2.enums.ReferenceType.SYMBOLIC:
-            if head.target == target:
-                return
+        if (
+            head is not None
+            and head.type == pygit2.enums.ReferenceType.SYMBOLIC
+            and head.target == target
+        ):
+            return
         self.repo.references.create("HEAD", target, force=True)
 
     def tag(self, run: str, commit: str) -> str:
@@ -241,17 +244,29 @@ class GitStore:
             if entry.filemode == _TREE:
                 if not prefix and name in skip:
                     continue
-                self._walk(self.repo[entry.id], f"{prefix}{name}/", out, skip)
+                self._walk(self._tree(entry.id), f"{prefix}{name}/", out, skip)
             else:
-                out[f"{prefix}{name}"] = self.repo[entry.id].data
+                out[f"{prefix}{name}"] = self._blob_data(entry.id)
+
+    def _tree(self, oid: pygit2.Oid | str) -> pygit2.Tree:
+        obj = self.repo[oid]
+        if not isinstance(obj, pygit2.Tree):
+            raise KeyError(f"{oid} is not a tree")
+        return obj
+
+    def _blob_data(self, oid: pygit2.Oid | str) -> bytes:
+        obj = self.repo[oid]
+        if not isinstance(obj, pygit2.Blob):
+            raise KeyError(f"{oid} is not a blob")
+        return bytes(obj.data)
 
     def blob(self, tree: str, path: str) -> bytes | None:
         """The content of `path` in `tree`, or None when absent."""
         try:
-            entry = self.repo[tree] / path  # type: ignore[operator]
+            entry = self._tree(tree) / path
+            return self._blob_data(entry.id)
         except (KeyError, pygit2.GitError):
             return None
-        return bytes(self.repo[entry.id].data)
 
     # -- writing ----------------------------------------------------------------
 
@@ -274,8 +289,8 @@ class GitStore:
             for path, data in writes.items():
                 parts = tuple(path.split("/"))
                 updates[parts] = None if data is None else self.repo.create_blob(data)
-            base = self.repo[parent.tree] if parent.tree else None
-            tree_id = self._apply(base, updates) or self._apply(None, {})
+            base = self._tree(parent.tree) if parent.tree else None
+            tree_id = self._apply(base, updates) or self.repo.TreeBuilder().write()
             user, _, rest = author.partition("@")
             signature = pygit2.Signature(user or "stepstone", f"{user}@{rest.split(' ')[0]}")
             parents = [pygit2.Oid(hex=parent.commit)] if parent.commit else []
@@ -315,10 +330,9 @@ class GitStore:
                 nested.setdefault(parts[0], {})[parts[1:]] = oid
         for name, sub in nested.items():
             existing = builder.get(name)
-            subtree = self.repo[existing.id] if existing is not None else None
-            if subtree is not None and not isinstance(subtree, pygit2.Tree):
-                subtree = None
-            new = self._apply(subtree, sub)
+            subtree = self.repo.get(existing.id) if existing is not None else None
+            new_tree = subtree if isinstance(subtree, pygit2.Tree) else None
+            new = self._apply(new_tree, sub)
             if new is None:
                 if existing is not None:
                     builder.remove(name)

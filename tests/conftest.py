@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import stepstone.run
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh folder as the current directory, with no stepstone variables set."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STEPSTONE_RUN", raising=False)
+    monkeypatch.delenv("STEPSTONE_REPO", raising=False)
+    yield tmp_path
+    if stepstone.run._active is not None:
+        stepstone.run._active.close()
+
+
+def git(*args: str, cwd: Path | str) -> str:
+    """Run plain git and return its output (fails the test on a non-zero exit)."""
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def run_python(code: str, *, cwd: Path, env: dict[str, str] | None = None,
+               check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a Python snippet in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, check=False, timeout=120,
+    )
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done

@@ -1,0 +1,135 @@
+"""kill -9 at named points, then resume: at most one step repeats, nothing is lost."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import stepstone
+
+from conftest import git
+
+FIVE_STEPS = textwrap.dedent(
+    """
+    import sys, time, pathlib, stepstone
+
+    def work(name):
+        def do():
+            with open("executions.log", "a") as log:
+                log.write(name + "\\n")
+            if name == "step3" and not pathlib.Path("resumed").exists():
+                pathlib.Path("in-step3").write_text("x")
+                time.sleep(60)  # killed here
+            pathlib.Path(name + ".txt").write_text(name)
+        return do
+
+    with stepstone.open_run("five") as run:
+        run.set_plan([{"name": f"step{i}", "checks": [f"file:step{i}.txt"]} for i in range(1, 6)])
+        for i in range(1, 6):
+            run.step(f"step{i}", work(f"step{i}"))
+    """
+)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"exited {proc.returncode}"
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def test_kill_during_step_3_repeats_only_step_3(workdir: Path):
+    (workdir / "script.py").write_text(FIVE_STEPS)
+    proc = subprocess.Popen([sys.executable, "script.py"], cwd=workdir,
+                            stderr=subprocess.DEVNULL)
+    _wait_for(workdir / "in-step3", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    (workdir / "resumed").write_text("")
+    done = subprocess.run([sys.executable, "script.py"], cwd=workdir, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    executions = (workdir / "executions.log").read_text().split()
+    assert executions == ["step1", "step2", "step3", "step3", "step4", "step5"]
+    subjects = git("log", "--format=%s", cwd=workdir / ".stepstone").splitlines()
+    confirmed = [s for s in subjects if s.endswith(": confirmed")]
+    assert confirmed == [f"step {i} step{i}: confirmed" for i in range(5, 0, -1)]
+    trailers = git("log", "--format=%(trailers:key=Stepstone-Step,valueonly)", cwd=workdir / ".stepstone")
+    assert "3 step3" in trailers
+    git("fsck", "--strict", cwd=workdir / ".stepstone")
+
+
+COMMIT_LOOP = textwrap.dedent(
+    """
+    import pathlib, stepstone
+    with stepstone.open_run("loop") as run:
+        pathlib.Path("ready").write_text("")
+        i = 0
+        while True:
+            i += 1
+            run.decide(f"d{i % 7}", str(i), "churn", revise=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_kill_at_random_instants_during_commits_never_damages_the_store(workdir: Path):
+    (workdir / "loop.py").write_text(COMMIT_LOOP)
+    rng = random.Random(1234)
+    tips = []
+    for _ in range(12):
+        (workdir / "ready").unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, "loop.py"], cwd=workdir,
+                                stderr=subprocess.DEVNULL)
+        _wait_for(workdir / "ready", proc)
+        time.sleep(rng.uniform(0.01, 0.15))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        git("fsck", "--strict", cwd=workdir / ".stepstone")
+        with stepstone.open_run("loop") as run:  # a stale ref lock, if any, is recovered
+            tips.append(run.store.tip("loop"))
+            assert run.decisions  # every committed decision reads back
+    assert len(set(tips)) == len(tips), "each kill happened after new commits"
+
+
+def test_a_stale_ref_lock_from_a_killed_writer_is_removed_under_the_run_lock(workdir: Path):
+    stepstone.open_run("demo").close()
+    lock = workdir / ".stepstone" / "refs" / "heads" / "demo.lock"
+    lock.write_text("0" * 40 + "\n")
+    with stepstone.open_run("demo") as run:
+        assert any("stale lock" in note for note in run.notes)
+        run.step("a", lambda: 1)
+    assert not lock.exists()
+
+
+def test_a_second_driver_is_refused_with_the_holders_name(workdir: Path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import stepstone, time, pathlib; r = stepstone.open_run('demo');"
+         "pathlib.Path('held').write_text(''); time.sleep(60)"],
+        cwd=workdir)
+    try:
+        _wait_for(workdir / "held", holder)
+        with pytest.raises(stepstone.RunLocked, match=f"pid {holder.pid} since"):
+            stepstone.open_run("demo")
+        # readers never need the lock
+        assert stepstone.open_run("demo", drive=False).status().steps == ()
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died: its lock went with it
+    with stepstone.open_run("demo") as run:
+        assert run.driving
+
+
+def test_a_second_driver_in_the_same_process_is_refused(workdir: Path):
+    with stepstone.open_run("demo"), pytest.raises(stepstone.RunLocked):
+        stepstone.open_run("demo")

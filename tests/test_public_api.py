@@ -1,0 +1,30 @@
+import subprocess
+import sys
+
+import stepstone
+
+
+def test_public_names_are_exactly_the_curated_list():
+    public = {name for name in dir(stepstone) if not name.startswith("_")}
+    modules = {"artifacts", "atomic", "checks", "errors", "lock", "models", "names", "run",
+               "status", "store", "effects", "magics", "notebook", "cli", "summary"}
+    assert public - modules == set(stepstone.__all__) - {"__version__"}
+
+
+def test_every_error_derives_from_stepstone_error():
+    errors = [getattr(stepstone, n) for n in stepstone.__all__ if n.endswith(("Error", "Locked",
+              "Found", "Check", "Conflict", "Failed", "Input", "New", "Effect"))]
+    assert errors and all(issubclass(e, stepstone.StepstoneError) for e in errors)
+
+
+def test_import_stepstone_loads_no_ipython():
+    code = "import sys, stepstone; print('IPython' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_every_public_callable_has_a_docstring():
+    for name in stepstone.__all__:
+        obj = getattr(stepstone, name)
+        if callable(obj):
+            assert obj.__doc__, name

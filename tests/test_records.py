@@ -1,0 +1,76 @@
+"""Hand-edited, corrupt or newer records: a clear error, and nothing overwritten."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import stepstone
+from stepstone.models import SCHEMA_VERSION
+
+from conftest import git
+
+
+def _commit_edit(store: Path, path: str, content: str) -> str:
+    """Edit one file of the run's tree with plain git, as a person would, and commit it."""
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], input=content, cwd=store,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    env_tree = subprocess.run(
+        ["git", "read-tree", "HEAD"], cwd=store, capture_output=True, text=True,
+        env={"GIT_INDEX_FILE": str(store / "tmp-index"), "PATH": "/usr/bin:/bin"}, check=True)
+    assert env_tree.returncode == 0
+    env = {"GIT_INDEX_FILE": str(store / "tmp-index"), "PATH": "/usr/bin:/bin",
+           "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@x"}
+    subprocess.run(["git", "update-index", "--cacheinfo", f"100644,{blob},{path}"], cwd=store,
+                   env=env, check=True)
+    tree = subprocess.run(["git", "write-tree"], cwd=store, env=env, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    commit = subprocess.run(["git", "commit-tree", tree, "-p", "HEAD", "-m", "hand edit"],
+                            cwd=store, env=env, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    git("update-ref", "HEAD", commit, cwd=store)
+    (store / "tmp-index").unlink()
+    return commit
+
+
+@pytest.fixture
+def recorded(workdir: Path) -> Path:
+    run = stepstone.open_run("demo")
+    run.step("one", lambda: 1)
+    run.close()
+    return workdir / ".stepstone"
+
+
+def test_invalid_json_in_a_record_names_the_file_and_changes_nothing(recorded: Path):
+    path = git("ls-tree", "-r", "--name-only", "HEAD", cwd=recorded).split()
+    step_file = next(p for p in path if p.startswith("steps/"))
+    tip = _commit_edit(recorded, step_file, "{ not json")
+    with pytest.raises(stepstone.RecordError) as caught:
+        stepstone.open_run("demo")
+    assert step_file in str(caught.value) and "not valid JSON" in str(caught.value)
+    assert git("rev-parse", "HEAD", cwd=recorded).strip() == tip
+
+
+def test_a_record_that_fails_validation_is_reported_field_by_field(recorded: Path):
+    raw = json.loads(git("show", "HEAD:run.json", cwd=recorded))
+    raw["seq"] = "many"
+    _commit_edit(recorded, "run.json", json.dumps(raw))
+    with pytest.raises(stepstone.RecordError, match=r"run\.json.*seq"):
+        stepstone.open_run("demo")
+
+
+def test_a_record_from_a_newer_schema_asks_for_an_upgrade(recorded: Path):
+    raw = json.loads(git("show", "HEAD:run.json", cwd=recorded))
+    raw["schema_version"] = SCHEMA_VERSION + 1
+    tip = _commit_edit(recorded, "run.json", json.dumps(raw))
+    with pytest.raises(stepstone.SchemaTooNew, match="upgrade stepstone"):
+        stepstone.open_run("demo")
+    assert git("rev-parse", "HEAD", cwd=recorded).strip() == tip
+
+
+def test_reading_a_corrupt_run_read_only_fails_the_same_way(recorded: Path):
+    _commit_edit(recorded, "run.json", "[]")
+    with pytest.raises(stepstone.RecordError, match="expected a JSON object"):
+        stepstone.open_run("demo", drive=False)

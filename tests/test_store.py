@@ -1,0 +1,95 @@
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import stepstone
+from stepstone.store import GitStore, parse_trailers
+
+from conftest import git
+
+
+def test_each_completed_step_is_one_commit_with_trailers(workdir: Path):
+    run = stepstone.open_run("demo")
+    run.set_plan([{"name": "fetch", "checks": ["file:a.json"]}, "clean"])
+    (workdir / "a.json").write_text("[1, 2]")
+    run.step("fetch", lambda: None)  # the plan supplies the check
+    run.step("clean", lambda: 3)
+    log = git("log", "--format=%s", cwd=workdir / ".stepstone").splitlines()
+    assert log[:2] == ["step 2 clean: confirmed", "step 1 fetch: confirmed"]
+    body = git("log", "-1", "--skip=1", "--format=%B", cwd=workdir / ".stepstone")
+    trailers = parse_trailers(body)
+    assert trailers["Stepstone-Run"] == ["demo"]
+    assert trailers["Stepstone-Step"] == ["1 fetch"]
+    assert trailers["Stepstone-Status"] == ["confirmed"]
+    assert trailers["Stepstone-Evidence"][0].startswith("file:a.json sha256=")
+    # plain git reads the same trailers
+    parsed = subprocess.run(["git", "interpret-trailers", "--parse"], input=body,
+                            capture_output=True, text=True, check=True).stdout
+    assert "Stepstone-Step: 1 fetch" in parsed.splitlines()
+    git("fsck", "--strict", cwd=workdir / ".stepstone")
+
+
+def test_embedded_store_is_bare_and_ignored_by_the_parent_project(workdir: Path):
+    stepstone.open_run("demo").close()
+    store = workdir / ".stepstone"
+    assert git("rev-parse", "--is-bare-repository", cwd=store).strip() == "true"
+    git("init", "-q", cwd=workdir)
+    assert git("status", "--porcelain", cwd=workdir).strip() == ""
+
+
+def test_runs_on_a_dedicated_ref_leave_the_users_repository_alone(workdir: Path):
+    project = workdir / "project"
+    project.mkdir()
+    git("init", "-q", "-b", "main", cwd=project)
+    (project / "notes.txt").write_text("mine\n")
+    git("add", "notes.txt", cwd=project)
+    git("-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "first", cwd=project)
+    (project / "notes.txt").write_text("mine, edited\n")  # an uncommitted change
+    (project / "new.txt").write_text("untracked\n")
+    before = (git("rev-parse", "HEAD", cwd=project), git("status", "--porcelain", cwd=project))
+    index_before = (project / ".git" / "index").read_bytes()
+
+    run = stepstone.open_run("demo", repo=project)
+    run.step("one", lambda: 1)
+    run.close()
+
+    assert (git("rev-parse", "HEAD", cwd=project), git("status", "--porcelain", cwd=project)) == before
+    assert (project / ".git" / "index").read_bytes() == index_before
+    assert git("branch", "--list", cwd=project).split() == ["*", "main"]
+    log = git("log", "--format=%s", "refs/stepstone/runs/demo", cwd=project)
+    assert "step 1 one: confirmed" in log
+
+
+def test_a_store_path_that_is_a_file_is_refused(workdir: Path):
+    (workdir / "store").write_text("not a repo")
+    with pytest.raises(stepstone.StoreError, match="is a file"):
+        stepstone.open_run("demo", repo=workdir / "store")
+
+
+def test_a_folder_with_other_files_is_not_taken_over(workdir: Path):
+    (workdir / "stuff").mkdir()
+    (workdir / "stuff" / "keep.txt").write_text("precious")
+    with pytest.raises(stepstone.StoreError, match="not a Git repository"):
+        stepstone.open_run("demo", repo=workdir / "stuff")
+    assert (workdir / "stuff" / "keep.txt").read_text() == "precious"
+    assert not (workdir / "stuff" / "objects").exists()
+
+
+def test_store_from_environment_variable(workdir: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("STEPSTONE_REPO", str(workdir / "elsewhere"))
+    monkeypatch.setenv("STEPSTONE_RUN", "envrun")
+    run = stepstone.open_run()
+    assert run.id == "envrun" and run.store.path == workdir / "elsewhere"
+    assert GitStore(workdir / "elsewhere").runs() == ["envrun"]
+
+
+def test_a_moved_ref_is_never_overwritten(workdir: Path):
+    run = stepstone.open_run("demo")
+    run.step("one", lambda: 1)
+    # someone else moves the ref behind our back (e.g. a hand reset)
+    store = workdir / ".stepstone"
+    first = git("rev-list", "--max-parents=0", "HEAD", cwd=store).strip()
+    git("update-ref", "refs/heads/demo", first, cwd=store)
+    with pytest.raises(stepstone.StoreError, match="nothing was recorded"):
+        run.step("two", lambda: 2)
