@@ -109,6 +109,7 @@ class Run:
             store.git_dir / "stepstone" / "locks" / f"{self.id}.lock", self.id, self.holder
         )
         self._state: dict[str, StepState] = {}
+        self._last_verified = 0  # no step after this number is verified
         self._reasons: dict[str, str] = {}
         if drive:
             self._lock.acquire()
@@ -170,7 +171,11 @@ class Run:
                 raise RecordError(self._where(plan_path(step.number)), f"plan has no step {index}")
         if len({s.name for s in planned}) != len(planned):
             raise RecordError(self._where("plan/"), "two plan steps share a name")
-        self.steps: list[PlannedStep] = planned
+        self._set_steps(planned)
+
+    def _set_steps(self, steps: list[PlannedStep]) -> None:
+        self.steps: list[PlannedStep] = steps
+        self._by_name = {s.name: s for s in steps}
 
     # -- committing -------------------------------------------------------------
 
@@ -239,7 +244,7 @@ class Run:
         self.info = self.info.model_copy(
             update={"plan_mode": mode, "goal": goal if goal is not None else self.info.goal}
         )
-        self.steps = new
+        self._set_steps(new)
         self._commit(
             writes,
             f"plan: {len(new)} steps" + (f" ({'; '.join(changes)})" if changes else ""),
@@ -249,7 +254,7 @@ class Run:
         return changes
 
     def _planned(self, name: str) -> PlannedStep | None:
-        return next((s for s in self.steps if s.name == name), None)
+        return self._by_name.get(name)
 
     def _ensure_planned(
         self,
@@ -288,8 +293,11 @@ class Run:
         else:
             subject = f"plan: update step {number} {name}"
             self.notes.append(f"step {number} {name} changed since it was planned")
-        self.steps = [s for s in self.steps if s.name != name]
-        self.steps.insert(number - 1, wanted)
+        if existing is None:
+            self.steps.append(wanted)
+        else:
+            self.steps[number - 1] = wanted
+        self._by_name[name] = wanted
         self._commit(
             {plan_path(number): dump(wanted)},
             subject,
@@ -322,6 +330,7 @@ class Run:
     def status(self, *, namespace: Mapping[str, Any] | None = None) -> RunStatus:
         """Verify every recorded step against the real state now and say what is next."""
         results: list[StepStatus] = []
+        self._last_verified = 0
         blocked: str | None = None
         latest_pred_seq = 0
         for planned in self.steps:
@@ -345,6 +354,8 @@ class Run:
                 latest_pred_seq = max(latest_pred_seq, record.seq)
             self._state[planned.name] = state
             self._reasons[planned.name] = reason
+            if state == "verified":
+                self._last_verified = planned.number
             results.append(StepStatus(planned.number, planned.name, state, reason, record))
         return RunStatus(
             run=self.id,
@@ -415,12 +426,15 @@ class Run:
             raise StepOrderError(self.id, planned.name, before.name)
 
     def _mark_stale(self, planned: PlannedStep, reason: str) -> None:
-        for step in self.steps[planned.number - 1 :]:
+        """Mark `planned` and every verified step after it stale (it runs again)."""
+        for index in range(planned.number - 1, min(self._last_verified, len(self.steps))):
+            step = self.steps[index]
             if self._state.get(step.name) == "verified":
                 self._state[step.name] = "stale"
                 self._reasons[step.name] = (
                     reason if step is planned else f"it runs again after step {planned.name}"
                 )
+        self._last_verified = min(self._last_verified, planned.number - 1)
 
     def confirm(
         self,
@@ -471,6 +485,7 @@ class Run:
         self._mark_stale(planned, "")
         self._state[planned.name] = "verified"
         self._reasons[planned.name] = ""
+        self._last_verified = max(self._last_verified, planned.number)
         return record
 
     def fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
@@ -560,7 +575,7 @@ class Run:
             raise
         finally:
             _current_step = None
-        record = self.confirm(start, values={"return": value})
+        record = self.confirm(start, values={"return": value} if value is not None else None)
         return StepResult(name, False, value, record)
 
     # -- decisions and unknowns -------------------------------------------------

@@ -59,7 +59,7 @@ def holder_identity() -> str:
 
 @dataclass
 class Snapshot:
-    """The files of one commit of a run (artifacts are read lazily)."""
+    """One commit of a run: its ids, and its files when it was read (not after a commit)."""
 
     commit: str | None
     tree: str | None
@@ -307,13 +307,7 @@ class GitStore:
             raise StoreError(
                 str(self.path), f"could not write ({exc.strerror}); free space or fix permissions"
             ) from exc
-        files = dict(parent.files)
-        for path, data in writes.items():
-            if data is None:
-                files.pop(path, None)
-            elif not path.startswith("artifacts/"):
-                files[path] = data
-        return Snapshot(str(commit_id), str(tree_id), files)
+        return Snapshot(str(commit_id), str(tree_id))
 
     def _apply(
         self, tree: pygit2.Tree | None, updates: Mapping[tuple[str, ...], pygit2.Oid | None]
