@@ -644,6 +644,40 @@ class Run:
         self.unknowns[item.id] = closed
         return closed
 
+    # -- finishing --------------------------------------------------------------
+
+    def finish(self, *, force: bool = False) -> str:
+        """Write `summary.md` from the records, commit it and tag the run `stepstone/<id>`.
+
+        Refuses while a step is not verified, an unknown is open or an effect is
+        unresolved, unless `force`.
+        """
+        from . import summary
+
+        self._require_lock()
+        status = self.status()
+        blockers = [
+            f"step {s.number} {s.name} is {s.state}" for s in status.steps if s.state != "verified"
+        ]
+        blockers += [f"unknown {u.id} is open: {u.question}" for u in status.open_unknowns]
+        blockers += [f"effect {e['key']} is unresolved" for e in status.unresolved_effects]
+        if blockers and not force:
+            raise StepstoneError(
+                f"run {self.id!r} cannot finish yet: "
+                + "; ".join(blockers)
+                + ". Settle these, or finish anyway with force=True (--force)"
+            )
+        text = summary.render(status)
+        self.info = self.info.model_copy(update={"finished": now()})
+        self._commit(
+            {"summary.md": text.encode()},
+            f"finish: {len(status.steps)} steps",
+            ["Stepstone-Status: finished"],
+        )
+        if self._snap.commit:
+            self.store.tag(self.id, self._snap.commit)
+        return text
+
     # -- lifetime ---------------------------------------------------------------
 
     @property

@@ -1,0 +1,176 @@
+"""The `stepstone` command line: a thin shell over the Python API.
+
+Exit codes: 0 ok; 1 the thing asked about is not ok (a cell failed, a step is
+stale, an effect is unresolved); 2 usage or bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from . import notebook as nbrun
+from .errors import StepstoneError
+from .run import Run, open_run
+from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, resolve_store_path
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+run_option = click.option("--run", "run_id", help="Run id (default: $STEPSTONE_RUN, else the only run).")
+repo_option = click.option("--repo", help="Store (default: $STEPSTONE_REPO, else .stepstone).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def _errors_as_exit_codes(fn: F) -> F:
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except StepstoneError as exc:
+            click.echo(f"stepstone: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _workdir(repo: str | None) -> Path:
+    """Where relative check paths resolve: the folder holding an embedded store, else here."""
+    store = resolve_store_path(repo)
+    return store.parent if store.name == DEFAULT_STORE else Path.cwd()
+
+
+def _reader(run_id: str | None, repo: str | None) -> Run:
+    return open_run(run_id, repo=repo, workdir=_workdir(repo), drive=False, create=False)
+
+
+@click.group()
+@click.version_option(package_name="stepstone")
+def main() -> None:
+    """Resumable notebook tasks: steps with verified evidence, committed to Git."""
+
+
+@main.command("run")
+@click.argument("notebook", type=click.Path(dir_okay=False, path_type=Path))
+@run_option
+@repo_option
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the executed notebook (default: NAME.out.ipynb beside it).")
+@click.option("--timeout", type=int, default=None, help="Seconds a cell may run (default: no limit).")
+@_errors_as_exit_codes
+def run_command(
+    notebook: Path, run_id: str | None, repo: str | None, output: Path | None, timeout: int | None
+) -> None:
+    """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes."""
+    from . import names
+
+    notebook = notebook.absolute()
+    plan = nbrun.plan_from_notebook(notebook)  # a malformed plan fails here, before any kernel
+    run_id = run_id or os.environ.get(RUN_ENV) or names.from_filename(notebook.stem)
+    store = Path(repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE).absolute()
+    output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
+    progress = nbrun.default_progress if sys.stderr.isatty() or os.environ.get("CI") else None
+    click.echo(f"running {notebook.name} as run {run_id} ({len(plan)} steps, store {store})", err=True)
+    outcome = nbrun.execute(
+        notebook, run_id=run_id, repo=store, output=output, timeout=timeout,
+        progress=progress or nbrun.default_progress,
+    )
+    if not outcome.ok:
+        click.echo(f"stepstone: {outcome.message} (executed notebook: {output})", err=True)
+        sys.exit(1)
+    status = open_run(run_id, repo=store, workdir=notebook.parent, drive=False, create=False).status()
+    undone = [s for s in status.steps if s.state != "verified"]
+    if undone or status.unresolved_effects:
+        click.echo(f"stepstone: not done: {status.next_action}", err=True)
+        sys.exit(1)
+    click.echo(f"all {len(status.steps)} steps confirmed; next: {status.next_action}")
+
+
+@main.command()
+@run_option
+@repo_option
+@json_option
+@_errors_as_exit_codes
+def status(run_id: str | None, repo: str | None, as_json: bool) -> None:
+    """Steps, evidence, decisions, unknowns, effects and the next action."""
+    state = _reader(run_id, repo).status()
+    if as_json:
+        click.echo(json.dumps(state.to_json(), indent=2))
+    else:
+        click.echo(state.render_text())
+    if state.unresolved_effects:
+        sys.exit(1)
+
+
+@main.command()
+@run_option
+@repo_option
+@json_option
+@_errors_as_exit_codes
+def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
+    """Re-check every recorded step's evidence against the real state now."""
+    state = _reader(run_id, repo).status()
+    bad = [s for s in state.steps if s.state in ("stale", "failed")]
+    if as_json:
+        click.echo(json.dumps({"run": state.run, "ok": not bad, "steps": state.to_json()["steps"]}))
+    else:
+        for s in state.steps:
+            click.echo(f"{s.number:>4} {s.name}: {s.state}{' - ' + s.reason if s.reason else ''}")
+    sys.exit(1 if bad else 0)
+
+
+@main.command()
+@run_option
+@repo_option
+@json_option
+@_errors_as_exit_codes
+def log(run_id: str | None, repo: str | None, as_json: bool) -> None:
+    """The run's history from Git, newest first (read from the commit trailers)."""
+    reader = _reader(run_id, repo)
+    entries = []
+    for commit in reader.store.history(reader.id):
+        when = datetime.fromtimestamp(commit.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        entries.append({
+            "commit": commit.id, "time": when, "subject": commit.subject,
+            "status": (commit.trailers.get("Stepstone-Status") or [""])[0],
+            "step": (commit.trailers.get("Stepstone-Step") or [""])[0],
+            "evidence": commit.trailers.get("Stepstone-Evidence", []),
+        })
+    if as_json:
+        click.echo(json.dumps(entries, indent=2))
+        return
+    for e in entries:
+        click.echo(f"{e['commit'][:10]} {e['time']} {e['subject']}")
+
+
+@main.command()
+@repo_option
+@json_option
+@_errors_as_exit_codes
+def runs(repo: str | None, as_json: bool) -> None:
+    """The runs in the store."""
+    from .store import GitStore
+
+    found = GitStore(repo, create=False).runs()
+    if as_json:
+        click.echo(json.dumps(found))
+    else:
+        click.echo("\n".join(found) if found else "no runs")
+
+
+@main.command()
+@run_option
+@repo_option
+@click.option("--force", is_flag=True, help="Finish although steps, unknowns or effects are open.")
+@_errors_as_exit_codes
+def finish(run_id: str | None, repo: str | None, force: bool) -> None:
+    """Write the run's summary from its records and archive it (tag stepstone/<run>)."""
+    with open_run(run_id, repo=repo, workdir=_workdir(repo), create=False) as run:
+        click.echo(run.finish(force=force), nl=False)

@@ -1,0 +1,128 @@
+"""The magics on a real IPython shell."""
+
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from conftest import git
+
+
+@pytest.fixture
+def ip(workdir: Path):
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "stepstone")
+    for name in ("counter", "rows", "total"):
+        shell.user_ns.pop(name, None)
+    yield shell
+    shell.run_line_magic("unload_ext", "stepstone")
+
+
+def _cells(ip, counter_file: Path) -> None:
+    def note(name: str) -> None:
+        with counter_file.open("a") as handle:
+            handle.write(name + "\n")
+
+    ip.user_ns["note"] = note
+    ip.run_cell_magic("step", "load --check file:rows.json --out rows",
+                      "import json, pathlib\nnote('load')\n"
+                      "rows = [1, 2, 3]\npathlib.Path('rows.json').write_text(json.dumps(rows))")
+    ip.run_cell_magic("step", 'total --check "expr:total == 6" --out total',
+                      "note('total')\ntotal = sum(rows)")
+
+
+def test_a_resumed_shell_skips_verified_cells_and_restores_outputs(ip, workdir: Path, capsys):
+    counter = workdir / "executions.txt"
+    ip.run_line_magic("resume", "--run demo")
+    _cells(ip, counter)
+    # a "new kernel": the namespace is gone
+    ip.user_ns.pop("rows")
+    ip.user_ns.pop("total")
+    ip.run_line_magic("resume", "--run demo")
+    out = capsys.readouterr().out
+    assert "verified" in out and "incremental" in out
+    _cells(ip, counter)
+    assert counter.read_text().split() == ["load", "total"]
+    assert ip.user_ns["rows"] == [1, 2, 3] and ip.user_ns["total"] == 6
+    assert "skipped, verified" in capsys.readouterr().out
+    subjects = git("log", "--format=%s", cwd=workdir / ".stepstone")
+    assert subjects.count(": confirmed") == 2
+
+
+def test_an_edited_cell_runs_again(ip, workdir: Path):
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_cell_magic("step", "a --out x", "x = 1")
+    ip.run_cell_magic("step", "a --out x", "x = 2")
+    assert ip.user_ns["x"] == 2
+
+
+def test_step_before_resume_is_a_usage_error(ip):
+    with pytest.raises(UsageError, match="run %resume first"):
+        ip.run_cell_magic("step", "a", "x = 1")
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("a --bogus", "unrecognized arguments"),
+    ("a --check nope:x", "unknown check"),
+    ("", "required"),
+    ("../x", "invalid step name"),
+])
+def test_bad_step_lines_are_one_line_usage_errors(ip, line, message):
+    ip.run_line_magic("resume", "--run demo")
+    with pytest.raises(UsageError, match=message):
+        ip.run_cell_magic("step", line, "x = 1")
+
+
+def test_a_cell_that_raises_is_recorded_failed(ip, workdir: Path):
+    ip.run_line_magic("resume", "--run demo")
+    with pytest.raises(ZeroDivisionError):
+        ip.run_cell_magic("step", "boom", "1 / 0")
+    assert "step 1 boom: failed" in git("log", "-1", "--format=%s", cwd=workdir / ".stepstone")
+
+
+def test_an_out_variable_the_cell_did_not_define_fails_the_step(ip, workdir: Path):
+    ip.run_line_magic("resume", "--run demo")
+    with pytest.raises(UsageError, match="not defined by the cell"):
+        ip.run_cell_magic("step", "a --out never_defined", "y = 1")
+
+
+def test_a_failed_check_is_a_usage_error_and_a_failed_record(ip, workdir: Path):
+    ip.run_line_magic("resume", "--run demo")
+    with pytest.raises(UsageError, match="did not pass"):
+        ip.run_cell_magic("step", "a --check file:missing.csv", "pass")
+
+
+def test_decide_unknown_and_finish(ip, workdir: Path, capsys):
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_cell_magic("step", "a", "pass")
+    ip.run_line_magic("decide", 'model=ridge --why "lowest error"')
+    ip.run_cell("import stepstone; chosen = stepstone.decided('model')")
+    assert ip.user_ns["chosen"] == "ridge"
+    ip.run_line_magic("unknown", "is the feed complete?")
+    with pytest.raises(UsageError, match="unknown U1 is open"):
+        ip.run_line_magic("finish", "")
+    ip.run_line_magic("unknown", "--resolve U1 yes, vendor confirmed")
+    ip.run_line_magic("finish", "")
+    assert "stepstone/demo" in git("tag", "--list", cwd=workdir / ".stepstone")
+    summary = git("show", "stepstone/demo:summary.md", cwd=workdir / ".stepstone")
+    assert "lowest error" in summary and "vendor confirmed" in summary
+
+
+def test_decide_without_a_reason_is_refused(ip):
+    ip.run_line_magic("resume", "--run demo")
+    with pytest.raises(UsageError, match="--why"):
+        ip.run_line_magic("decide", "model=ridge")
+
+
+def test_an_explicit_plan_cell(ip, workdir: Path):
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_cell_magic("plan", "", "- fetch\n- name: clean\n  checks: [file:clean.csv]\n")
+    with pytest.raises(UsageError, match="'fetch' is not confirmed"):
+        ip.run_cell_magic("step", "clean", "pass")
+
+
+def test_resume_without_a_run_id_asks_for_one(ip, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    with pytest.raises(UsageError, match="--run ID"):
+        ip.run_line_magic("resume", "")
