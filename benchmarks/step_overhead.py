@@ -103,15 +103,21 @@ def dulwich_commit(tmp: Path, n: int) -> list[float] | None:
 def git_cli_commit(tmp: Path, n: int) -> list[float]:
     path = tmp / "cli"
     subprocess.run(["git", "init", "-q", str(path)], check=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@x",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@x",
+    }
     subprocess.run(["git", "-C", str(path), "config", "core.fsync", "all"], check=True)
 
     def one(i: int) -> None:
         (path / "record.json").write_bytes(RECORD + str(i).encode())
         subprocess.run(["git", "-C", str(path), "add", "record.json"], check=True, env=env)
-        subprocess.run(["git", "-C", str(path), "commit", "-qm", "m", "--allow-empty"],
-                       check=True, env=env)
+        subprocess.run(
+            ["git", "-C", str(path), "commit", "-qm", "m", "--allow-empty"], check=True, env=env
+        )
 
     return timed(one, n, warmup=3)
 
@@ -158,8 +164,10 @@ def main() -> None:
         for mark, samples in steps.items():
             rows.append((f"stepstone step (record + commit) at {mark:,} steps", samples))
         base = summary(rows[0][1] or [1.0])[0]
-        print(f"\nstepstone {stepstone.__version__}, Python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} cores, {args.steps:,} steps\n")
+        print(
+            f"\nstepstone {stepstone.__version__}, Python {sys.version.split()[0]}, "
+            f"{os.cpu_count()} cores, {args.steps:,} steps\n"
+        )
         print(f"| {'what':<58} | median ms | p95 ms | × floor |")
         print(f"| {'-' * 58} | --------- | ------ | ------- |")
         for label, samples in rows:
@@ -173,8 +181,10 @@ def main() -> None:
         if not args.no_gc:
             start = time.perf_counter()
             subprocess.run(["git", "-C", str(store), "gc", "-q"], check=True)
-            print(f"after git gc: {disk_usage(store) / 1e6:.1f} MB "
-                  f"(gc took {time.perf_counter() - start:.1f} s)")
+            print(
+                f"after git gc: {disk_usage(store) / 1e6:.1f} MB "
+                f"(gc took {time.perf_counter() - start:.1f} s)"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

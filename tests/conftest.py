@@ -23,19 +23,23 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def git(*args: str, cwd: Path | str) -> str:
     """Run plain git and return its output (fails the test on a non-zero exit)."""
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=False
-    )
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-def run_python(code: str, *, cwd: Path, env: dict[str, str] | None = None,
-               check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str, *, cwd: Path, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run a Python snippet in a fresh interpreter."""
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, check=False, timeout=120,
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+        timeout=120,
     )
     if check:
         assert done.returncode == 0, done.stderr

@@ -15,8 +15,12 @@ def _ev(spec, workdir, **kw):
 
 @pytest.mark.parametrize(
     ("name", "content", "kind"),
-    [("a.json", '{"a": 1}', "json"), ("a.yaml", "a: [1, 2]\n", "yaml"),
-     ("a.csv", "x,y\n1,2\n", "csv, 2 rows"), ("a.txt", "hello", "text")],
+    [
+        ("a.json", '{"a": 1}', "json"),
+        ("a.yaml", "a: [1, 2]\n", "yaml"),
+        ("a.csv", "x,y\n1,2\n", "csv, 2 rows"),
+        ("a.txt", "hello", "text"),
+    ],
 )
 def test_a_file_that_parses_gives_its_sha256(tmp_path: Path, name, content, kind):
     (tmp_path / name).write_text(content)
@@ -26,8 +30,10 @@ def test_a_file_that_parses_gives_its_sha256(tmp_path: Path, name, content, kind
     assert checks.verify(ev, workdir=tmp_path).ok
 
 
-@pytest.mark.parametrize(("name", "content"), [("a.json", "{oops"), ("a.yaml", "a: [1,"),
-                                               ("a.ipynb", "{}"), ("a.csv", "")])
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("a.json", "{oops"), ("a.yaml", "a: [1,"), ("a.ipynb", "{}"), ("a.csv", "")],
+)
 def test_a_file_that_does_not_parse_fails_its_check(tmp_path: Path, name, content):
     (tmp_path / name).write_text(content)
     with pytest.raises(checks.CheckNotPassed):

@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import git
 
 import stepstone
-
-from conftest import git
 
 FIVE_STEPS = textwrap.dedent(
     """
@@ -47,22 +46,24 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 30) -> None:
 
 def test_kill_during_step_3_repeats_only_step_3(workdir: Path):
     (workdir / "script.py").write_text(FIVE_STEPS)
-    proc = subprocess.Popen([sys.executable, "script.py"], cwd=workdir,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "script.py"], cwd=workdir, stderr=subprocess.DEVNULL)
     _wait_for(workdir / "in-step3", proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
     (workdir / "resumed").write_text("")
-    done = subprocess.run([sys.executable, "script.py"], cwd=workdir, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "script.py"], cwd=workdir, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     executions = (workdir / "executions.log").read_text().split()
     assert executions == ["step1", "step2", "step3", "step3", "step4", "step5"]
     subjects = git("log", "--format=%s", cwd=workdir / ".stepstone").splitlines()
     confirmed = [s for s in subjects if s.endswith(": confirmed")]
     assert confirmed == [f"step {i} step{i}: confirmed" for i in range(5, 0, -1)]
-    trailers = git("log", "--format=%(trailers:key=Stepstone-Step,valueonly)", cwd=workdir / ".stepstone")
+    trailers = git(
+        "log", "--format=%(trailers:key=Stepstone-Step,valueonly)", cwd=workdir / ".stepstone"
+    )
     assert "3 step3" in trailers
     git("fsck", "--strict", cwd=workdir / ".stepstone")
 
@@ -87,8 +88,7 @@ def test_kill_at_random_instants_during_commits_never_damages_the_store(workdir:
     tips = []
     for _ in range(12):
         (workdir / "ready").unlink(missing_ok=True)
-        proc = subprocess.Popen([sys.executable, "loop.py"], cwd=workdir,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen([sys.executable, "loop.py"], cwd=workdir, stderr=subprocess.DEVNULL)
         _wait_for(workdir / "ready", proc)
         time.sleep(rng.uniform(0.01, 0.15))
         os.kill(proc.pid, signal.SIGKILL)
@@ -112,10 +112,14 @@ def test_a_stale_ref_lock_from_a_killed_writer_is_removed_under_the_run_lock(wor
 
 def test_a_second_driver_is_refused_with_the_holders_name(workdir: Path):
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import stepstone, time, pathlib; r = stepstone.open_run('demo');"
-         "pathlib.Path('held').write_text(''); time.sleep(60)"],
-        cwd=workdir)
+        [
+            sys.executable,
+            "-c",
+            "import stepstone, time, pathlib; r = stepstone.open_run('demo');"
+            "pathlib.Path('held').write_text(''); time.sleep(60)",
+        ],
+        cwd=workdir,
+    )
     try:
         _wait_for(workdir / "held", holder)
         with pytest.raises(stepstone.RunLocked, match=f"pid {holder.pid} since"):

@@ -3,10 +3,9 @@
 from pathlib import Path
 
 import pytest
+from conftest import git
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-
-from conftest import git
 
 
 @pytest.fixture
@@ -25,11 +24,15 @@ def _cells(ip, counter_file: Path) -> None:
             handle.write(name + "\n")
 
     ip.user_ns["note"] = note
-    ip.run_cell_magic("step", "load --check file:rows.json --out rows",
-                      "import json, pathlib\nnote('load')\n"
-                      "rows = [1, 2, 3]\npathlib.Path('rows.json').write_text(json.dumps(rows))")
-    ip.run_cell_magic("step", 'total --check "expr:total == 6" --out total',
-                      "note('total')\ntotal = sum(rows)")
+    ip.run_cell_magic(
+        "step",
+        "load --check file:rows.json --out rows",
+        "import json, pathlib\nnote('load')\n"
+        "rows = [1, 2, 3]\npathlib.Path('rows.json').write_text(json.dumps(rows))",
+    )
+    ip.run_cell_magic(
+        "step", 'total --check "expr:total == 6" --out total', "note('total')\ntotal = sum(rows)"
+    )
 
 
 def test_a_resumed_shell_skips_verified_cells_and_restores_outputs(ip, workdir: Path, capsys):
@@ -62,12 +65,15 @@ def test_step_before_resume_is_a_usage_error(ip):
         ip.run_cell_magic("step", "a", "x = 1")
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("a --bogus", "unrecognized arguments"),
-    ("a --check nope:x", "unknown check"),
-    ("", "required"),
-    ("../x", "invalid step name"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("a --bogus", "unrecognized arguments"),
+        ("a --check nope:x", "unknown check"),
+        ("", "required"),
+        ("../x", "invalid step name"),
+    ],
+)
 def test_bad_step_lines_are_one_line_usage_errors(ip, line, message):
     ip.run_line_magic("resume", "--run demo")
     with pytest.raises(UsageError, match=message):

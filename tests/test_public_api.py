@@ -6,14 +6,35 @@ import stepstone
 
 def test_public_names_are_exactly_the_curated_list():
     public = {name for name in dir(stepstone) if not name.startswith("_")}
-    modules = {"artifacts", "atomic", "checks", "errors", "lock", "models", "names", "run",
-               "status", "store", "effects", "magics", "notebook", "cli", "summary"}
+    modules = {
+        "artifacts",
+        "atomic",
+        "checks",
+        "errors",
+        "lock",
+        "models",
+        "names",
+        "run",
+        "status",
+        "store",
+        "effects",
+        "magics",
+        "notebook",
+        "cli",
+        "summary",
+        "cellargs",
+    }
     assert public - modules == set(stepstone.__all__) - {"__version__"}
 
 
 def test_every_error_derives_from_stepstone_error():
-    errors = [getattr(stepstone, n) for n in stepstone.__all__ if n.endswith(("Error", "Locked",
-              "Found", "Check", "Conflict", "Failed", "Input", "New", "Effect"))]
+    errors = [
+        getattr(stepstone, n)
+        for n in stepstone.__all__
+        if n.endswith(
+            ("Error", "Locked", "Found", "Check", "Conflict", "Failed", "Input", "New", "Effect")
+        )
+    ]
     assert errors and all(issubclass(e, stepstone.StepstoneError) for e in errors)
 
 

@@ -5,31 +5,56 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import git
 
 import stepstone
 from stepstone.models import SCHEMA_VERSION
 
-from conftest import git
-
 
 def _commit_edit(store: Path, path: str, content: str) -> str:
     """Edit one file of the run's tree with plain git, as a person would, and commit it."""
-    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], input=content, cwd=store,
-                          capture_output=True, text=True, check=True).stdout.strip()
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"],
+        input=content,
+        cwd=store,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     env_tree = subprocess.run(
-        ["git", "read-tree", "HEAD"], cwd=store, capture_output=True, text=True,
-        env={"GIT_INDEX_FILE": str(store / "tmp-index"), "PATH": "/usr/bin:/bin"}, check=True)
+        ["git", "read-tree", "HEAD"],
+        cwd=store,
+        capture_output=True,
+        text=True,
+        env={"GIT_INDEX_FILE": str(store / "tmp-index"), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
     assert env_tree.returncode == 0
-    env = {"GIT_INDEX_FILE": str(store / "tmp-index"), "PATH": "/usr/bin:/bin",
-           "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "a",
-           "GIT_COMMITTER_EMAIL": "a@x"}
-    subprocess.run(["git", "update-index", "--cacheinfo", f"100644,{blob},{path}"], cwd=store,
-                   env=env, check=True)
-    tree = subprocess.run(["git", "write-tree"], cwd=store, env=env, capture_output=True,
-                          text=True, check=True).stdout.strip()
-    commit = subprocess.run(["git", "commit-tree", tree, "-p", "HEAD", "-m", "hand edit"],
-                            cwd=store, env=env, capture_output=True, text=True,
-                            check=True).stdout.strip()
+    env = {
+        "GIT_INDEX_FILE": str(store / "tmp-index"),
+        "PATH": "/usr/bin:/bin",
+        "GIT_AUTHOR_NAME": "a",
+        "GIT_AUTHOR_EMAIL": "a@x",
+        "GIT_COMMITTER_NAME": "a",
+        "GIT_COMMITTER_EMAIL": "a@x",
+    }
+    subprocess.run(
+        ["git", "update-index", "--cacheinfo", f"100644,{blob},{path}"],
+        cwd=store,
+        env=env,
+        check=True,
+    )
+    tree = subprocess.run(
+        ["git", "write-tree"], cwd=store, env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    commit = subprocess.run(
+        ["git", "commit-tree", tree, "-p", "HEAD", "-m", "hand edit"],
+        cwd=store,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     git("update-ref", "HEAD", commit, cwd=store)
     (store / "tmp-index").unlink()
     return commit

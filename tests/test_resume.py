@@ -79,7 +79,7 @@ def test_a_failing_step_is_recorded_failed_and_nothing_after_it_is_done(workdir:
 
 
 def test_a_check_that_does_not_pass_fails_the_step(workdir: Path):
-    with stepstone.open_run("demo") as run, pytest.raises(stepstone.CheckFailed, match="x.json"):
+    with stepstone.open_run("demo") as run, pytest.raises(stepstone.CheckFailed, match=r"x\.json"):
         run.step("a", lambda: None, checks=["file:x.json"])
     with stepstone.open_run("demo") as run:
         assert run.status().steps[0].state == "failed"

@@ -2,11 +2,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import git
 
 import stepstone
 from stepstone.store import GitStore, parse_trailers
-
-from conftest import git
 
 
 def test_each_completed_step_is_one_commit_with_trailers(workdir: Path):
@@ -24,8 +23,13 @@ def test_each_completed_step_is_one_commit_with_trailers(workdir: Path):
     assert trailers["Stepstone-Status"] == ["confirmed"]
     assert trailers["Stepstone-Evidence"][0].startswith("file:a.json sha256=")
     # plain git reads the same trailers
-    parsed = subprocess.run(["git", "interpret-trailers", "--parse"], input=body,
-                            capture_output=True, text=True, check=True).stdout
+    parsed = subprocess.run(
+        ["git", "interpret-trailers", "--parse"],
+        input=body,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "Stepstone-Step: 1 fetch" in parsed.splitlines()
     git("fsck", "--strict", cwd=workdir / ".stepstone")
 
@@ -54,7 +58,10 @@ def test_runs_on_a_dedicated_ref_leave_the_users_repository_alone(workdir: Path)
     run.step("one", lambda: 1)
     run.close()
 
-    assert (git("rev-parse", "HEAD", cwd=project), git("status", "--porcelain", cwd=project)) == before
+    assert (
+        git("rev-parse", "HEAD", cwd=project),
+        git("status", "--porcelain", cwd=project),
+    ) == before
     assert (project / ".git" / "index").read_bytes() == index_before
     assert git("branch", "--list", cwd=project).split() == ["*", "main"]
     log = git("log", "--format=%s", "refs/stepstone/runs/demo", cwd=project)

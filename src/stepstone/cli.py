@@ -24,7 +24,9 @@ from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, resolve_store_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-run_option = click.option("--run", "run_id", help="Run id (default: $STEPSTONE_RUN, else the only run).")
+run_option = click.option(
+    "--run", "run_id", help="Run id (default: $STEPSTONE_RUN, else the only run)."
+)
 repo_option = click.option("--repo", help="Store (default: $STEPSTONE_REPO, else .stepstone).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -61,9 +63,15 @@ def main() -> None:
 @click.argument("notebook", type=click.Path(dir_okay=False, path_type=Path))
 @run_option
 @repo_option
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the executed notebook (default: NAME.out.ipynb beside it).")
-@click.option("--timeout", type=int, default=None, help="Seconds a cell may run (default: no limit).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the executed notebook (default: NAME.out.ipynb beside it).",
+)
+@click.option(
+    "--timeout", type=int, default=None, help="Seconds a cell may run (default: no limit)."
+)
 @_errors_as_exit_codes
 def run_command(
     notebook: Path, run_id: str | None, repo: str | None, output: Path | None, timeout: int | None
@@ -76,16 +84,23 @@ def run_command(
     run_id = run_id or os.environ.get(RUN_ENV) or names.from_filename(notebook.stem)
     store = Path(repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE).absolute()
     output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
-    progress = nbrun.default_progress if sys.stderr.isatty() or os.environ.get("CI") else None
-    click.echo(f"running {notebook.name} as run {run_id} ({len(plan)} steps, store {store})", err=True)
+    click.echo(
+        f"running {notebook.name} as run {run_id} ({len(plan)} steps, store {store})", err=True
+    )
     outcome = nbrun.execute(
-        notebook, run_id=run_id, repo=store, output=output, timeout=timeout,
-        progress=progress or nbrun.default_progress,
+        notebook,
+        run_id=run_id,
+        repo=store,
+        output=output,
+        timeout=timeout,
+        progress=nbrun.default_progress,
     )
     if not outcome.ok:
         click.echo(f"stepstone: {outcome.message} (executed notebook: {output})", err=True)
         sys.exit(1)
-    status = open_run(run_id, repo=store, workdir=notebook.parent, drive=False, create=False).status()
+    status = open_run(
+        run_id, repo=store, workdir=notebook.parent, drive=False, create=False
+    ).status()
     undone = [s for s in status.steps if s.state != "verified"]
     if undone or status.unresolved_effects:
         click.echo(f"stepstone: not done: {status.next_action}", err=True)
@@ -137,12 +152,16 @@ def log(run_id: str | None, repo: str | None, as_json: bool) -> None:
     entries = []
     for commit in reader.store.history(reader.id):
         when = datetime.fromtimestamp(commit.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        entries.append({
-            "commit": commit.id, "time": when, "subject": commit.subject,
-            "status": (commit.trailers.get("Stepstone-Status") or [""])[0],
-            "step": (commit.trailers.get("Stepstone-Step") or [""])[0],
-            "evidence": commit.trailers.get("Stepstone-Evidence", []),
-        })
+        entries.append(
+            {
+                "commit": commit.id,
+                "time": when,
+                "subject": commit.subject,
+                "status": (commit.trailers.get("Stepstone-Status") or [""])[0],
+                "step": (commit.trailers.get("Stepstone-Step") or [""])[0],
+                "evidence": commit.trailers.get("Stepstone-Evidence", []),
+            }
+        )
     if as_json:
         click.echo(json.dumps(entries, indent=2))
         return

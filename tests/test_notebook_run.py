@@ -1,0 +1,172 @@
+"""`stepstone run` on real notebooks in real kernels (nbclient), killed and resumed."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from conftest import git
+from nbformat.v4 import new_code_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPSTONE = [sys.executable, "-m", "stepstone"]
+
+
+def _step(name: str, body: str, extra: str = "") -> str:
+    return (
+        f"%%step {name} --check file:{name}.txt{extra}\n"
+        f"with open('executions.log', 'a') as f:\n    f.write('{name}\\n')\n"
+        f"{body}\n"
+        f"open('{name}.txt', 'w').write('{name}')"
+    )
+
+
+def _write_notebook(folder: Path, *, hang_in: str | None = None) -> Path:
+    hang = (
+        "import os, pathlib, time\n"
+        "if not pathlib.Path('resumed').exists():\n"
+        "    pathlib.Path('kernel.pid').write_text(str(os.getpid()))\n"
+        "    time.sleep(120)"
+    )
+    cells = [new_code_cell("%load_ext stepstone\n%resume")]
+    for name in ("s1", "s2", "s3", "s4"):
+        cells.append(new_code_cell(_step(name, hang if name == hang_in else "pass")))
+    path = folder / "job.ipynb"
+    nbformat.write(new_notebook(cells=cells), str(path))
+    return path
+
+
+def _stepstone(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    return subprocess.run(
+        [*STEPSTONE, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=180, **kw
+    )
+
+
+def test_killing_the_kernel_mid_step_costs_only_that_step(workdir: Path):
+    nb = _write_notebook(workdir, hang_in="s3")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    proc = subprocess.Popen(
+        [*STEPSTONE, "run", str(nb)],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (workdir / "kernel.pid").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.2)  # the pid file is written; the write itself is complete
+    os.kill(int((workdir / "kernel.pid").read_text()), signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "kernel died" in err
+
+    (workdir / "resumed").write_text("")
+    done = _stepstone("run", str(nb), cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert (workdir / "executions.log").read_text().split() == ["s1", "s2", "s3", "s3", "s4"]
+    subjects = git("log", "--format=%s", cwd=workdir / ".stepstone").splitlines()
+    assert [s for s in subjects if s.endswith("confirmed")] == [
+        f"step {i} s{i}: confirmed" for i in (4, 3, 2, 1)
+    ]
+
+
+def test_an_altered_output_makes_its_step_and_later_steps_run_again(workdir: Path):
+    nb = _write_notebook(workdir)
+    assert _stepstone("run", str(nb), cwd=workdir).returncode == 0
+    (workdir / "s2.txt").write_text("tampered")
+    done = _stepstone("run", str(nb), cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert (workdir / "executions.log").read_text().split() == [
+        "s1",
+        "s2",
+        "s3",
+        "s4",
+        "s2",
+        "s3",
+        "s4",
+    ]
+    executed = nbformat.read(str(workdir / "job.out.ipynb"), as_version=4)
+    resume_output = str(executed.cells[0].outputs)
+    assert "stale" in resume_output and "s2.txt changed" in resume_output
+
+
+def test_a_failing_cell_exits_1_naming_the_step(workdir: Path):
+    nb = _write_notebook(workdir)
+    book = nbformat.read(str(nb), as_version=4)
+    book.cells[2].source = "%%step s2\nraise RuntimeError('feed is down')"
+    nbformat.write(book, str(nb))
+    done = _stepstone("run", str(nb), cwd=workdir)
+    assert done.returncode == 1
+    assert "step s2 failed: RuntimeError: feed is down" in done.stderr
+
+
+def test_a_notebook_that_is_not_valid_is_refused_before_any_kernel(workdir: Path):
+    (workdir / "bad.ipynb").write_text("{not json")
+    done = _stepstone("run", str(workdir / "bad.ipynb"), cwd=workdir)
+    assert done.returncode == 2 and "not a valid notebook" in done.stderr
+    assert not (workdir / ".stepstone").exists()
+
+
+def test_duplicate_step_names_in_a_notebook_are_refused(workdir: Path):
+    cells = [
+        new_code_cell("%load_ext stepstone\n%resume"),
+        new_code_cell("%%step a\npass"),
+        new_code_cell("%%step a\npass"),
+    ]
+    nbformat.write(new_notebook(cells=cells), str(workdir / "dup.ipynb"))
+    done = _stepstone("run", str(workdir / "dup.ipynb"), cwd=workdir)
+    assert done.returncode == 2 and "appears in cells 2 and 3" in done.stderr
+
+
+def test_status_log_and_verify_read_a_real_run(workdir: Path):
+    nb = _write_notebook(workdir)
+    assert _stepstone("run", str(nb), cwd=workdir).returncode == 0
+    status = _stepstone("status", "--json", cwd=workdir)
+    assert status.returncode == 0, status.stderr
+    import json
+
+    shape = json.loads(status.stdout)
+    assert shape["run"] == "job" and [s["state"] for s in shape["steps"]] == ["verified"] * 4
+    assert {"next_action", "decisions", "unknowns", "effects"} <= set(shape)
+    log = _stepstone("log", cwd=workdir).stdout
+    assert "step 4 s4: confirmed" in log
+    (workdir / "s1.txt").unlink()
+    verify = _stepstone("verify", cwd=workdir)
+    assert verify.returncode == 1 and "s1: stale" in verify.stdout
+
+
+def test_the_quickstart_notebook_passes_nbval(workdir: Path):
+    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", workdir)
+    env = {**os.environ, "STEPSTONE_RUN": "quickstart"}
+    env.pop("STEPSTONE_REPO", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--nbval-lax",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-o",
+            "addopts=",
+            "-o",
+            "filterwarnings=",
+            "quickstart.ipynb",
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (workdir / "out" / "report.md").exists()
