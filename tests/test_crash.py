@@ -72,11 +72,12 @@ COMMIT_LOOP = textwrap.dedent(
     """
     import pathlib, stepstone
     with stepstone.open_run("loop") as run:
-        pathlib.Path("ready").write_text("")
         i = 0
         while True:
             i += 1
             run.decide(f"d{i % 7}", str(i), "churn", revise=True)
+            if i == 1:  # at least one new commit before the test starts its timer
+                pathlib.Path("ready").write_text("")
     """
 )
 

@@ -87,14 +87,18 @@ def run_command(
     click.echo(
         f"running {notebook.name} as run {run_id} ({len(plan)} steps, store {store})", err=True
     )
-    outcome = nbrun.execute(
-        notebook,
-        run_id=run_id,
-        repo=store,
-        output=output,
-        timeout=timeout,
-        progress=nbrun.default_progress,
-    )
+    try:
+        outcome = nbrun.execute(
+            notebook,
+            run_id=run_id,
+            repo=store,
+            output=output,
+            timeout=timeout,
+            progress=nbrun.default_progress,
+        )
+    except KeyboardInterrupt:
+        click.echo("stepstone: interrupted; run the same command again to resume", err=True)
+        sys.exit(130)
     if not outcome.ok:
         click.echo(f"stepstone: {outcome.message} (executed notebook: {output})", err=True)
         sys.exit(1)
