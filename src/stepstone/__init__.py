@@ -7,9 +7,11 @@ resume re-verifies that evidence before it skips a step.
 from typing import Any as _Any
 
 from .checks import check
+from .effects import effect
 from .errors import (
     CheckFailed,
     DecisionConflict,
+    EffectChanged,
     InvalidInput,
     PlanError,
     RecordError,
@@ -30,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CheckFailed",
     "DecisionConflict",
+    "EffectChanged",
     "InvalidInput",
     "PlanError",
     "RecordError",
@@ -48,6 +51,7 @@ __all__ = [
     "__version__",
     "check",
     "decided",
+    "effect",
     "load_ipython_extension",
     "open_run",
     "unload_ipython_extension",

@@ -197,3 +197,45 @@ def finish(run_id: str | None, repo: str | None, force: bool) -> None:
     """Write the run's summary from its records and archive it (tag stepstone/<run>)."""
     with open_run(run_id, repo=repo, workdir=_workdir(repo), create=False) as run:
         click.echo(run.finish(force=force), nl=False)
+
+
+@main.command()
+@click.argument("key")
+@run_option
+@repo_option
+@click.option(
+    "--happened",
+    "happened",
+    flag_value=True,
+    default=None,
+    help="The effect did happen (give its --receipt).",
+)
+@click.option(
+    "--not-happened",
+    "happened",
+    flag_value=False,
+    help="The effect did not happen: the next run performs it.",
+)
+@click.option("--receipt", help="The receiver's receipt (JSON or text).")
+@click.option("--why", default="", help="How you know.")
+@_errors_as_exit_codes
+def resolve(
+    key: str,
+    run_id: str | None,
+    repo: str | None,
+    happened: bool | None,
+    receipt: str | None,
+    why: str,
+) -> None:
+    """Settle an effect whose outcome was unknown."""
+    if happened is None:
+        raise click.UsageError("say --happened [--receipt R] or --not-happened")
+    value: Any = receipt
+    if receipt is not None:
+        try:
+            value = json.loads(receipt)
+        except ValueError:
+            value = receipt
+    with open_run(run_id, repo=repo, workdir=_workdir(repo), create=False) as run:
+        settled = run.resolve_effect(key, happened=happened, receipt=value, why=why)
+    click.echo(f"effect {settled.key} ({settled.step}/{settled.name}): {settled.state}")

@@ -12,7 +12,8 @@
     ├── StepOrderError          a step's predecessor is not confirmed
     ├── CheckFailed             a step ran but its completion check did not pass
     ├── DecisionConflict        a decision would be reopened
-    └── UnresolvedEffect        an effect's outcome is unknown (see effects)
+    ├── UnresolvedEffect        an effect's outcome is unknown and cannot be asked
+    └── EffectChanged           a confirmed effect is asked again with another payload
 
 Each error carries structured fields and a message that says what to do next.
 """
@@ -154,4 +155,18 @@ class UnresolvedEffect(StepstoneError):
             f"effect {key} of step {step!r} was submitted at {since} and its outcome is "
             f"unknown. Check the receiver, then run `stepstone resolve {key} --happened "
             f"[--receipt R]` or `stepstone resolve {key} --not-happened` (run {run!r})"
+        )
+
+
+class EffectChanged(StepstoneError):
+    """An effect already submitted or confirmed is asked again with a different payload."""
+
+    def __init__(self, step: str, name: str, key: str) -> None:
+        self.step = step
+        self.name = name
+        self.key = key
+        super().__init__(
+            f"effect {name!r} of step {step!r} (key {key}) was already submitted with a "
+            f"different payload; a key stands for one payload. Give the changed effect a new "
+            f"name (for example {name}-v2)"
         )

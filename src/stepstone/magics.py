@@ -148,7 +148,8 @@ class StepstoneMagics(Magics):
         code = self.ip.transform_cell(cell)
         filename = self.ip.compile.cache(code)
         try:
-            exec(compile(code, filename, "exec"), ns)
+            with run.running(start):
+                exec(compile(code, filename, "exec"), ns)
         except BaseException as exc:
             run.fail(start, exc)
             raise

@@ -109,6 +109,31 @@ class Unknown(Record):
     resolved: str | None = None
 
 
+class Resolution(Record):
+    """How a person or agent settled an effect whose outcome was unknown."""
+
+    happened: bool
+    by: str
+    time: str
+    why: str = ""
+
+
+class EffectRecord(Record):
+    """An external write: its key, state, payload fingerprint and receipt."""
+
+    key: str
+    step: str
+    name: str
+    state: Literal["planned", "submitted", "confirmed", "unresolved"]
+    payload_sha256: str | None = None
+    intent: str
+    attempts: int = 1
+    error: str | None = None
+    receipt: Any = None
+    confirmed: str | None = None
+    resolution: Resolution | None = None
+
+
 class Plan(BaseModel):
     """A run's plan: its head file and its numbered steps, in order."""
 
@@ -159,5 +184,5 @@ def json_schemas() -> dict[str, Any]:
     """JSON Schema of every stored file type, generated from the models."""
     return {
         cls.__name__: cls.model_json_schema()
-        for cls in (RunInfo, PlannedStep, StepRecord, Decision, Unknown)
+        for cls in (RunInfo, PlannedStep, StepRecord, Decision, Unknown, EffectRecord)
     }

@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import artifacts, checks, models, names
+from . import artifacts, checks, effects, models, names
 from .errors import (
     CheckFailed,
     DecisionConflict,
@@ -28,7 +29,17 @@ from .errors import (
     StoreError,
 )
 from .lock import RunLock
-from .models import Decision, PlannedStep, RunInfo, StepRecord, Unknown, dump, load, now
+from .models import (
+    Decision,
+    EffectRecord,
+    PlannedStep,
+    RunInfo,
+    StepRecord,
+    Unknown,
+    dump,
+    load,
+    now,
+)
 from .status import RunStatus, StepState, StepStatus
 from .store import RUN_ENV, GitStore, holder_identity
 
@@ -110,6 +121,7 @@ class Run:
         )
         self._state: dict[str, StepState] = {}
         self._last_verified = 0  # no step after this number is verified
+        self._current_step: str | None = None
         self._reasons: dict[str, str] = {}
         if drive:
             self._lock.acquire()
@@ -152,6 +164,7 @@ class Run:
         self.records: dict[str, StepRecord] = {}
         self.decisions: dict[str, Decision] = {}
         self.unknowns: dict[str, Unknown] = {}
+        self.effects: dict[str, EffectRecord] = {}
         for path, data in files.items():
             top = path.split("/", 1)[0]
             if top == "plan":
@@ -165,6 +178,9 @@ class Run:
             elif top == "unknowns":
                 unknown = load(Unknown, data, self._where(path))
                 self.unknowns[unknown.id] = unknown
+            elif top == "effects":
+                record_effect = load(EffectRecord, data, self._where(path))
+                self.effects[record_effect.key] = record_effect
         planned.sort(key=lambda s: s.number)
         for index, step in enumerate(planned, start=1):
             if step.number != index:
@@ -186,6 +202,26 @@ class Run:
         lines = [f"Stepstone-Run: {self.id}", *trailers, f"Stepstone-Holder: {self.holder}"]
         message = f"{subject}\n\n" + "\n".join(_one_line(line) for line in lines) + "\n"
         self._snap = self.store.commit(self.id, self._snap, writes, message, author=self.holder)
+
+    def commit_record(self, path: str, data: bytes, subject: str, trailers: list[str]) -> None:
+        """Commit one record file of this run (used by effects)."""
+        self._require_lock()
+        self._commit({path: data}, subject, trailers)
+
+    @property
+    def current_step(self) -> str | None:
+        """The name of the step running now, if any."""
+        return self._current_step
+
+    @contextmanager
+    def running(self, start: StepStart) -> Iterator[None]:
+        """Mark `start`'s step as the one running (effects belong to it)."""
+        previous = self._current_step
+        self._current_step = start.planned.name
+        try:
+            yield
+        finally:
+            self._current_step = previous
 
     def _require_lock(self) -> None:
         if not self._lock.held:
@@ -363,6 +399,7 @@ class Run:
             steps=tuple(results),
             decisions=tuple(self.decisions.values()),
             unknowns=tuple(sorted(self.unknowns.values(), key=lambda u: int(u.id[1:]))),
+            effects=tuple(effects.as_status(e) for e in self.effects.values()),
             finished=self.info.finished,
             notes=tuple(self.notes),
         )
@@ -566,15 +603,12 @@ class Run:
         start = self.begin(name, checks=checks, inputs=inputs, force=force)
         if start.skip and start.record is not None:
             return StepResult(name, True, start.values.get("return"), start.record)
-        global _current_step
-        _current_step = name
         try:
-            value = fn()
+            with self.running(start):
+                value = fn()
         except BaseException as exc:
             self.fail(start, exc)
             raise
-        finally:
-            _current_step = None
         record = self.confirm(start, values={"return": value} if value is not None else None)
         return StepResult(name, False, value, record)
 
@@ -644,6 +678,28 @@ class Run:
         self.unknowns[item.id] = closed
         return closed
 
+    # -- effects ----------------------------------------------------------------
+
+    def effect(
+        self,
+        name: str,
+        do: Callable[[str], Any],
+        *,
+        keyed: bool = False,
+        lookup: Callable[[str], Any] | None = None,
+        payload: Any = None,
+    ) -> Any:
+        """Perform an external write of the running step at most once (see `stepstone.effect`)."""
+        self._require_lock()
+        return effects.perform(self, name, do, keyed=keyed, lookup=lookup, payload=payload)
+
+    def resolve_effect(
+        self, key: str, *, happened: bool, receipt: Any = None, why: str = ""
+    ) -> EffectRecord:
+        """Settle an unresolved effect: it happened (with its receipt) or it did not."""
+        self._require_lock()
+        return effects.resolve(self, key, happened=happened, receipt=receipt, why=why)
+
     # -- finishing --------------------------------------------------------------
 
     def finish(self, *, force: bool = False) -> str:
@@ -697,9 +753,6 @@ class Run:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_current_step: str | None = None
 
 
 def _parse_all(specs: Iterable[checks.CheckLike]) -> list[checks.CheckSpec]:

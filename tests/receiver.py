@@ -1,0 +1,138 @@
+"""A loopback HTTP receiver with its own SQLite database, for effect tests.
+
+    POST /keyed          honours the Idempotency-Key header: a repeated key returns the
+                         first response and applies nothing
+    POST /lookup         applies every request; GET /lookup/<ref> finds one by the
+                         client-supplied reference
+    POST /blind          applies every request; no keys, no lookup
+    GET  /applied/<kind> how many times each key or reference was applied
+
+Request headers `X-Delay-Before` and `X-Delay-After` (seconds) hold the request
+before or after the receiver commits, so a test can kill the client there.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+@contextmanager
+def _connect(db: Path) -> Iterator[sqlite3.Connection]:
+    con = sqlite3.connect(db)
+    try:
+        with con:
+            yield con
+    finally:
+        con.close()
+
+
+def _hold(conn: socket.socket, seconds: float) -> bool:
+    """Wait up to `seconds`; False as soon as the client has gone away."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([conn], [], [], 0.05)
+        if readable and conn.recv(1, socket.MSG_PEEK) == b"":
+            return False
+    return True
+
+
+class Receiver:
+    """Start with `with Receiver(db_path) as r:`; `r.url` is its base address."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.in_flight = threading.Event()
+        self.committed = threading.Event()
+        with _connect(db) as con:
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS applied (kind TEXT, ref TEXT, body TEXT, "
+                "n INTEGER PRIMARY KEY AUTOINCREMENT)"
+            )
+            con.execute("CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY, response TEXT)")
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, code: int, body: object) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                parts = self.path.strip("/").split("/")
+                with _connect(receiver.db) as con:
+                    if parts[0] == "lookup" and len(parts) == 2:
+                        row = con.execute(
+                            "SELECT n FROM applied WHERE kind='lookup' AND ref=?", (parts[1],)
+                        ).fetchone()
+                        self._send(200, {"id": row[0]}) if row else self._send(404, {})
+                    elif parts[0] == "applied":
+                        rows = con.execute(
+                            "SELECT ref, COUNT(*) FROM applied WHERE kind=? GROUP BY ref",
+                            (parts[1],),
+                        ).fetchall()
+                        self._send(200, dict(rows))
+                    else:
+                        self._send(404, {})
+
+            def do_POST(self) -> None:
+                kind = self.path.strip("/")
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+                ref = self.headers.get("Idempotency-Key") or json.loads(body or "{}").get("ref")
+                receiver.in_flight.set()
+                if not _hold(self.connection, float(self.headers.get("X-Delay-Before", 0))):
+                    return  # the client died with the request in flight: nothing applied
+                with receiver._lock, _connect(receiver.db) as con:
+                    if kind == "keyed":
+                        row = con.execute(
+                            "SELECT response FROM keys WHERE key=?", (ref,)
+                        ).fetchone()
+                        if row:
+                            self._send(200, json.loads(row[0]))
+                            return
+                    cur = con.execute(
+                        "INSERT INTO applied (kind, ref, body) VALUES (?, ?, ?)", (kind, ref, body)
+                    )
+                    response = {"id": cur.lastrowid}
+                    if kind == "keyed":
+                        con.execute("INSERT INTO keys VALUES (?, ?)", (ref, json.dumps(response)))
+                receiver.committed.set()
+                if not _hold(self.connection, float(self.headers.get("X-Delay-After", 0))):
+                    return
+                self._send(201, response)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def applied(self, kind: str) -> dict[str, int]:
+        """How many times each reference was applied, by endpoint."""
+        with _connect(self.db) as con:
+            rows = con.execute(
+                "SELECT ref, COUNT(*) FROM applied WHERE kind=? GROUP BY ref", (kind,)
+            ).fetchall()
+        return dict(rows)
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join()

@@ -1,0 +1,265 @@
+"""Effects against a real loopback receiver, with the driver killed at each boundary."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import stepstone
+from stepstone.effects import derive_key, fingerprint, redact
+
+from conftest import git
+from receiver import Receiver
+
+DRIVER = textwrap.dedent(
+    """
+    import json, os, pathlib, time, urllib.error, urllib.request
+    import stepstone
+
+    URL, KIND, PAUSE = os.environ["RECEIVER"], os.environ["KIND"], os.environ.get("PAUSE", "")
+
+    def pause(point):
+        if PAUSE == point:
+            pathlib.Path("paused").write_text(point)
+            time.sleep(120)
+
+    def post(key):
+        headers = {"Content-Type": "application/json"}
+        if KIND == "keyed":
+            headers["Idempotency-Key"] = key
+        if PAUSE == "in-flight":
+            headers["X-Delay-Before"] = "120"
+        if PAUSE == "after-commit":
+            headers["X-Delay-After"] = "120"
+        body = json.dumps({"ref": key, "msg": "hello"}).encode()
+        request = urllib.request.Request(URL + "/" + KIND, data=body, headers=headers)
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return json.load(response)
+
+    def lookup(key):
+        try:
+            with urllib.request.urlopen(URL + "/lookup/" + key, timeout=30) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def notify():
+        pause("before-intent")
+        def do(key):
+            pause("before-request")
+            return post(key)
+        receipt = stepstone.effect("notify", do, keyed=KIND == "keyed",
+                                   lookup=lookup if KIND == "lookup" else None,
+                                   payload={"msg": "hello"})
+        pause("after-confirm")
+        return receipt
+
+    with stepstone.open_run("fx") as run:
+        run.step("prepare", lambda: 1)
+        run.step("notify", notify)
+        run.step("after", lambda: 2)
+    """
+)
+
+POINTS = ["before-intent", "before-request", "in-flight", "after-commit", "after-confirm"]
+# where a blind receiver leaves the outcome unknown, and whether the write had landed
+BLIND_UNKNOWN = {"before-request": 0, "in-flight": 0, "after-commit": 1}
+
+
+def _driver(workdir: Path, receiver: Receiver, kind: str, pause: str = "") -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    env.update(RECEIVER=receiver.url, KIND=kind, PAUSE=pause)
+    return subprocess.Popen(
+        [sys.executable, "driver.py"],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait(proc: subprocess.Popen, ready) -> None:
+    deadline = time.monotonic() + 60
+    while not ready():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "stepstone", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _effect_records(workdir: Path) -> list[dict]:
+    store = workdir / ".stepstone"
+    paths = [
+        p
+        for p in git("ls-tree", "-r", "--name-only", "fx", cwd=store).split()
+        if p.startswith("effects/")
+    ]
+    return [json.loads(git("show", f"fx:{p}", cwd=store)) for p in paths]
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("kind", ["keyed", "lookup", "blind"])
+def test_kill_at_each_boundary_never_duplicates_an_effect(workdir: Path, kind, point):
+    (workdir / "driver.py").write_text(DRIVER)
+    with Receiver(workdir / "receiver.db") as receiver:
+        proc = _driver(workdir, receiver, kind, point)
+        ready = {
+            "in-flight": receiver.in_flight.is_set,
+            "after-commit": receiver.committed.is_set,
+        }.get(point, lambda: (workdir / "paused").exists())
+        _wait(proc, ready)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+
+        resumed = _driver(workdir, receiver, kind)
+        _, err = resumed.communicate(timeout=120)
+        key = derive_key("fx", "notify", "notify")
+        if kind == "blind" and point in BLIND_UNKNOWN:
+            assert resumed.returncode == 1
+            assert "UnresolvedEffect" in err and f"stepstone resolve {key}" in err
+            status = json.loads(_cli("status", "--json", cwd=workdir).stdout)
+            assert [(e["key"], e["state"]) for e in status["effects"]] == [(key, "unresolved")]
+            landed = receiver.applied("blind").get(key, 0)
+            assert landed == BLIND_UNKNOWN[point]
+            # a person checks the receiver and settles it
+            answer = (
+                ["--happened", "--receipt", '{"id": 1}']
+                if landed
+                else ["--not-happened", "--why", "receiver has no such message"]
+            )
+            settled = _cli("resolve", key, *answer, cwd=workdir)
+            assert settled.returncode == 0, settled.stderr
+            resumed = _driver(workdir, receiver, kind)
+            _, err = resumed.communicate(timeout=120)
+        assert resumed.returncode == 0, err
+        assert receiver.applied(kind) == {key: 1}
+    for record in _effect_records(workdir):
+        assert record["state"] == "confirmed" and record["receipt"] is not None
+    git("fsck", "--strict", cwd=workdir / ".stepstone")
+
+
+def test_a_confirmed_effect_returns_its_receipt_and_is_never_performed_again(workdir: Path):
+    calls: list[str] = []
+
+    def send() -> dict:
+        return stepstone.effect(
+            "send", lambda key: calls.append(key) or {"id": 7}, payload={"to": "a@example.org"}
+        )
+
+    with stepstone.open_run("demo") as run:
+        run.step("mail", send)
+    Path("touched").write_text("")
+    with stepstone.open_run("demo") as run:
+        # the step runs again (forced stale by a plan change) but the effect does not
+        run.set_plan([{"name": "mail", "checks": ["file:touched"]}])
+        assert run.step("mail", send).value == {"id": 7}
+    assert len(calls) == 1
+
+
+def test_a_changed_payload_under_the_same_name_is_refused(workdir: Path):
+    with stepstone.open_run("demo") as run:
+        run.step("mail", lambda: stepstone.effect("send", lambda k: 1, payload={"n": 1}))
+        run.set_plan([{"name": "mail", "checks": ["expr:True"]}])
+        with pytest.raises(stepstone.EffectChanged, match="new name"):
+            run.step("mail", lambda: stepstone.effect("send", lambda k: 1, payload={"n": 2}))
+
+
+def test_a_failed_request_stays_submitted_with_its_error(workdir: Path):
+    def boom(key: str) -> None:
+        raise ConnectionError("token=abc123secret refused")
+
+    with stepstone.open_run("demo") as run:
+        with pytest.raises(ConnectionError):
+            run.step("mail", lambda: stepstone.effect("send", boom))
+        (record,) = run.effects.values()
+        assert record.state == "submitted" and "ConnectionError" in record.error
+        assert "abc123secret" not in record.error
+        # blind receiver: the failed request may have landed, so the next try is unresolved
+        with pytest.raises(stepstone.UnresolvedEffect, match="stepstone resolve"):
+            run.step("mail", lambda: stepstone.effect("send", boom), force=True)
+
+
+def test_effects_in_a_loop_get_one_key_each(workdir: Path):
+    keys: list[str] = []
+
+    def send_all() -> None:
+        for user in ("u1", "u2", "u3"):
+            stepstone.effect(f"email/{user}", lambda key: keys.append(key) or key)
+
+    with stepstone.open_run("demo") as run:
+        run.step("emails", send_all)
+        assert len(set(keys)) == 3 and len(run.effects) == 3
+    assert all(len(k) <= 40 and k.replace("-", "").isalnum() for k in keys)
+
+
+def test_keys_are_stable_and_distinct():
+    assert derive_key("r", "s", "e") == derive_key("r", "s", "e")
+    assert (
+        len({derive_key("r", "s", "e"), derive_key("r", "s", "f"), derive_key("r2", "s", "e")}) == 3
+    )
+
+
+def test_credentials_never_reach_a_record(workdir: Path):
+    payload = {
+        "to": "x@example.org",
+        "api_key": "sk_live_PLANTED1",
+        "headers": {"Authorization": "Bearer PLANTED2"},
+        "note": "password=PLANTED3",
+    }
+    with stepstone.open_run("demo") as run:
+        run.step(
+            "mail",
+            lambda: stepstone.effect(
+                "send",
+                lambda key: {"id": 1, "token": "PLANTED4", "echo": "Bearer PLANTED5"},
+                payload=payload,
+            ),
+        )
+    objects = git("rev-list", "--objects", "--all", cwd=workdir / ".stepstone").split()
+    dump = "".join(
+        subprocess.run(
+            ["git", "cat-file", "-p", o], cwd=workdir / ".stepstone", capture_output=True, text=True
+        ).stdout
+        for o in objects
+        if len(o) == 40
+    )
+    for planted in ("PLANTED1", "PLANTED2", "PLANTED3", "PLANTED4", "PLANTED5"):
+        assert planted not in dump
+    assert "[redacted]" in dump
+
+
+def test_redaction_and_fingerprints():
+    assert redact({"password": "x", "n": [{"Token": "y"}]}) == {
+        "password": "[redacted]",
+        "n": [{"Token": "[redacted]"}],
+    }
+    assert fingerprint({"a": 1, "b": 2}) == fingerprint({"b": 2, "a": 1})
+    assert fingerprint(None) is None
+
+
+def test_an_effect_outside_a_step_is_refused(workdir: Path):
+    with (
+        stepstone.open_run("demo"),
+        pytest.raises(stepstone.StepstoneError, match="outside a step"),
+    ):
+        stepstone.effect("x", lambda k: 1)
