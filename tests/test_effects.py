@@ -10,12 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import git
+from receiver import Receiver
 
 import stepstone
 from stepstone.effects import derive_key, fingerprint, redact
-
-from conftest import git
-from receiver import Receiver
 
 DRIVER = textwrap.dedent(
     """
