@@ -141,6 +141,24 @@ def stepstone_steps(tmp: Path, total: int, window: int) -> tuple[dict[int, list[
     return samples, store
 
 
+def stepstone_effects(tmp: Path, n: int) -> tuple[list[float], list[float]]:
+    """One effect (intent + confirmation commits) and one decision, each timed."""
+    run = stepstone.open_run("effects", repo=tmp / "effects", workdir=tmp)
+    effect_ms: list[float] = []
+
+    def many() -> None:
+        for i in range(n + 10):
+            start = time.perf_counter()
+            stepstone.effect(f"e/{i}", lambda key: {"id": key}, keyed=True)
+            if i >= 10:
+                effect_ms.append((time.perf_counter() - start) * 1000)
+
+    run.step("effects", many)
+    decision_ms = timed(lambda i: run.decide(f"d{i % 20}", str(i), "bench", revise=True), n)
+    run.close()
+    return effect_ms, decision_ms
+
+
 def disk_usage(path: Path) -> int:
     return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
 
@@ -159,6 +177,9 @@ def main() -> None:
             ("dulwich blob+tree+commit, fsync objects", dulwich_commit(tmp, args.samples)),
             ("git add + git commit, core.fsync=all", git_cli_commit(tmp, args.samples // 4)),
         ]
+        effect_ms, decision_ms = stepstone_effects(tmp, args.samples)
+        rows.append(("stepstone effect (intent + confirmation commits)", effect_ms))
+        rows.append(("stepstone decision (one commit)", decision_ms))
         window = min(args.samples, max(10, args.steps // 10))
         steps, store = stepstone_steps(tmp, args.steps, window)
         for mark, samples in steps.items():

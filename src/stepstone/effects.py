@@ -124,6 +124,7 @@ def perform(
             payload_sha256=print_,
             intent=now(),
             attempts=attempts,
+            receiver="keyed" if keyed else ("lookup" if lookup is not None else "blind"),
         )
         _save(run, record, f"effect {name}: submitted")
         return _do(run, record, do)
@@ -225,7 +226,22 @@ def as_status(record: EffectRecord) -> dict[str, Any]:
         out["receipt"] = record.receipt
     if record.error:
         out["error"] = record.error
+    if record.state == "submitted":
+        out["next_action"] = (
+            "the next try is unresolved (blind receiver)"
+            if record.receiver == "blind"
+            else f"the next try asks the receiver ({record.receiver}) with the same key"
+        )
+    else:
+        out["next_action"] = NEXT_ACTION[record.state]
     return out
+
+
+NEXT_ACTION = {
+    "planned": "performed by the next run",
+    "confirmed": "none: never performed again",
+    "unresolved": "a person settles it with `stepstone resolve KEY --happened|--not-happened`",
+}
 
 
 def effect(

@@ -125,6 +125,7 @@ class EffectRecord(Record):
     step: str
     name: str
     state: Literal["planned", "submitted", "confirmed", "unresolved"]
+    receiver: Literal["keyed", "lookup", "blind"] = "blind"
     payload_sha256: str | None = None
     intent: str
     attempts: int = 1

@@ -132,7 +132,10 @@ class RunStatus:
         for u in self.open_unknowns:
             lines.append(f"  unknown {u.id}: {u.question}")
         for e in self.effects:
-            lines.append(f"  effect {e['key']} ({e['step']}/{e['name']}): {e['state']}")
+            lines.append(
+                f"  effect {e['key']} ({e['step']}/{e['name']}): {e['state']}; "
+                f"next: {e['next_action']}"
+            )
         lines.extend(f"  note: {note}" for note in self.notes)
         lines.append(f"next: {self.next_action}")
         return "\n".join(lines)
