@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 import click
 
 from . import notebook as nbrun
-from .errors import StepstoneError
+from .errors import InvalidInput, StepstoneError
 from .run import Run, open_run
+from .status import RunStatus
 from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, resolve_store_path
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -119,13 +120,33 @@ def run_command(
 @_errors_as_exit_codes
 def status(run_id: str | None, repo: str | None, as_json: bool) -> None:
     """Steps, evidence, decisions, unknowns, effects and the next action."""
-    state = _reader(run_id, repo).status()
+    reader = _reader(run_id, repo)
+    state = reader.status()
     if as_json:
         click.echo(json.dumps(state.to_json(), indent=2))
+    elif sys.stdout.isatty():
+        _rich_status(state)
     else:
         click.echo(state.render_text())
-    if state.unresolved_effects:
+    if state.unresolved_effects or reader.corrupt:
         sys.exit(1)
+
+
+def _rich_status(state: RunStatus) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    colour = {"verified": "green", "stale": "yellow", "failed": "red", "pending": "dim"}
+    table = Table(title=f"run {state.run} ({state.plan_mode} plan)")
+    for column in ("#", "step", "state", "evidence / reason"):
+        table.add_column(column)
+    for s in state.steps:
+        detail = s.evidence if s.state == "verified" else s.reason
+        table.add_row(str(s.number), s.name, f"[{colour[s.state]}]{s.state}[/]", detail)
+    console = Console()
+    console.print(table)
+    for line in state.render_text().splitlines()[1 + len(state.steps) :]:
+        console.print(line, markup=False, highlight=False)
 
 
 @main.command()
@@ -135,7 +156,12 @@ def status(run_id: str | None, repo: str | None, as_json: bool) -> None:
 @_errors_as_exit_codes
 def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
     """Re-check every recorded step's evidence against the real state now."""
-    state = _reader(run_id, repo).status()
+    reader = _reader(run_id, repo)
+    if sys.stderr.isatty() and len(reader.steps) > 20:
+        with click.progressbar(length=len(reader.steps), label="verifying", file=sys.stderr) as bar:
+            state = reader.status(progress=bar.update)
+    else:
+        state = reader.status()
     bad = [s for s in state.steps if s.state in ("stale", "failed")]
     if as_json:
         click.echo(json.dumps({"run": state.run, "ok": not bad, "steps": state.to_json()["steps"]}))
@@ -149,12 +175,19 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
 @run_option
 @repo_option
 @json_option
+@click.option("--step", "step_name", help="Only the commits of this step.")
 @_errors_as_exit_codes
-def log(run_id: str | None, repo: str | None, as_json: bool) -> None:
+def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | None) -> None:
     """The run's history from Git, newest first (read from the commit trailers)."""
     reader = _reader(run_id, repo)
+    if step_name is not None and step_name not in {s.name for s in reader.steps}:
+        known = ", ".join(s.name for s in reader.steps) or "none"
+        raise InvalidInput(f"run {reader.id!r} has no step {step_name!r} (steps: {known})")
     entries = []
     for commit in reader.store.history(reader.id):
+        step_trailer = (commit.trailers.get("Stepstone-Step") or [""])[0]
+        if step_name is not None and step_trailer.partition(" ")[2] != step_name:
+            continue
         when = datetime.fromtimestamp(commit.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         entries.append(
             {
@@ -181,11 +214,29 @@ def runs(repo: str | None, as_json: bool) -> None:
     """The runs in the store."""
     from .store import GitStore
 
-    found = GitStore(repo, create=False).runs()
+    store = GitStore(repo, create=False)
+    rows = []
+    for name in store.runs():
+        reader = open_run(name, repo=repo, workdir=_workdir(repo), drive=False, create=False)
+        confirmed = sum(1 for r in reader.records.values() if r.status == "confirmed")
+        rows.append(
+            {
+                "run": name,
+                "state": "finished" if reader.info.finished else "active",
+                "steps": len(reader.steps),
+                "confirmed": confirmed,
+                "last_activity": reader.info.updated,
+            }
+        )
     if as_json:
-        click.echo(json.dumps(found))
-    else:
-        click.echo("\n".join(found) if found else "no runs")
+        click.echo(json.dumps(rows, indent=2))
+    elif not rows:
+        click.echo("no runs")
+    for row in rows if not as_json else []:
+        click.echo(
+            f"{row['run']:<24} {row['state']:<9} {row['confirmed']}/{row['steps']} steps  "
+            f"last activity {row['last_activity']}"
+        )
 
 
 @main.command()
@@ -239,3 +290,33 @@ def resolve(
     with open_run(run_id, repo=repo, workdir=_workdir(repo), create=False) as run:
         settled = run.resolve_effect(key, happened=happened, receipt=value, why=why)
     click.echo(f"effect {settled.key} ({settled.step}/{settled.name}): {settled.state}")
+
+
+@main.command()
+@run_option
+@repo_option
+@json_option
+@_errors_as_exit_codes
+def brief(run_id: str | None, repo: str | None, as_json: bool) -> None:
+    """A short Markdown hand-off brief for a person or an agent whose context was reset."""
+    from . import brief as briefing
+
+    reader = _reader(run_id, repo)
+    state = reader.status()
+    args = {
+        "goal": reader.info.goal,
+        "notebook": reader.info.notebook,
+        "store": str(reader.store.path),
+    }
+    if as_json:
+        click.echo(json.dumps(briefing.to_json(state, **args), indent=2))
+    else:
+        click.echo(briefing.render(state, **args), nl=False)
+
+
+@main.command()
+def schema() -> None:
+    """The JSON Schema of every file in a run, generated from the models."""
+    from .models import json_schemas
+
+    click.echo(json.dumps(json_schemas(), indent=2))

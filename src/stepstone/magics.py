@@ -12,10 +12,17 @@ from IPython.display import Markdown, display
 
 from . import cellargs, names
 from .errors import StepstoneError
-from .notebook import NOTEBOOK_ENV, plan_from_notebook
+from .notebook import NOTEBOOK_ENV, goal_of, plan_from_notebook
 from .run import Run, open_run
 from .status import RunStatus, StepStatus
 from .store import RUN_ENV
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _usage(exc: StepstoneError) -> UsageError:
@@ -79,7 +86,12 @@ class StepstoneMagics(Magics):
                 self.run = None
             self.run = open_run(run_id, repo=args.repo, workdir=Path.cwd())
             if notebook is not None:
-                changes = self.run.set_plan(plan_from_notebook(notebook), mode="notebook")
+                changes = self.run.set_plan(
+                    plan_from_notebook(notebook),
+                    mode="notebook",
+                    goal=goal_of(notebook),
+                    notebook=_relative(notebook),
+                )
                 if changes:
                     self.run.notes.append(f"the notebook changed: {'; '.join(changes)}")
             elif self.run.info.plan_mode == "incremental":

@@ -37,6 +37,7 @@ class RunInfo(Record):
     updated: str
     plan_mode: PlanMode = "incremental"
     goal: str = ""
+    notebook: str = ""
     seq: int = 0
     finished: str | None = None
 

@@ -74,6 +74,15 @@ def plan_from_notebook(path: Path) -> list[PlannedStep]:
     return steps
 
 
+def goal_of(path: Path) -> str:
+    """The notebook's goal: the first heading of its first Markdown cell, if any."""
+    for cell in read_notebook(path).cells:
+        if cell.cell_type == "markdown":
+            first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+            return first.lstrip("#").strip() if first.startswith("#") else ""
+    return ""
+
+
 @dataclass(frozen=True)
 class NotebookOutcome:
     """How a headless run ended."""

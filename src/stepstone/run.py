@@ -24,6 +24,7 @@ from .errors import (
     PlanError,
     RecordError,
     RunNotFound,
+    SchemaTooNew,
     StepOrderError,
     StepstoneError,
     StoreError,
@@ -122,6 +123,8 @@ class Run:
         self._state: dict[str, StepState] = {}
         self._last_verified = 0  # no step after this number is verified
         self._current_step: str | None = None
+        self._tolerant = not drive
+        self.corrupt: list[str] = []
         self._reasons: dict[str, str] = {}
         if drive:
             self._lock.acquire()
@@ -151,15 +154,24 @@ class Run:
         commit = (self._snap.commit or "")[:10]
         return f"{path} in commit {commit} of {self.store.path}"
 
+    def _load(self, cls: type[models.R], path: str, data: bytes) -> models.R | None:
+        """Load one record; a reader notes a corrupt one and goes on, a driver stops."""
+        try:
+            return load(cls, data, self._where(path))
+        except SchemaTooNew:
+            raise
+        except RecordError as exc:
+            if not self._tolerant:
+                raise
+            self.corrupt.append(str(exc))
+            return None
+
     def _parse(self) -> None:
         files = self._snap.files
         stamp = now()
         raw_info = files.get("run.json")
-        self.info = (
-            load(RunInfo, raw_info, self._where("run.json"))
-            if raw_info is not None
-            else RunInfo(run=self.id, created=stamp, updated=stamp)
-        )
+        info = self._load(RunInfo, "run.json", raw_info) if raw_info is not None else None
+        self.info = info or RunInfo(run=self.id, created=stamp, updated=stamp)
         planned: list[PlannedStep] = []
         self.records: dict[str, StepRecord] = {}
         self.decisions: dict[str, Decision] = {}
@@ -167,26 +179,28 @@ class Run:
         self.effects: dict[str, EffectRecord] = {}
         for path, data in files.items():
             top = path.split("/", 1)[0]
-            if top == "plan":
-                planned.append(load(PlannedStep, data, self._where(path)))
-            elif top == "steps":
-                record = load(StepRecord, data, self._where(path))
+            if top == "plan" and (step := self._load(PlannedStep, path, data)):
+                planned.append(step)
+            elif top == "steps" and (record := self._load(StepRecord, path, data)):
                 self.records[record.name] = record
-            elif top == "decisions":
-                decision = load(Decision, data, self._where(path))
+            elif top == "decisions" and (decision := self._load(Decision, path, data)):
                 self.decisions[decision.key] = decision
-            elif top == "unknowns":
-                unknown = load(Unknown, data, self._where(path))
+            elif top == "unknowns" and (unknown := self._load(Unknown, path, data)):
                 self.unknowns[unknown.id] = unknown
-            elif top == "effects":
-                record_effect = load(EffectRecord, data, self._where(path))
-                self.effects[record_effect.key] = record_effect
+            elif top == "effects" and (effect := self._load(EffectRecord, path, data)):
+                self.effects[effect.key] = effect
         planned.sort(key=lambda s: s.number)
-        for index, step in enumerate(planned, start=1):
-            if step.number != index:
-                raise RecordError(self._where(plan_path(step.number)), f"plan has no step {index}")
+        problems = [
+            (plan_path(step.number), f"plan has no step {index}")
+            for index, step in enumerate(planned, start=1)
+            if step.number != index
+        ][:1]
         if len({s.name for s in planned}) != len(planned):
-            raise RecordError(self._where("plan/"), "two plan steps share a name")
+            problems.append(("plan/", "two plan steps share a name"))
+        for path, problem in problems:
+            if not self._tolerant:
+                raise RecordError(self._where(path), problem)
+            self.corrupt.append(str(RecordError(self._where(path), problem)))
         self._set_steps(planned)
 
     def _set_steps(self, steps: list[PlannedStep]) -> None:
@@ -243,6 +257,7 @@ class Run:
         *,
         mode: models.PlanMode = "explicit",
         goal: str | None = None,
+        notebook: str | None = None,
     ) -> list[str]:
         """Commit a plan (names, mappings or `PlannedStep`s, in order); return what changed."""
         self._require_lock()
@@ -267,7 +282,11 @@ class Run:
             dupes = sorted({s.name for s in new if sum(t.name == s.name for t in new) > 1})
             raise PlanError(f"duplicate step names in the plan: {', '.join(dupes)}")
         changes = _plan_changes(self.steps, new)
-        info_changed = mode != self.info.plan_mode or (goal is not None and goal != self.info.goal)
+        info_changed = (
+            mode != self.info.plan_mode
+            or (goal is not None and goal != self.info.goal)
+            or (notebook is not None and notebook != self.info.notebook)
+        )
         if not changes and not info_changed:
             return []
         writes: dict[str, bytes | None] = {}
@@ -278,7 +297,11 @@ class Run:
         for number in range(len(new) + 1, len(self.steps) + 1):
             writes[plan_path(number)] = None
         self.info = self.info.model_copy(
-            update={"plan_mode": mode, "goal": goal if goal is not None else self.info.goal}
+            update={
+                "plan_mode": mode,
+                "goal": goal if goal is not None else self.info.goal,
+                "notebook": notebook if notebook is not None else self.info.notebook,
+            }
         )
         self._set_steps(new)
         self._commit(
@@ -363,8 +386,16 @@ class Run:
                 return verdict.reason
         return None
 
-    def status(self, *, namespace: Mapping[str, Any] | None = None) -> RunStatus:
-        """Verify every recorded step against the real state now and say what is next."""
+    def status(
+        self,
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        progress: Callable[[int], object] | None = None,
+    ) -> RunStatus:
+        """Verify every recorded step against the real state now and say what is next.
+
+        `progress(1)` is called after each step, for long runs.
+        """
         results: list[StepStatus] = []
         self._last_verified = 0
         blocked: str | None = None
@@ -393,6 +424,8 @@ class Run:
             if state == "verified":
                 self._last_verified = planned.number
             results.append(StepStatus(planned.number, planned.name, state, reason, record))
+            if progress is not None:
+                progress(1)
         return RunStatus(
             run=self.id,
             plan_mode=self.info.plan_mode,
@@ -401,7 +434,7 @@ class Run:
             unknowns=tuple(sorted(self.unknowns.values(), key=lambda u: int(u.id[1:]))),
             effects=tuple(effects.as_status(e) for e in self.effects.values()),
             finished=self.info.finished,
-            notes=tuple(self.notes),
+            notes=tuple(self.notes + self.corrupt),
         )
 
     # -- steps ------------------------------------------------------------------

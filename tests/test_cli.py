@@ -1,0 +1,206 @@
+"""The command line in a subprocess, against stores made by real runs."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import git
+from test_records import _commit_edit
+
+import stepstone
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "stepstone", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _make_run(workdir: Path, steps: int = 3, run_id: str = "job") -> None:
+    with stepstone.open_run(run_id) as run:
+        run.set_plan(
+            [{"name": f"s{i}", "checks": [f"file:s{i}.txt"]} for i in range(1, steps + 1)],
+            goal="Publish the weekly numbers",
+        )
+        for i in range(1, steps + 1):
+            run.step(f"s{i}", lambda i=i: Path(f"s{i}.txt").write_text(str(i)) and None)
+        run.decide("region", "eu", "the client is in Lisbon")
+        run.unknown("Is the feed complete for Sunday?")
+
+
+def _unresolved_effect(run_id: str = "job") -> str:
+    def boom(key: str) -> None:
+        raise TimeoutError("no answer")
+
+    with stepstone.open_run(run_id) as run:
+        run.set_plan([*run.steps, {"name": "notify"}])
+        with pytest.raises(TimeoutError):
+            run.step("notify", lambda: stepstone.effect("ping", boom))
+        with pytest.raises(stepstone.UnresolvedEffect):
+            run.step("notify", lambda: stepstone.effect("ping", boom))
+        return next(iter(run.effects))
+
+
+def test_status_json_has_the_documented_shape(workdir: Path):
+    _make_run(workdir)
+    done = cli("status", "--json", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["run"] == "job" and "next_action" in data
+    assert [(s["name"], s["state"]) for s in data["steps"]] == [
+        ("s1", "verified"),
+        ("s2", "verified"),
+        ("s3", "verified"),
+    ]
+    assert data["decisions"] == [{"key": "region", "value": "eu", "why": "the client is in Lisbon"}]
+    assert data["unknowns"][0]["state"] == "open" and data["unknowns"][0]["id"] == "U1"
+    assert data["effects"] == []
+
+
+def test_status_exits_1_and_names_the_resolve_command_with_an_unresolved_effect(workdir: Path):
+    _make_run(workdir)
+    key = _unresolved_effect()
+    done = cli("status", cwd=workdir)
+    assert done.returncode == 1
+    assert f"stepstone resolve {key}" in done.stdout
+    effect = json.loads(cli("status", "--json", cwd=workdir).stdout)["effects"][0]
+    assert (effect["key"], effect["step"], effect["name"], effect["state"]) == (
+        key,
+        "notify",
+        "ping",
+        "unresolved",
+    )
+
+
+def test_log_agrees_with_git_and_filters_by_step(workdir: Path):
+    _make_run(workdir)
+    lines = cli("log", cwd=workdir).stdout.splitlines()
+    subjects = git("log", "--format=%s", "job", cwd=workdir / ".stepstone").splitlines()
+    assert [line.split(" ", 3)[3] for line in lines] == subjects
+    only = json.loads(cli("log", "--json", "--step", "s2", cwd=workdir).stdout)
+    assert [e["subject"] for e in only] == ["step 2 s2: confirmed"]
+    assert only[0]["evidence"][0].startswith("file:s2.txt sha256=")
+    bad = cli("log", "--step", "nope", cwd=workdir)
+    assert bad.returncode == 2 and "has no step 'nope'" in bad.stderr
+
+
+def test_verify_reports_what_went_stale(workdir: Path):
+    _make_run(workdir)
+    assert cli("verify", cwd=workdir).returncode == 0
+    Path("s2.txt").write_text("changed")
+    done = cli("verify", "--json", cwd=workdir)
+    assert done.returncode == 1
+    states = {s["name"]: (s["state"], s["reason"]) for s in json.loads(done.stdout)["steps"]}
+    assert states["s1"][0] == "verified"
+    assert states["s2"] == ("stale", "s2.txt changed since it was recorded (sha256 differs)")
+    assert states["s3"][0] == "stale"
+
+
+def test_runs_lists_each_run_with_its_state(workdir: Path):
+    _make_run(workdir, run_id="alpha")
+    _make_run(workdir, run_id="beta")
+    with stepstone.open_run("beta") as run:
+        run.finish(force=True)
+    rows = {r["run"]: r for r in json.loads(cli("runs", "--json", cwd=workdir).stdout)}
+    assert rows["alpha"]["state"] == "active" and rows["beta"]["state"] == "finished"
+    assert rows["alpha"]["confirmed"] == rows["alpha"]["steps"] == 3
+    text = cli("runs", cwd=workdir).stdout
+    assert "alpha" in text and "finished" in text
+
+
+def test_several_runs_need_a_run_id(workdir: Path):
+    _make_run(workdir, run_id="alpha")
+    _make_run(workdir, run_id="beta")
+    done = cli("status", cwd=workdir)
+    assert done.returncode == 2 and "alpha, beta" in done.stderr and "--run" in done.stderr
+    assert cli("status", "--run", "beta", cwd=workdir).returncode == 0
+
+
+def test_brief_of_a_50_step_run_is_short_and_complete(workdir: Path):
+    _make_run(workdir, steps=50)
+    key = _unresolved_effect()
+    Path("s30.txt").write_text("changed")
+    done = cli("brief", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert len(text.splitlines()) < 60
+    for expected in (
+        "Publish the weekly numbers",
+        "`region` = `eu`",
+        "Is the feed complete",
+        f"stepstone resolve {key}",
+        "30 s30: **stale**",
+        "## Next",
+        "steps 1-26: verified",
+        "29 s29: file:s29.txt",
+        "--run job",
+    ):
+        assert expected in text, expected
+    data = json.loads(cli("brief", "--json", cwd=workdir).stdout)
+    assert data["goal"] == "Publish the weekly numbers" and len(data["done"]) == 29
+
+
+def test_schema_describes_every_record_file(workdir: Path):
+    schemas = json.loads(cli("schema", cwd=workdir).stdout)
+    assert {"RunInfo", "PlannedStep", "StepRecord", "Decision", "Unknown", "EffectRecord"} <= set(
+        schemas
+    )
+    assert "schema_version" in schemas["StepRecord"]["properties"]
+
+
+def test_finish_from_the_command_line(workdir: Path):
+    _make_run(workdir)
+    refused = cli("finish", cwd=workdir)
+    assert refused.returncode == 2 and "U1 is open" in refused.stderr
+    done = cli("finish", "--force", cwd=workdir)
+    assert done.returncode == 0 and "# Run job" in done.stdout
+    assert git("tag", cwd=workdir / ".stepstone").split() == ["stepstone/job"]
+
+
+@pytest.mark.parametrize("command", ["status", "log", "verify", "brief", "runs"])
+def test_a_path_that_is_not_a_store_is_one_line_and_exit_2(workdir: Path, command: str):
+    (workdir / "plain").mkdir()
+    (workdir / "plain" / "x.txt").write_text("x")
+    done = cli(command, "--repo", "plain", cwd=workdir)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "not a Git repository" in done.stderr
+
+
+def test_an_unknown_run_lists_the_runs(workdir: Path):
+    _make_run(workdir)
+    done = cli("status", "--run", "nope", cwd=workdir)
+    assert done.returncode == 2 and "runs there: job" in done.stderr
+
+
+def test_a_corrupt_record_is_reported_and_the_rest_still_shown(workdir: Path):
+    _make_run(workdir)
+    store = workdir / ".stepstone"
+    step_file = next(
+        p
+        for p in git("ls-tree", "-r", "--name-only", "job", cwd=store).split()
+        if p.endswith("/s2.json")
+    )
+    tip = _commit_edit(store, step_file, "{broken")
+    done = cli("status", cwd=workdir)
+    assert done.returncode == 1
+    assert step_file in done.stdout and tip[:10] in done.stdout
+    assert "s1" in done.stdout and "s3" in done.stdout
+
+
+def test_a_store_from_a_newer_schema_asks_for_an_upgrade(workdir: Path):
+    _make_run(workdir)
+    store = workdir / ".stepstone"
+    raw = json.loads(git("show", "job:run.json", cwd=store))
+    raw["schema_version"] = 99
+    _commit_edit(store, "run.json", json.dumps(raw))
+    done = cli("status", cwd=workdir)
+    assert done.returncode == 2 and "upgrade stepstone" in done.stderr
