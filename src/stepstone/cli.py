@@ -123,7 +123,7 @@ def status(run_id: str | None, repo: str | None, as_json: bool) -> None:
     reader = _reader(run_id, repo)
     state = reader.status()
     if as_json:
-        click.echo(json.dumps(state.to_json(), indent=2))
+        click.echo(json.dumps(state.to_json()))
     elif sys.stdout.isatty():
         _rich_status(state)
     else:
@@ -200,7 +200,7 @@ def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | No
             }
         )
     if as_json:
-        click.echo(json.dumps(entries, indent=2))
+        click.echo(json.dumps(entries))
         return
     for e in entries:
         click.echo(f"{e['commit'][:10]} {e['time']} {e['subject']}")

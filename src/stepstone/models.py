@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
@@ -161,8 +162,20 @@ def dump(record: Record) -> bytes:
     return (text + "\n").encode()
 
 
-def load(cls: type[R], data: bytes, where: str) -> R:
-    """Parse and validate a stored record, naming `where` in any error."""
+def load(cls: type[R], data: bytes, path: str, *, where: Callable[[str], str] | None = None) -> R:
+    """Parse and validate a stored record, naming where it is (`where(path)`) in any error."""
+    try:
+        fast = cls.model_validate_json(data)
+    except ValidationError:
+        pass  # the slow path below says what is wrong, or that the schema is newer
+    else:
+        if fast.schema_version > SCHEMA_VERSION:
+            raise SchemaTooNew(where(path) if where else path, fast.schema_version, SCHEMA_VERSION)
+        return fast
+    return _load_slowly(cls, data, where(path) if where else path)
+
+
+def _load_slowly(cls: type[R], data: bytes, where: str) -> R:
     try:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

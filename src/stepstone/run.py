@@ -42,7 +42,7 @@ from .models import (
     now,
 )
 from .status import RunStatus, StepState, StepStatus
-from .store import RUN_ENV, GitStore, holder_identity
+from .store import RUN_ENV, GitStore, holder_identity, parse_trailers
 
 _active: Run | None = None
 
@@ -65,7 +65,7 @@ def plan_path(number: int) -> str:
 def step_path(name: str) -> str:
     """Where the record of step `name` lives (a fan-out by hash keeps folders small)."""
     digest = hashlib.sha1(name.encode()).hexdigest()
-    return f"steps/{digest[:2]}/{digest[2:4]}/{name}.json"
+    return f"steps/{digest[:2]}/{name}.json"
 
 
 def source_hash(source: str) -> str:
@@ -157,7 +157,7 @@ class Run:
     def _load(self, cls: type[models.R], path: str, data: bytes) -> models.R | None:
         """Load one record; a reader notes a corrupt one and goes on, a driver stops."""
         try:
-            return load(cls, data, self._where(path))
+            return load(cls, data, path, where=self._where)
         except SchemaTooNew:
             raise
         except RecordError as exc:
@@ -202,6 +202,8 @@ class Run:
                 raise RecordError(self._where(path), problem)
             self.corrupt.append(str(RecordError(self._where(path), problem)))
         self._set_steps(planned)
+        tip_seq = parse_trailers(self._snap.message).get("Stepstone-Seq", ["0"])[0]
+        self.seq = max(self.info.seq, int(tip_seq) if tip_seq.isdigit() else 0)
 
     def _set_steps(self, steps: list[PlannedStep]) -> None:
         self.steps: list[PlannedStep] = steps
@@ -209,11 +211,26 @@ class Run:
 
     # -- committing -------------------------------------------------------------
 
-    def _commit(self, writes: dict[str, bytes | None], subject: str, trailers: list[str]) -> None:
-        stamp = now()
-        self.info = self.info.model_copy(update={"seq": self.info.seq + 1, "updated": stamp})
-        writes = {"run.json": dump(self.info), **writes}
-        lines = [f"Stepstone-Run: {self.id}", *trailers, f"Stepstone-Holder: {self.holder}"]
+    def _commit(
+        self,
+        writes: dict[str, bytes | None],
+        subject: str,
+        trailers: list[str],
+        *,
+        info_changed: bool = False,
+    ) -> None:
+        # The sequence number travels in the commit message, so a step's commit
+        # rewrites only its own record, not run.json.
+        self.seq += 1
+        if info_changed or self._snap.commit is None:
+            self.info = self.info.model_copy(update={"seq": self.seq, "updated": now()})
+            writes = {"run.json": dump(self.info), **writes}
+        lines = [
+            f"Stepstone-Run: {self.id}",
+            *trailers,
+            f"Stepstone-Seq: {self.seq}",
+            f"Stepstone-Holder: {self.holder}",
+        ]
         message = f"{subject}\n\n" + "\n".join(_one_line(line) for line in lines) + "\n"
         self._snap = self.store.commit(self.id, self._snap, writes, message, author=self.holder)
 
@@ -308,6 +325,7 @@ class Run:
             writes,
             f"plan: {len(new)} steps" + (f" ({'; '.join(changes)})" if changes else ""),
             ["Stepstone-Status: planned", f"Stepstone-Plan: {mode}, {len(new)} steps"],
+            info_changed=True,
         )
         self._state.clear()
         return changes
@@ -592,7 +610,7 @@ class Run:
             attempt=(previous.attempt + 1) if previous else 1,
             started=start.started,
             finished=now(),
-            seq=self.info.seq + 1,
+            seq=self.seq + 1,
             checks=start.planned.checks,
             source_hash=start.planned.source_hash,
             holder=self.holder,
@@ -762,6 +780,7 @@ class Run:
             {"summary.md": text.encode()},
             f"finish: {len(status.steps)} steps",
             ["Stepstone-Status: finished"],
+            info_changed=True,
         )
         if self._snap.commit:
             self.store.tag(self.id, self._snap.commit)

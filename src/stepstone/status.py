@@ -105,7 +105,10 @@ class RunStatus:
                     "name": s.name,
                     "state": s.state,
                     "reason": s.reason,
-                    "evidence": [ev.model_dump(mode="json") for ev in s.record.evidence]
+                    "evidence": [
+                        {"check": ev.check, "kind": ev.kind, "value": ev.value, "detail": ev.detail}
+                        for ev in s.record.evidence
+                    ]
                     if s.record
                     else [],
                 }

@@ -16,6 +16,7 @@ unreachable and harmless.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import socket
 from collections.abc import Iterator, Mapping
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pygit2
 
-from . import names
+from . import durable, names
 from .errors import StoreError
 
 DEFAULT_STORE = ".stepstone"
@@ -35,15 +36,22 @@ _TRUSTED_KEY = "stepstone.trusted"
 _FOREIGN_PREFIX = "refs/stepstone/runs/"
 _DEDICATED_PREFIX = "refs/heads/"
 _TAG_PREFIX = "refs/tags/stepstone/"
+_CACHE_AFTER = 200  # files read from Git before the read is worth caching
 _BLOB = pygit2.enums.FileMode.BLOB
 _TREE = pygit2.enums.FileMode.TREE
 
+SYNC_ENV = "STEPSTONE_SYNC"
 _fsync_enabled = False
+
+
+def batch_sync() -> bool:
+    """Whether commits flush their objects with one `syncfs` (else libgit2 fsyncs each)."""
+    return os.environ.get(SYNC_ENV, "syncfs") != "each" and durable.can_sync_filesystem()
 
 
 def _enable_fsync() -> None:
     global _fsync_enabled
-    if not _fsync_enabled:
+    if not _fsync_enabled and not batch_sync():
         pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 1)
         _fsync_enabled = True
 
@@ -64,6 +72,7 @@ class Snapshot:
     commit: str | None
     tree: str | None
     files: dict[str, bytes] = field(default_factory=dict)
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -209,6 +218,8 @@ class GitStore:
         """Tag `commit` as `stepstone/<run>` (the archive of a finished run)."""
         name = _TAG_PREFIX + names.run_id(run)
         self.repo.references.create(name, pygit2.Oid(hex=commit), force=True)
+        if batch_sync():
+            durable.sync_filesystem(self.git_dir)
         return name
 
     def stale_ref_locks(self, run: str) -> list[Path]:
@@ -225,28 +236,83 @@ class GitStore:
             return Snapshot(None, None)
         try:
             commit = self.repo[commit_id]
+            if not isinstance(commit, pygit2.Commit):
+                raise KeyError(f"{commit_id} is not a commit")
             tree = commit.tree
-            files: dict[str, bytes] = {}
-            self._walk(tree, "", files, skip)
+            files = self._read_cached(run, tree, skip)
         except (pygit2.GitError, KeyError, ValueError) as exc:
             raise StoreError(
                 str(self.path),
                 f"cannot read commit {commit_id[:10]} of run {run!r} ({exc}); "
                 f"run `git -C {self.path} fsck` and reset the ref to the last good commit",
             ) from exc
-        return Snapshot(commit_id, str(tree.id), files)
+        return Snapshot(commit_id, str(tree.id), files, commit.message)
+
+    def _cache_path(self, run: str) -> Path:
+        return self.git_dir / "stepstone" / "cache" / f"{run}.json"
+
+    def _read_cached(self, run: str, tree: pygit2.Tree, skip: tuple[str, ...]) -> dict[str, bytes]:
+        """The files of `tree`, reading only what changed since the cached tree.
+
+        The cache is derived data keyed by tree id: Git objects are content-addressed,
+        so an unchanged path in an unchanged tree has unchanged content. A missing,
+        stale or damaged cache only means a full read.
+        """
+        cache_file = self._cache_path(run)
+        try:
+            cached = json.loads(cache_file.read_bytes())
+            old_tree = self._tree(cached["tree"])
+            files = {path: text.encode() for path, text in cached["files"].items()}
+            if cached.get("skip") != list(skip):
+                raise ValueError("cached with other folders skipped")
+        except (OSError, ValueError, KeyError, TypeError, pygit2.GitError):
+            files = {}
+            self._walk(tree, "", files, skip)
+            changed = len(files)
+        else:
+            changed = 0
+            if old_tree.id != tree.id:
+                for delta in old_tree.diff_to_tree(tree).deltas:
+                    if delta.old_file.path.split("/", 1)[0] in skip:
+                        continue
+                    changed += 1
+                    if delta.status == pygit2.enums.DeltaStatus.DELETED:
+                        files.pop(delta.old_file.path, None)
+                    else:
+                        files.pop(delta.old_file.path, None)
+                        files[delta.new_file.path] = self._blob_data(delta.new_file.id)
+        if changed >= _CACHE_AFTER:
+            self._write_cache(cache_file, tree, files, skip)
+        return files
+
+    def _write_cache(
+        self, path: Path, tree: pygit2.Tree, files: dict[str, bytes], skip: tuple[str, ...]
+    ) -> None:
+        try:
+            payload = {
+                "tree": str(tree.id),
+                "skip": list(skip),
+                "files": {p: data.decode() for p, data in files.items()},
+            }
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            # no fsync: a cache lost or torn by a crash only means a full read next time
+            tmp.write_text(json.dumps(payload, separators=(",", ":")))
+            os.replace(tmp, path)
+        except (OSError, UnicodeDecodeError):
+            pass  # a read-only store, or a binary file: read in full next time
 
     def _walk(
         self, tree: pygit2.Tree, prefix: str, out: dict[str, bytes], skip: tuple[str, ...]
     ) -> None:
         for entry in tree:
             name = entry.name
-            if entry.filemode == _TREE:
-                if not prefix and name in skip:
+            if isinstance(entry, pygit2.Tree):
+                if not (prefix or name not in skip):
                     continue
-                self._walk(self._tree(entry.id), f"{prefix}{name}/", out, skip)
-            else:
-                out[f"{prefix}{name}"] = self._blob_data(entry.id)
+                self._walk(entry, f"{prefix}{name}/", out, skip)
+            elif isinstance(entry, pygit2.Blob):
+                out[f"{prefix}{name}"] = entry.data
 
     def _tree(self, oid: pygit2.Oid | str) -> pygit2.Tree:
         obj = self.repo[oid]
@@ -294,10 +360,29 @@ class GitStore:
             user, _, rest = author.partition("@")
             signature = pygit2.Signature(user or "stepstone", f"{user}@{rest.split(' ')[0]}")
             parents = [pygit2.Oid(hex=parent.commit)] if parent.commit else []
-            commit_id = self.repo.create_commit(
-                self.ref(run), signature, signature, message, tree_id, parents
-            )
-        except pygit2.GitError as exc:
+            if batch_sync():
+                commit_id = self.repo.create_commit(
+                    None, signature, signature, message, tree_id, parents
+                )
+                durable.sync_filesystem(self.git_dir / "objects")
+                durable.update_ref(
+                    self.git_dir,
+                    self.ref(run),
+                    str(commit_id),
+                    parent.commit,
+                    lambda: self.tip(run),
+                )
+            else:
+                commit_id = self.repo.create_commit(
+                    self.ref(run), signature, signature, message, tree_id, parents
+                )
+        except FileExistsError as exc:
+            raise StoreError(
+                str(self.path),
+                f"the ref of run {run!r} is locked ({exc.filename}): another git process is "
+                f"writing it, or a killed one left the lock; reopen the run to clear a stale one",
+            ) from exc
+        except (pygit2.GitError, durable.RefMoved) as exc:
             raise StoreError(
                 str(self.path),
                 f"could not commit to run {run!r} ({exc}); nothing was recorded for this "

@@ -1,0 +1,90 @@
+"""Making a batch of new files durable at once, and moving a Git ref the way git does.
+
+A commit writes several loose objects. Flushing each one (file and folder) costs
+two fsyncs apiece; `syncfs` flushes them all in one call. The ref then moves
+through git's own lock-file protocol (`<ref>.lock` created exclusively, fsynced,
+renamed over the ref, folder fsynced), only after the objects are durable, so
+a crash at any instant leaves the old tip or the new one, never a tip whose
+objects are missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from .atomic import fsync_dir
+
+_libc: ctypes.CDLL | None = None
+_syncfs_missing = False
+
+
+def _syncfs_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    global _libc, _syncfs_missing
+    if _syncfs_missing:
+        return None
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        except OSError:
+            _syncfs_missing = True
+            return None
+    function = getattr(_libc, "syncfs", None)
+    if function is None:
+        _syncfs_missing = True
+    return function
+
+
+def can_sync_filesystem() -> bool:
+    """Whether this platform has `syncfs` (Linux)."""
+    return _syncfs_function() is not None
+
+
+def sync_filesystem(path: Path) -> None:
+    """Flush every written file of the file system holding `path` to disk."""
+    function = _syncfs_function()
+    if function is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if function(fd) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno), str(path))
+    finally:
+        os.close(fd)
+
+
+class RefMoved(Exception):
+    """The ref no longer points where the writer expected (compare-and-swap failed)."""
+
+
+def update_ref(
+    git_dir: Path, ref: str, new: str, expected: str | None, read_current: Callable[[], str | None]
+) -> None:
+    """Point `ref` at `new` if it still points at `expected`, durably and atomically.
+
+    `read_current` is called while the ref's lock file is held, as git does.
+    """
+    path = git_dir / ref
+    lock = path.with_name(path.name + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        current = read_current()
+        if current != expected:
+            raise RefMoved(f"{ref} is at {current}, expected {expected}")
+        os.write(fd, f"{new}\n".encode())
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(lock, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        lock.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
