@@ -89,7 +89,7 @@ def test_a_cell_that_raises_is_recorded_failed(ip, workdir: Path):
 
 def test_an_out_variable_the_cell_did_not_define_fails_the_step(ip, workdir: Path):
     ip.run_line_magic("resume", "--run demo")
-    with pytest.raises(UsageError, match="not defined by the cell"):
+    with pytest.raises(UsageError, match="not defined by step"):
         ip.run_cell_magic("step", "a --out never_defined", "y = 1")
 
 
@@ -132,3 +132,46 @@ def test_resume_without_a_run_id_asks_for_one(ip, monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     with pytest.raises(UsageError, match="--run ID"):
         ip.run_line_magic("resume", "")
+
+
+def test_an_output_that_cannot_be_saved_fails_the_step(ip, workdir: Path):
+    ip.run_line_magic("resume", "--run demo")
+    with pytest.raises(UsageError, match="cannot be saved"):
+        ip.run_cell_magic("step", "a --out gen", "gen = (i for i in range(3))")
+    assert "step 1 a: failed" in git("log", "-1", "--format=%s", cwd=workdir / ".stepstone")
+
+
+def test_the_quickstart_resumes_in_a_shell_after_a_headless_run(ip, workdir: Path, monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    import nbformat
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "notebooks" / "quickstart.ipynb", workdir)
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("STEPSTONE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "stepstone", "run", "quickstart.ipynb"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv("STEPSTONE_NOTEBOOK", str(workdir / "quickstart.ipynb"))
+    monkeypatch.setenv("STEPSTONE_RUN", "quickstart")
+    book = nbformat.read(str(workdir / "quickstart.ipynb"), as_version=4)
+    tip = git("rev-parse", "HEAD", cwd=workdir / ".stepstone")
+    for cell in book.cells:
+        if cell.cell_type == "code":
+            result = ip.run_cell(cell.source)
+            assert result.success, result.error_in_exec or result.error_before_exec
+    # every step was skipped and its outputs restored; nothing new was committed
+    assert ip.user_ns["n_rows"] == 90 and sorted(ip.user_ns["summary"]) == [
+        "ACME",
+        "GLOBEX",
+        "INITECH",
+    ]
+    assert git("rev-parse", "HEAD", cwd=workdir / ".stepstone") == tip

@@ -166,14 +166,8 @@ class StepstoneMagics(Magics):
             run.fail(start, exc)
             raise
         try:
-            missing = [var for var in parsed.outputs if var not in ns]
-            if missing:
-                message = f"{label}: --out {', '.join(missing)} not defined by the cell"
-                run.fail(start, message)
-                raise UsageError(message + "; define it or drop --out")
-            record = run.confirm(
-                start, values={var: ns[var] for var in parsed.outputs}, namespace=ns
-            )
+            values = {var: ns[var] for var in parsed.outputs if var in ns}
+            record = run.confirm(start, values=values, namespace=ns)
         except StepstoneError as exc:
             raise _usage(exc) from exc
         shown = StepStatus(start.planned.number, parsed.name, "verified", "", record)

@@ -541,9 +541,9 @@ class Run:
         values = dict(values or {})
         missing = [var for var in planned.outputs if var not in values]
         if missing:
-            raise InvalidInput(
-                f"step {planned.name!r} declared --out {', '.join(missing)} but did not define it"
-            )
+            problem = f"--out {', '.join(missing)} not defined by step {planned.name!r}"
+            self.fail(start, problem)
+            raise InvalidInput(problem + "; define it in the step or drop --out")
         scope = {**(namespace or {}), **values}
         evidence: list[models.Evidence] = []
         for spec in start.check_specs:
@@ -557,7 +557,11 @@ class Run:
         writes: dict[str, bytes | None] = {}
         saved: dict[str, models.Artifact] = {}
         for var, value in values.items():
-            fmt, data = artifacts.encode(var, value)
+            try:
+                fmt, data = artifacts.encode(var, value)
+            except InvalidInput as exc:
+                self.fail(start, str(exc))
+                raise
             digest = artifacts.sha256(data)
             writes[artifacts.path_for(digest, fmt)] = data
             saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data))

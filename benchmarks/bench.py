@@ -1,0 +1,404 @@
+"""stepstone's costs beside the durable-write floor and its peers, measured in one run.
+
+    python benchmarks/bench.py                      # sizes 0, 1,000, 10,000 (a few minutes)
+    python benchmarks/bench.py --sizes 0,1000,10000,100000
+    python benchmarks/bench.py --steps 10000        # also time 10,000 real steps in a row
+
+Prints two tables. The first: the floor (an atomic fsync'd write of a 300-byte
+record), SQLite's durable insert, raw Git bindings committing one small file
+(the measurement behind the choice of pygit2), the peers where they are
+installed (`pip install -e ".[bench]"`: DBOS, LangGraph's SQLite checkpointer),
+and stepstone's step, skip path, effect and decision, each with its ratio to
+the floor. The second: at each run size, the per-step cost, the time to open
+and resume the run, `stepstone status --json`, its peak memory, and the
+repository size before and after `git gc`. Runs of 1,000 steps and more are
+built with 1,000 step records per commit (the tree is the same as step by step;
+the history is shorter), then 100 real steps are timed on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import stepstone
+from stepstone.atomic import write_atomic
+from stepstone.store import batch_sync
+
+RECORD = b'{"step": 1, "status": "confirmed", ' + b'"x": "' + b"a" * 250 + b'"}\n'
+
+
+def timed(fn: Callable[[int], object], n: int, warmup: int = 10) -> list[float]:
+    for i in range(warmup):
+        fn(-1 - i)
+    out = []
+    for i in range(n):
+        start = time.perf_counter()
+        fn(i)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def summary(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[int(len(ordered) * 0.95) - 1]
+
+
+def floor(tmp: Path, n: int) -> list[float]:
+    folder = tmp / "floor"
+    return timed(lambda i: write_atomic(folder / f"r{i % 50}.json", RECORD), n)
+
+
+def pygit2_commit(tmp: Path, n: int) -> list[float]:
+    import pygit2
+
+    pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 1)
+    repo = pygit2.init_repository(str(tmp / "pygit2"), bare=True)
+    sig = pygit2.Signature("bench", "bench@localhost")
+    parent: list[pygit2.Oid] = []
+
+    def one(i: int) -> None:
+        blob = repo.create_blob(RECORD + str(i).encode())
+        builder = repo.TreeBuilder()
+        builder.insert("record.json", blob, pygit2.enums.FileMode.BLOB)
+        commit = repo.create_commit("refs/heads/main", sig, sig, "m", builder.write(), parent)
+        parent[:] = [commit]
+
+    return timed(one, n)
+
+
+def dulwich_commit(tmp: Path, n: int) -> list[float] | None:
+    try:
+        from dulwich.objects import Blob, Commit, Tree
+        from dulwich.repo import Repo
+    except ImportError:
+        return None
+    path = tmp / "dulwich"
+    path.mkdir()
+    repo = Repo.init_bare(str(path))
+    store = repo.object_store
+    if hasattr(store, "fsync_object_files"):
+        store.fsync_object_files = True
+    parent: list[bytes] = []
+
+    def one(i: int) -> None:
+        blob = Blob.from_string(RECORD + str(i).encode())
+        tree = Tree()
+        tree.add(b"record.json", 0o100644, blob.id)
+        commit = Commit()
+        commit.tree = tree.id
+        commit.parents = list(parent)
+        commit.author = commit.committer = b"bench <bench@localhost>"
+        commit.commit_time = commit.author_time = int(time.time())
+        commit.commit_timezone = commit.author_timezone = 0
+        commit.message = b"m"
+        for obj in (blob, tree, commit):
+            store.add_object(obj)
+        repo.refs[b"refs/heads/main"] = commit.id
+        parent[:] = [commit.id]
+
+    return timed(one, n)
+
+
+def git_cli_commit(tmp: Path, n: int) -> list[float]:
+    path = tmp / "cli"
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@x",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@x",
+    }
+    subprocess.run(["git", "-C", str(path), "config", "core.fsync", "all"], check=True)
+
+    def one(i: int) -> None:
+        (path / "record.json").write_bytes(RECORD + str(i).encode())
+        subprocess.run(["git", "-C", str(path), "add", "record.json"], check=True, env=env)
+        subprocess.run(
+            ["git", "-C", str(path), "commit", "-qm", "m", "--allow-empty"], check=True, env=env
+        )
+
+    return timed(one, n, warmup=3)
+
+
+def stepstone_steps(tmp: Path, total: int, window: int) -> tuple[dict[int, list[float]], Path]:
+    store = tmp / "stepstone"
+    tmp.mkdir(exist_ok=True)
+    run = stepstone.open_run("bench", repo=store, workdir=tmp)
+    run.set_plan([f"s{i}" for i in range(total)])
+    marks = sorted({0, min(1000, total - window), total - window})
+    samples: dict[int, list[float]] = {m: [] for m in marks}
+    for i in range(total):
+        start = time.perf_counter()
+        run.step(f"s{i}", lambda: None)
+        elapsed = (time.perf_counter() - start) * 1000
+        for mark in marks:
+            if mark <= i < mark + window:
+                samples[mark].append(elapsed)
+        if i and i % 2000 == 0:
+            print(f"  ... {i} steps", file=sys.stderr)
+    run.close()
+    return samples, store
+
+
+def stepstone_effects(tmp: Path, n: int) -> tuple[list[float], list[float]]:
+    """One effect (intent + confirmation commits) and one decision, each timed."""
+    run = stepstone.open_run("effects", repo=tmp / "effects", workdir=tmp)
+    effect_ms: list[float] = []
+
+    def many() -> None:
+        for i in range(n + 10):
+            start = time.perf_counter()
+            stepstone.effect(f"e/{i}", lambda key: {"id": key}, keyed=True)
+            if i >= 10:
+                effect_ms.append((time.perf_counter() - start) * 1000)
+
+    run.step("effects", many)
+    decision_ms = timed(lambda i: run.decide(f"d{i % 20}", str(i), "bench", revise=True), n)
+    run.close()
+    return effect_ms, decision_ms
+
+
+def sqlite_insert(tmp: Path, n: int) -> list[float]:
+    import sqlite3
+
+    con = sqlite3.connect(tmp / "floor.sqlite", isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=FULL")
+    con.execute("CREATE TABLE r (i INTEGER, body BLOB)")
+    samples = timed(lambda i: con.execute("INSERT INTO r VALUES (?, ?)", (i, RECORD)), n)
+    con.close()
+    return samples
+
+
+def dbos_step(tmp: Path, n: int) -> list[float] | None:
+    try:
+        from dbos import DBOS
+    except ImportError:
+        return None
+    import logging
+
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    DBOS(
+        config={
+            "name": "bench",
+            "system_database_url": f"sqlite:///{tmp}/dbos.sqlite",
+            "run_admin_server": False,
+        }
+    )
+    samples: list[float] = []
+
+    @DBOS.step()
+    def step(i: int) -> int:
+        return i
+
+    @DBOS.workflow()
+    def workflow(count: int) -> None:
+        for i in range(count):
+            start = time.perf_counter()
+            step(i)
+            samples.append((time.perf_counter() - start) * 1000)
+
+    DBOS.launch()
+    workflow(n + 10)
+    DBOS.destroy()
+    return samples[10:]
+
+
+def langgraph_put(tmp: Path, n: int) -> list[float] | None:
+    try:
+        from langgraph.checkpoint.base import empty_checkpoint
+        from langgraph.checkpoint.sqlite import SqliteSaver
+    except ImportError:
+        return None
+    import sqlite3
+
+    con = sqlite3.connect(tmp / "langgraph.sqlite", check_same_thread=False)
+    saver = SqliteSaver(con)
+    saver.setup()
+    con.execute("PRAGMA synchronous=FULL")
+    config: dict = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+    def put(i: int) -> None:
+        nonlocal config
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"i": i}
+        config = saver.put(config, checkpoint, {"step": i}, {})  # type: ignore[arg-type]
+
+    samples = timed(put, n)
+    con.close()
+    return samples
+
+
+def stepstone_skip(tmp: Path, n: int) -> list[float]:
+    """The skip path: a verified step's evidence re-checked and its value restored."""
+    store = tmp / "skip"
+    (tmp / "skip.json").write_text('{"rows": 3}')
+    with stepstone.open_run("skip", repo=store, workdir=tmp) as run:
+        for i in range(n + 10):
+            run.step(f"s{i}", lambda: {"rows": 3}, checks=["file:skip.json"])
+    samples: list[float] = []
+    with stepstone.open_run("skip", repo=store, workdir=tmp) as run:
+        for i in range(n + 10):
+            start = time.perf_counter()
+            result = run.step(f"s{i}", lambda: None, checks=["file:skip.json"])
+            samples.append((time.perf_counter() - start) * 1000)
+            assert result.skipped
+    return samples[10:]
+
+
+def disk_usage(path: Path) -> int:
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
+
+
+def build_run(store: Path, workdir: Path, size: int) -> None:
+    """A run of `size` confirmed steps, 1,000 step records per commit."""
+    from stepstone.models import Evidence, StepRecord, dump, now
+    from stepstone.run import step_path
+
+    with stepstone.open_run("sized", repo=store, workdir=workdir) as run:
+        run.set_plan([f"s{i}" for i in range(size + 200)])
+        for batch in range(0, size, 1000):
+            writes: dict[str, bytes | None] = {}
+            for i in range(batch, min(size, batch + 1000)):
+                record = StepRecord(
+                    number=i + 1,
+                    name=f"s{i}",
+                    status="confirmed",
+                    started=now(),
+                    finished=now(),
+                    seq=run.seq + 1,
+                    evidence=(Evidence(check="completed", kind="completed", value=True),),
+                )
+                writes[step_path(f"s{i}")] = dump(record)
+            run._commit(writes, f"bench: steps {batch + 1}-{batch + len(writes)}", [])
+
+
+def measure_size(tmp: Path, size: int, gc: bool) -> dict[str, str]:
+    folder = tmp / f"size{size}"
+    folder.mkdir()
+    store = folder / ".stepstone"
+    build_run(store, folder, size)
+    start = time.perf_counter()
+    run = stepstone.open_run("sized", repo=store, workdir=folder)
+    run.status()
+    open_ms = (time.perf_counter() - start) * 1000
+    steps = []
+    for i in range(size, size + 100):
+        t = time.perf_counter()
+        run.step(f"s{i}", lambda: None)
+        steps.append((time.perf_counter() - t) * 1000)
+    run.close()
+    start = time.perf_counter()
+    stepstone.open_run("sized", repo=store, workdir=folder).status()
+    reopen_ms = (time.perf_counter() - start) * 1000
+    cli_ms, peak = [], 0
+    probe = (
+        "import resource, subprocess, sys; from stepstone.cli import main\n"
+        "sys.argv = ['stepstone', 'status', '--json']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"
+    )
+    for _ in range(3):
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, check=True
+        )
+        cli_ms.append((time.perf_counter() - start) * 1000)
+        peak = max(peak, int(done.stderr.strip().splitlines()[-1]))
+    before = disk_usage(store)
+    after = "-"
+    if gc:
+        subprocess.run(["git", "-C", str(store), "gc", "-q"], check=True)
+        after = f"{disk_usage(store) / 1e6:.1f}"
+    med, p95 = summary(steps)
+    return {
+        "steps": f"{size:,}",
+        "step median ms": f"{med:.2f}",
+        "step p95 ms": f"{p95:.2f}",
+        "open+resume ms (cold / cached)": f"{open_ms:.0f} / {reopen_ms:.0f}",
+        "status --json ms": f"{statistics.median(cli_ms):.0f}",
+        "status peak MB": f"{peak / 1024:.0f}",
+        "repo MB (before / after gc)": f"{before / 1e6:.1f} / {after}",
+    }
+
+
+def print_table(rows: list[dict[str, str]]) -> None:
+    keys = list(rows[0])
+    print("| " + " | ".join(keys) + " |")
+    print("| " + " | ".join("---" for _ in keys) + " |")
+    for row in rows:
+        print("| " + " | ".join(row[k] for k in keys) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", default="0,1000,10000", help="run sizes, comma-separated")
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument(
+        "--steps", type=int, default=0, help="also time this many real steps in a row in one run"
+    )
+    parser.add_argument("--no-gc", action="store_true", help="skip `git gc` of the sized runs")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="stepstone-bench-", dir=os.environ.get("BENCH_DIR")))
+    n = args.samples
+    try:
+        rows: list[tuple[str, list[float] | None]] = [
+            ("floor: atomic write + fsync + rename + dir fsync", floor(tmp, n)),
+            ("SQLite WAL insert, synchronous=FULL", sqlite_insert(tmp, n)),
+            ("pygit2 blob+tree+commit, fsync on", pygit2_commit(tmp, n)),
+            ("dulwich blob+tree+commit, fsync objects", dulwich_commit(tmp, n)),
+            ("git add + git commit, core.fsync=all", git_cli_commit(tmp, max(20, n // 4))),
+            ("peer: DBOS step on SQLite", dbos_step(tmp, n)),
+            ("peer: LangGraph SqliteSaver.put, synchronous=FULL", langgraph_put(tmp, n)),
+        ]
+        os.sync()  # leave no earlier measurement's dirty pages for stepstone's syncfs to flush
+        first, _ = stepstone_steps(tmp, n + 10, n)
+        rows.append(("stepstone step (record + commit)", first[0]))
+        rows.append(
+            ("stepstone skip path (verify file check + restore value)", stepstone_skip(tmp, n))
+        )
+        effect_ms, decision_ms = stepstone_effects(tmp, n)
+        rows.append(("stepstone effect (intent + confirmation commits)", effect_ms))
+        rows.append(("stepstone decision (one commit)", decision_ms))
+        if args.steps:
+            window = min(n, max(10, args.steps // 10))
+            steps, _ = stepstone_steps(tmp / "long", args.steps, window)
+            for mark, samples in steps.items():
+                rows.append((f"stepstone step, {args.steps:,} in a row, at step {mark:,}", samples))
+        base = summary(rows[0][1] or [1.0])[0]
+        print(
+            f"\nstepstone {stepstone.__version__}, Python {sys.version.split()[0]}, "
+            f"{os.cpu_count()} cores, commits flushed by "
+            f"{'syncfs' if batch_sync() else 'fsync of each object'}\n"
+        )
+        print(f"| {'what':<60} | median ms | p95 ms | × floor |")
+        print(f"| {'-' * 60} | --------- | ------ | ------- |")
+        for label, samples in rows:
+            if samples is None:
+                print(f"| {label:<60} | not installed | | |")
+                continue
+            med, p95 = summary(samples)
+            print(f"| {label:<60} | {med:9.2f} | {p95:6.2f} | {med / base:7.1f} |")
+        print()
+        sized = []
+        for size in (int(x) for x in args.sizes.split(",")):
+            os.sync()
+            print(f"  ... run of {size:,} steps", file=sys.stderr)
+            sized.append(measure_size(tmp, size, gc=not args.no_gc))
+        print_table(sized)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
