@@ -14,7 +14,8 @@ from conftest import git
 from receiver import Receiver
 
 import stepstone
-from stepstone.effects import derive_key, fingerprint, redact
+from stepstone.effects import derive_key, fingerprint
+from stepstone.redaction import redact
 
 DRIVER = textwrap.dedent(
     """

@@ -18,43 +18,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import EffectChanged, InvalidInput, StepstoneError, UnresolvedEffect
 from .models import EffectRecord, Resolution, dump, now
+from .redaction import error_text, redact
 
 if TYPE_CHECKING:
     from .run import Run
 
-REDACTED = "[redacted]"
-_SECRET_KEY = re.compile(
-    r"pass(word|wd)?|secret|token|api[-_]?key|authori[sz]ation|credential|cookie|"
-    r"private[-_]?key|session[-_]?id|signature",
-    re.IGNORECASE,
-)
-_SECRET_TEXT = re.compile(
-    r"(?i)(bearer\s+|basic\s+|(?:token|api[-_]?key|password|secret)[\"']?\s*[=:]\s*[\"']?)"
-    r"[A-Za-z0-9._~+/=-]{4,}"
-)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=@/-]{0,199}")
-
-
-def redact(value: Any) -> Any:
-    """A copy of `value` with credential-looking fields and strings replaced."""
-    if isinstance(value, dict):
-        return {
-            k: REDACTED if isinstance(k, str) and _SECRET_KEY.search(k) else redact(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
-    if isinstance(value, str):
-        return _SECRET_TEXT.sub(lambda m: m.group(1) + REDACTED, value)
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return redact(str(value))
 
 
 def fingerprint(payload: Any) -> str | None:
@@ -83,11 +57,6 @@ def _check_name(name: str) -> str:
             f"for example email/{{user_id}}"
         )
     return name
-
-
-def _error_text(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return str(redact(text))[-500:]
 
 
 def perform(
@@ -146,7 +115,7 @@ def _do(run: Run, record: EffectRecord, do: Callable[[str], Any]) -> Any:
     try:
         receipt = do(record.key)
     except Exception as exc:
-        failed = record.model_copy(update={"error": _error_text(exc)})
+        failed = record.model_copy(update={"error": error_text(exc, limit=500)})
         _save(run, failed, f"effect {record.name}: request failed")
         raise
     return _confirm(run, record, receipt, "")

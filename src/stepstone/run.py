@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from .models import (
     load,
     now,
 )
+from .redaction import error_text, redact
 from .status import RunStatus, StepState, StepStatus
 from .store import RUN_ENV, GitStore, holder_identity, parse_trailers
 
@@ -584,11 +584,8 @@ class Run:
         """Commit the step as failed (not confirmed); later steps will run again."""
         self._require_lock()
         planned = start.planned
-        if isinstance(error, BaseException):
-            text = "".join(traceback.format_exception_only(type(error), error)).strip()
-        else:
-            text = error
-        record = self._record(start, "failed", error=text[-2000:])
+        text = error_text(error) if isinstance(error, BaseException) else str(redact(error))
+        record = self._record(start, "failed", error=text)
         self._commit(
             {step_path(planned.name): dump(record)},
             f"step {planned.number} {planned.name}: failed",

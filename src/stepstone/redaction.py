@@ -1,0 +1,53 @@
+"""Keeping credentials out of records: redaction of payloads, receipts and error texts."""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+from typing import Any
+
+REDACTED = "[redacted]"
+_SECRET_KEY = re.compile(
+    r"pass(word|wd)?|secret|token|api[-_]?key|authori[sz]ation|credential|cookie|"
+    r"private[-_]?key|session[-_]?id|signature",
+    re.IGNORECASE,
+)
+_SECRET_TEXT = re.compile(
+    r"(?i)(bearer\s+|basic\s+|(?:token|api[-_]?key|password|secret)[\"']?\s*[=:]\s*[\"']?)"
+    r"[A-Za-z0-9._~+/=-]{4,}"
+)
+
+
+def _environment_secrets() -> list[str]:
+    """Values of environment variables whose names look like credentials."""
+    return [
+        value
+        for name, value in os.environ.items()
+        if len(value) >= 6 and _SECRET_KEY.search(name)
+    ]
+
+
+def redact(value: Any) -> Any:
+    """A copy of `value` with credential-looking fields and strings replaced."""
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if isinstance(k, str) and _SECRET_KEY.search(k) else redact(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        text = _SECRET_TEXT.sub(lambda m: m.group(1) + REDACTED, value)
+        for secret in _environment_secrets():
+            text = text.replace(secret, REDACTED)
+        return text
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return redact(str(value))
+
+
+def error_text(exc: BaseException, *, limit: int = 2000) -> str:
+    """The last line(s) of an exception as text, credentials redacted, at most `limit` chars."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return str(redact(text))[-limit:]
