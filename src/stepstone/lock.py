@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 
 from .errors import RunLocked, StoreError
@@ -41,11 +42,14 @@ class RunLock:
 
     def describe_holder(self) -> str:
         """`user@host pid N since T` from the lock file, as well as it can be read."""
-        try:
-            info = json.loads(self.path.read_text())
-            return f"{info['holder']} since {info['since']}"
-        except (OSError, ValueError, KeyError, TypeError):
-            return "another process"
+        # The holder writes its name just after it takes the lock: give it a moment.
+        for _ in range(20):
+            try:
+                info = json.loads(self.path.read_text())
+                return f"{info['holder']} since {info['since']}"
+            except (OSError, ValueError, KeyError, TypeError):
+                time.sleep(0.005)
+        return "another process"
 
     @property
     def held(self) -> bool:
@@ -55,5 +59,6 @@ class RunLock:
     def release(self) -> None:
         """Let go of the lock (closing the descriptor releases the flock)."""
         if self._fd is not None:
+            os.ftruncate(self._fd, 0)  # the next holder's name, not ours, is what readers see
             os.close(self._fd)
             self._fd = None

@@ -22,9 +22,7 @@ _SECRET_TEXT = re.compile(
 def _environment_secrets() -> list[str]:
     """Values of environment variables whose names look like credentials."""
     return [
-        value
-        for name, value in os.environ.items()
-        if len(value) >= 6 and _SECRET_KEY.search(name)
+        value for name, value in os.environ.items() if len(value) >= 6 and _SECRET_KEY.search(name)
     ]
 
 

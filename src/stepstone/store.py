@@ -15,9 +15,11 @@ unreachable and harmless.
 
 from __future__ import annotations
 
+import errno
 import getpass
 import json
 import os
+import shutil
 import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from pathlib import Path
 import pygit2
 
 from . import durable, names
+from .atomic import fsync_dir
 from .errors import StoreError
 
 DEFAULT_STORE = ".stepstone"
@@ -142,18 +145,32 @@ class GitStore:
         return self._create()
 
     def _create(self) -> pygit2.Repository:
+        # Built aside and renamed into place, so that processes creating the same
+        # store at once see either no store or a whole one.
+        parent = self.path.parent
+        tmp = parent / f".{self.path.name}.init-{os.getpid()}"
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            repo = pygit2.init_repository(str(self.path), bare=True)
+            parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            repo = pygit2.init_repository(str(tmp), bare=True)
             repo.config[_DEDICATED_KEY] = True
             repo.config[_TRUSTED_KEY] = True
             repo.config["core.logAllRefUpdates"] = False
             repo.config["gc.auto"] = 0
             # The parent project should not pick the store up as untracked files.
-            (self.path / ".gitignore").write_text("*\n")
+            (tmp / ".gitignore").write_text("*\n")
+            del repo
+            try:
+                os.rename(tmp, self.path)
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # another process made it first
+            fsync_dir(parent)
+            return pygit2.Repository(str(self.path))
         except (OSError, pygit2.GitError) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise StoreError(str(self.path), f"cannot create a repository here ({exc})") from exc
-        return repo
 
     def _is_dedicated(self) -> bool:
         return self._flag(_DEDICATED_KEY)
