@@ -1,5 +1,6 @@
 """Property-based tests: any input works or raises a StepstoneError with a message."""
 
+import json
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -106,9 +107,7 @@ JSONISH = st.recursive(
 )
 
 
-@given(
-    st.one_of(st.binary(max_size=200), JSONISH.map(lambda v: __import__("json").dumps(v).encode()))
-)
+@given(st.one_of(st.binary(max_size=200), JSONISH.map(lambda v: json.dumps(v).encode())))
 def test_records_load_or_raise_a_record_error(data: bytes):
     for cls in (RunInfo, PlannedStep, StepRecord, Decision, Unknown):
         try:
