@@ -320,3 +320,26 @@ def schema() -> None:
     from .models import json_schemas
 
     click.echo(json.dumps(json_schemas(), indent=2))
+
+
+@main.command()
+@run_option
+@repo_option
+@click.option("--force", is_flag=True, help="Repair although dropped commits recorded effects.")
+@_errors_as_exit_codes
+def repair(run_id: str | None, repo: str | None, force: bool) -> None:
+    """Move a damaged run back to its newest readable commit (nothing is deleted)."""
+    from .store import GitStore
+
+    store = GitStore(repo, create=False)
+    run_id = run_id or os.environ.get(RUN_ENV)
+    if run_id is None:
+        runs = store.runs()
+        if len(runs) != 1:
+            raise InvalidInput(f"pick the run to repair with --run (runs: {', '.join(runs)})")
+        run_id = runs[0]
+    old, new, dropped = store.repair(run_id, force=force)
+    click.echo(
+        f"run {run_id}: moved from {(old or 'nothing')[:10]} to {new[:10]}; "
+        f"{len(dropped)} commit(s) dropped from the run (their steps will run again)"
+    )

@@ -28,7 +28,9 @@ class RunLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StoreError(
-                str(self.path.parent), f"cannot create the run lock ({exc.strerror})"
+                str(self.path.parent),
+                f"cannot take the run lock ({exc.strerror}): driving a run needs a writable "
+                f"store; readers such as `stepstone status` still work",
             ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,8 +261,9 @@ class GitStore:
         except (pygit2.GitError, KeyError, ValueError) as exc:
             raise StoreError(
                 str(self.path),
-                f"cannot read commit {commit_id[:10]} of run {run!r} ({exc}); "
-                f"run `git -C {self.path} fsck` and reset the ref to the last good commit",
+                f"cannot read commit {commit_id[:10]} of run {run!r} ({exc}): the store is "
+                f"damaged. `stepstone repair --run {run}` moves the run back to its last "
+                f"readable commit and keeps the damaged one on record",
             ) from exc
         return Snapshot(commit_id, str(tree.id), files, commit.message)
 
@@ -437,6 +439,80 @@ class GitStore:
         if len(builder) == 0 and tree is not None:
             return None
         return builder.write()
+
+    # -- repair -----------------------------------------------------------------
+
+    def _readable(self, commit_id: str) -> pygit2.Commit | None:
+        """The commit if it and every record file of its tree can be read, else None."""
+        try:
+            commit = self.repo[commit_id]
+            if not isinstance(commit, pygit2.Commit):
+                return None
+            self._walk(commit.tree, "", {}, ("artifacts",))
+        except (pygit2.GitError, KeyError, ValueError, OSError):
+            return None
+        return commit
+
+    def _commits_of(self, run: str) -> list[tuple[int, str]]:
+        """Every commit object of `run` in the database, as (seq, id), newest first."""
+        found: list[tuple[int, str]] = []
+        for oid in self.repo.odb:
+            try:
+                obj = self.repo[oid]
+            except (pygit2.GitError, KeyError, ValueError):
+                continue
+            if not isinstance(obj, pygit2.Commit):
+                continue
+            trailers = parse_trailers(obj.message)
+            if trailers.get("Stepstone-Run") == [run]:
+                seq = trailers.get("Stepstone-Seq", ["0"])[0]
+                found.append((int(seq) if seq.isdigit() else 0, str(oid)))
+        return sorted(found, reverse=True)
+
+    def repair(self, run: str, *, force: bool = False) -> tuple[str | None, str, list[str]]:
+        """Move a damaged run back to its newest fully readable commit.
+
+        Returns (old tip, new tip, what was dropped). Refuses when a dropped
+        commit recorded an effect (its intent would be forgotten) or cannot be
+        read, unless `force`. Nothing is deleted: the old tip is noted in
+        `<git dir>/stepstone/damaged/`.
+        """
+        old = self.tip(run)
+        if old is not None and self._readable(old):
+            raise StoreError(str(self.path), f"run {run!r} reads fine; nothing to repair")
+        candidates = self._commits_of(run)
+        target = next((cid for _, cid in candidates if self._readable(cid)), None)
+        if target is None:
+            raise StoreError(str(self.path), f"no readable commit of run {run!r} was found")
+        target_seq = next(seq for seq, cid in candidates if cid == target)
+        dropped = [cid for seq, cid in candidates if seq > target_seq]
+        risky = []
+        for cid in dropped:
+            try:
+                commit = self.repo[cid]
+                message = commit.message if isinstance(commit, pygit2.Commit) else ""
+            except (pygit2.GitError, KeyError, ValueError):
+                message = ""
+            keys = parse_trailers(message).get("Stepstone-Key")
+            if keys:
+                risky.append(f"{cid[:10]} recorded effect {keys[0]}")
+        if old is not None and not any(old == cid for cid in dropped):
+            risky.append(f"the tip {old[:10]} itself cannot be read")
+        if risky and not force:
+            raise StoreError(
+                str(self.path),
+                "repairing would forget: " + "; ".join(risky) + ". Check those effects with "
+                "their receivers first, then run `stepstone repair --force`",
+            )
+        note = self.git_dir / "stepstone" / "damaged" / f"{run}-{int(time.time())}.txt"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(
+            f"run {run}\ndamaged tip {old}\nmoved to {target}\n"
+            + "".join(f"dropped {cid}\n" for cid in dropped)
+        )
+        durable.update_ref(self.git_dir, self.ref(run), target, old, lambda: self.tip(run))
+        self._cache_path(run).unlink(missing_ok=True)
+        return old, target, dropped
 
     # -- history ----------------------------------------------------------------
 

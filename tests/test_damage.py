@@ -1,0 +1,158 @@
+"""Damaged stores: detected, reported with what to do, recovered where safe, nothing deleted."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import git
+
+import stepstone
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "stepstone", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _three_steps(workdir: Path, *, effect: bool = False) -> None:
+    with stepstone.open_run("job") as run:
+        run.step("a", lambda: 1)
+        run.step("b", lambda: 2)
+        run.step(
+            "c",
+            (lambda: stepstone.effect("ping", lambda k: {"id": 1}, keyed=True))
+            if effect
+            else (lambda: 3),
+        )
+
+
+def _object_path(store: Path, oid: str) -> Path:
+    return store / "objects" / oid[:2] / oid[2:]
+
+
+def _damage_record_of_tip(store: Path, suffix: str = "/c.json") -> Path:
+    """Truncate a record's blob in the tip to zero bytes, as a power loss can."""
+    path = next(
+        p
+        for p in git("ls-tree", "-r", "--name-only", "job", cwd=store).split()
+        if p.endswith(suffix) or p.startswith(suffix)
+    )
+    oid = git("rev-parse", f"job:{path}", cwd=store).strip()
+    obj = _object_path(store, oid)
+    os.chmod(obj, 0o644)
+    obj.write_bytes(b"")
+    return obj
+
+
+def test_a_zero_length_object_is_reported_and_repaired_to_the_last_good_commit(workdir: Path):
+    _three_steps(workdir)
+    store = workdir / ".stepstone"
+    old_tip = git("rev-parse", "job", cwd=store).strip()
+    damaged = _damage_record_of_tip(store)
+    status = cli("status", cwd=workdir)
+    assert status.returncode == 2 and "stepstone repair --run job" in status.stderr
+    done = cli("repair", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert damaged.exists()  # nothing deleted
+    notes = list((store / "stepstone" / "damaged").iterdir())
+    assert old_tip in notes[0].read_text()
+    with stepstone.open_run("job") as run:
+        states = {s.name: s.state for s in run.status().steps}
+        assert states == {"a": "verified", "b": "verified", "c": "pending"}  # c runs again
+        run.step("c", lambda: 3)
+
+
+def test_repair_refuses_to_forget_an_effect(workdir: Path):
+    _three_steps(workdir, effect=True)
+    store = workdir / ".stepstone"
+    # damage the effect's confirmed record: the confirmation commit cannot be read
+    _damage_record_of_tip(store, "effects/")
+    refused = cli("repair", cwd=workdir)
+    assert refused.returncode == 2 and "recorded effect" in refused.stderr
+    assert cli("repair", "--force", cwd=workdir).returncode == 0
+
+
+def test_a_ref_pointing_at_a_missing_commit_is_reported_and_repairable(workdir: Path):
+    _three_steps(workdir)
+    store = workdir / ".stepstone"
+    (store / "refs" / "heads" / "job").write_text("1" * 40 + "\n")
+    status = cli("status", cwd=workdir)
+    assert status.returncode == 2 and "repair" in status.stderr
+    refused = cli("repair", cwd=workdir)
+    assert refused.returncode == 2 and "cannot be read" in refused.stderr
+    assert cli("repair", "--force", cwd=workdir).returncode == 0
+    with stepstone.open_run("job") as run:
+        assert [s.state for s in run.status().steps] == ["verified"] * 3
+
+
+def test_a_held_index_lock_in_the_project_repository_is_neither_needed_nor_touched(workdir: Path):
+    git("init", "-q", cwd=workdir)
+    lock = workdir / ".git" / "index.lock"
+    lock.write_text("held by someone's git add")
+    with stepstone.open_run("job", repo=workdir) as run:
+        run.step("a", lambda: 1)
+    assert lock.read_text() == "held by someone's git add"
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    """A 1 MB tmpfs mounted for the test (needs root; skipped elsewhere)."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_read_only_store_is_refused_for_driving_and_still_readable(small_fs: Path):
+    store = small_fs / "store"
+    with stepstone.open_run("job", repo=store, workdir=small_fs) as run:
+        run.step("a", lambda: 1)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    try:
+        with pytest.raises(stepstone.StoreError, match="Read-only file system"):
+            stepstone.open_run("job", repo=store, workdir=small_fs)
+        reader = stepstone.open_run("job", repo=store, workdir=small_fs, drive=False)
+        assert reader.status().steps[0].state == "verified"
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], check=True)
+    with stepstone.open_run("job", repo=store, workdir=small_fs) as run:
+        assert run.step("a", lambda: 2).skipped
+
+
+def test_a_full_disk_fails_the_commit_cleanly_and_loses_nothing(small_fs: Path):
+    store = small_fs / "store"
+    with stepstone.open_run("job", repo=store, workdir=small_fs) as run:
+        run.step("a", lambda: 1)
+        tip = run.store.tip("job")
+        filler = small_fs / "filler"
+        with pytest.raises(stepstone.StoreError, match="space"):
+            # fill the disk, then try to record a big output
+            with filler.open("wb") as handle:
+                try:
+                    while True:
+                        handle.write(b"\0" * 65536)
+                except OSError:
+                    pass
+            run.step("b", lambda: os.urandom(200_000).hex())
+        assert run.store.tip("job") == tip
+    filler.unlink()
+    git("fsck", cwd=store)
+    with stepstone.open_run("job", repo=store, workdir=small_fs) as run:
+        assert run.step("a", lambda: 9).skipped
+        assert run.step("b", lambda: "small").value == "small"
