@@ -44,3 +44,17 @@ def run_python(
     if check:
         assert done.returncode == 0, done.stderr
     return done
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-kills",
+        type=int,
+        default=100,
+        help="how many SIGKILLs the random-kill soak delivers (long mode: 1000)",
+    )
+
+
+@pytest.fixture
+def soak_kills(request: pytest.FixtureRequest) -> int:
+    return int(request.config.getoption("--soak-kills"))
