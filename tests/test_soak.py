@@ -69,7 +69,7 @@ def test_random_kills_never_duplicate_an_effect_or_lose_more_than_a_step(
         while kills < soak_kills:
             run_id = f"soak-{runs}"
             runs += 1
-            run_kills = 0
+            interruptions = 0
             while not (workdir / f"{run_id}.finished").exists():
                 proc = subprocess.Popen(
                     [sys.executable, str(HERE / "soak_driver.py")],
@@ -85,16 +85,21 @@ def test_random_kills_never_duplicate_an_effect_or_lose_more_than_a_step(
                     proc.send_signal(signal.SIGKILL)
                     proc.communicate()
                     kills += 1
-                    run_kills += 1
+                    interruptions += 1
                 else:
                     if proc.returncode != 0:
+                        # an unknown outcome stops the run: also an interruption of a step
                         assert "UnresolvedEffect" in err, err
                         assert _settle_unresolved(workdir, run_id, receiver) >= 1
+                        interruptions += 1
                 _check_invariants(workdir, run_id, receiver)
-                assert run_kills < 60, "the run never finishes"
+                assert interruptions < 80, "the run never finishes"
             executions = (workdir / f"{run_id}.executions").read_text().split()
             repeated = sum(executions.count(f"s{i}") - 1 for i in range(12))
-            assert repeated <= run_kills, (repeated, run_kills)
+            assert repeated <= interruptions, (
+                repeated,
+                interruptions,
+            )  # kills and unresolved stops
             summary = git("show", f"stepstone/{run_id}:summary.md", cwd=workdir / ".stepstone")
             assert all(f"| s{i} |" in summary for i in range(12))
     assert kills >= soak_kills
