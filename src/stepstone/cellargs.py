@@ -72,10 +72,11 @@ def _parser(prog: str) -> _Parser:
 
 
 def parse_resume_line(line: str) -> argparse.Namespace:
-    """`%resume [--run ID] [--repo DIR]`."""
+    """`%resume [--run ID] [--repo DIR] [--steal REASON]`."""
     parser = _parser("%resume")
     parser.add_argument("--run")
     parser.add_argument("--repo")
+    parser.add_argument("--steal", metavar="REASON")
     return parser.parse_args(split(line))
 
 

@@ -73,9 +73,15 @@ def main() -> None:
 @click.option(
     "--timeout", type=int, default=None, help="Seconds a cell may run (default: no limit)."
 )
+@click.option("--steal", metavar="REASON", help="Take the run's lease from a live holder.")
 @_errors_as_exit_codes
 def run_command(
-    notebook: Path, run_id: str | None, repo: str | None, output: Path | None, timeout: int | None
+    notebook: Path,
+    run_id: str | None,
+    repo: str | None,
+    output: Path | None,
+    timeout: int | None,
+    steal: str | None,
 ) -> None:
     """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes."""
     from . import names
@@ -96,6 +102,7 @@ def run_command(
             output=output,
             timeout=timeout,
             progress=nbrun.default_progress,
+            steal=steal,
         )
     except KeyboardInterrupt:
         click.echo("stepstone: interrupted; run the same command again to resume", err=True)
@@ -342,4 +349,93 @@ def repair(run_id: str | None, repo: str | None, force: bool) -> None:
     click.echo(
         f"run {run_id}: moved from {(old or 'nothing')[:10]} to {new[:10]}; "
         f"{len(dropped)} commit(s) dropped from the run (their steps will run again)"
+    )
+
+
+@main.command("push")
+@run_option
+@repo_option
+@click.option("--remote", "url", help="Set the remote (any URL git accepts) before pushing.")
+@click.option(
+    "--auto/--no-auto", default=None, help="Also push after every commit, in the background."
+)
+@_errors_as_exit_codes
+def push_command(run_id: str | None, repo: str | None, url: str | None, auto: bool | None) -> None:
+    """Push the run's history to its remote (never over another copy's work)."""
+    from . import remote
+    from .store import GitStore
+
+    store = GitStore(repo, create=False)
+    if url:
+        remote.set_remote(store, url)
+    if auto is not None:
+        store.repo.config["stepstone.autopush"] = auto
+    reader = _reader(run_id, repo)
+    tip = remote.push(store, reader.id)
+    click.echo(f"pushed run {reader.id} at {tip[:10]}")
+
+
+@main.command("pull")
+@run_option
+@repo_option
+@click.option(
+    "--keep",
+    type=click.Choice(["local", "remote"]),
+    help="When both copies advanced: which history becomes the run.",
+)
+@_errors_as_exit_codes
+def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None:
+    """Bring the remote's history of the run here; diverged copies are shown, not merged."""
+    from . import remote
+    from .store import GitStore
+
+    store = GitStore(repo, create=False)
+    run_name = run_id or os.environ.get(RUN_ENV) or _only_run_name(store)
+    with open_run(run_name, repo=repo, workdir=_workdir(repo)):
+        result = remote.pull(store, run_name, keep=keep)
+    extra = f"; the other history is kept at {result.preserved}" if result.preserved else ""
+    click.echo(f"run {run_name}: {result.state}{extra}")
+
+
+def _only_run_name(store: Any) -> str:
+    runs = store.runs()
+    if len(runs) != 1:
+        raise InvalidInput(f"pick a run with --run (runs: {', '.join(runs) or 'none'})")
+    return str(runs[0])
+
+
+@main.command("clone")
+@click.argument("url")
+@click.argument("directory", required=False, default=DEFAULT_STORE)
+@_errors_as_exit_codes
+def clone_command(url: str, directory: str) -> None:
+    """Clone a store from URL: plan, records and artifacts of every run, ready to resume."""
+    from . import remote
+
+    store = remote.clone(url, Path(directory))
+    click.echo(f"cloned {url} into {store.path} (runs: {', '.join(store.runs()) or 'none'})")
+
+
+@main.command()
+@run_option
+@repo_option
+@_errors_as_exit_codes
+def handoff(run_id: str | None, repo: str | None) -> None:
+    """Push the run, release its lease, and print the brief and the next agent's commands."""
+    from . import brief as briefing
+    from . import remote
+
+    with open_run(run_id, repo=repo, workdir=_workdir(repo), create=False) as run:
+        remote.push(run.store, run.id)
+        state = run.status()
+        url = run.store.repo.remotes[remote.remote_name(run.store) or "origin"].url
+        text = briefing.render(
+            state, goal=run.info.goal, notebook=run.info.notebook, store=str(run.store.path)
+        )
+    click.echo(text, nl=False)
+    target = run.info.notebook or "NOTEBOOK.ipynb"
+    click.echo(
+        "\n## For the next agent\n\n"
+        f"    stepstone clone {url} .stepstone     # or, with a clone already: stepstone pull\n"
+        f"    stepstone run {target} --run {run.id}\n"
     )

@@ -9,6 +9,8 @@
     ├── StoreError              the repository cannot be used as a store
     ├── RunNotFound             no such run in the store
     ├── RunLocked               another process drives the run
+    │   └── LeaseHeld           another agent holds the run's lease on the remote
+    ├── Diverged                two copies of a run advanced apart
     ├── StepOrderError          a step's predecessor is not confirmed
     ├── CheckFailed             a step ran but its completion check did not pass
     ├── DecisionConflict        a decision would be reopened
@@ -170,3 +172,26 @@ class EffectChanged(StepstoneError):
             f"different payload; a key stands for one payload. Give the changed effect a new "
             f"name (for example {name}-v2)"
         )
+
+
+class LeaseHeld(RunLocked):
+    """Another agent holds the run's lease on the shared remote."""
+
+    def __init__(self, run: str, holder: str, expires: str) -> None:
+        self.expires = expires
+        StepstoneError.__init__(
+            self,
+            f"run {run!r} is driven by {holder} (lease until {expires}): wait for its "
+            f"hand-off or the expiry, or take it with --steal REASON",
+        )
+        self.run = run
+        self.holder = holder
+
+
+class Diverged(StepstoneError):
+    """Two copies of a run advanced apart; records are never merged silently."""
+
+    def __init__(self, run: str, detail: str) -> None:
+        self.run = run
+        self.detail = detail
+        super().__init__(f"run {run!r}: {detail}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,13 @@ class StepstoneMagics(Magics):
 
     @line_magic
     def resume(self, line: str) -> None:
-        """%resume [--run ID] [--repo DIR]
+        """%resume [--run ID] [--repo DIR] [--steal REASON]
 
         Open the run (create it if new), read its latest commit, verify the
         recorded evidence and show every step's state and the next action.
         The run id defaults to STEPSTONE_RUN, then to the notebook's name;
         the store to STEPSTONE_REPO, then `.stepstone` in the current folder.
+        With a remote, the run's lease is taken there; --steal takes a live one.
         """
         try:
             args = cellargs.parse_resume_line(line)
@@ -84,7 +86,8 @@ class StepstoneMagics(Magics):
             if self.run is not None:
                 self.run.close()
                 self.run = None
-            self.run = open_run(run_id, repo=args.repo, workdir=Path.cwd())
+            steal = args.steal or os.environ.get("STEPSTONE_STEAL") or None
+            self.run = open_run(run_id, repo=args.repo, workdir=Path.cwd(), steal=steal)
             if notebook is not None:
                 changes = self.run.set_plan(
                     plan_from_notebook(notebook),
@@ -239,10 +242,12 @@ def register(ipython: Any) -> None:
     magics = StepstoneMagics(ipython)
     ipython.register_magics(magics)
     _registered[id(ipython)] = magics
+    atexit.register(magics.close)  # a kernel shut down normally hands its lease back
 
 
 def unregister(ipython: Any) -> None:
     """Release the run held by a shell's magics."""
     magics = _registered.pop(id(ipython), None)
     if magics is not None:
+        atexit.unregister(magics.close)
         magics.close()

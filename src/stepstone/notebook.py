@@ -100,6 +100,7 @@ def execute(
     output: Path,
     timeout: int | None = None,
     progress: Callable[[str], None] | None = None,
+    steal: str | None = None,
 ) -> NotebookOutcome:
     """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`."""
     import nbformat
@@ -128,10 +129,13 @@ def execute(
             state = "failed" if status != "ok" else ("skipped" if skipped else "done")
             progress(f"[{seen}/{total}] {name}: {state}")
 
-    env_before = {k: os.environ.get(k) for k in ("STEPSTONE_RUN", "STEPSTONE_REPO", NOTEBOOK_ENV)}
+    names = ("STEPSTONE_RUN", "STEPSTONE_REPO", NOTEBOOK_ENV, "STEPSTONE_STEAL")
+    env_before = {k: os.environ.get(k) for k in names}
     os.environ.update(
         {"STEPSTONE_RUN": run_id, "STEPSTONE_REPO": str(repo), NOTEBOOK_ENV: str(path)}
     )
+    if steal:
+        os.environ["STEPSTONE_STEAL"] = steal
     client = NotebookClient(
         nb,
         timeout=timeout,

@@ -111,6 +111,7 @@ class Run:
         workdir: Path,
         drive: bool = True,
         create: bool = True,
+        steal: str | None = None,
     ) -> None:
         self.store = store
         self.id = names.run_id(run_id)
@@ -139,6 +140,7 @@ class Run:
                 self._commit({}, f"run {self.id}: created", ["Stepstone-Status: created"])
             if drive:
                 store.point_head_at(self.id)
+                self._take_lease(steal)
         except BaseException:
             self._lock.release()
             raise
@@ -233,6 +235,37 @@ class Run:
         ]
         message = f"{subject}\n\n" + "\n".join(_one_line(line) for line in lines) + "\n"
         self._snap = self.store.commit(self.id, self._snap, writes, message, author=self.holder)
+        self._after_commit()
+
+    def _take_lease(self, steal: str | None) -> None:
+        from . import remote
+
+        self._lease: remote.LeaseKeeper | None = None
+        self._pusher: remote.BackgroundPusher | None = None
+        if remote.remote_name(self.store) is None:
+            return
+        keeper = remote.LeaseKeeper(self.store, self.id, self.holder)
+        try:
+            keeper.take(steal=steal)
+        except remote.GitFailed as exc:
+            self.notes.append(f"remote unreachable, lease not taken; working locally ({exc})")
+        else:
+            self._lease = keeper
+        if self.store.autopush:
+            self._pusher = remote.BackgroundPusher(self.store, self.id)
+
+    def _after_commit(self) -> None:
+        from .errors import StoreError as _StoreError
+
+        lease = getattr(self, "_lease", None)
+        if lease is not None:
+            try:
+                lease.renew_if_due()
+            except _StoreError as exc:
+                self.notes.append(f"could not renew the lease: {exc}")
+        pusher = getattr(self, "_pusher", None)
+        if pusher is not None:
+            pusher.poke()
 
     def commit_record(self, path: str, data: bytes, subject: str, trailers: list[str]) -> None:
         """Commit one record file of this run (used by effects)."""
@@ -797,6 +830,15 @@ class Run:
     def close(self) -> None:
         """Let go of the run so another process can drive it."""
         global _active
+        pusher, self._pusher = getattr(self, "_pusher", None), None
+        if pusher is not None:
+            pusher.close()
+        lease, self._lease = getattr(self, "_lease", None), None
+        if lease is not None:
+            try:
+                lease.release()
+            except StepstoneError as exc:
+                self.notes.append(f"could not release the lease (it expires by itself): {exc}")
         self._lock.release()
         if _active is self:
             _active = None
@@ -844,12 +886,15 @@ def open_run(
     workdir: str | os.PathLike[str] | None = None,
     drive: bool = True,
     create: bool = True,
+    steal: str | None = None,
 ) -> Run:
     """Open a run (creating it and its store if new) and hold it as its only driver.
 
     `run` defaults to `STEPSTONE_RUN`, then to the store's only run; `repo` to
     `STEPSTONE_REPO`, then `.stepstone` in the current folder. With
-    `drive=False` the run is opened read-only and no lock is taken.
+    `drive=False` the run is opened read-only and no lock is taken. When the
+    store has a remote, driving also takes the run's lease there; `steal`
+    (a reason) takes a live lease from another agent and records that it did.
     """
     global _active
     store = GitStore(repo, create=create and drive)
@@ -860,6 +905,7 @@ def open_run(
         workdir=Path(workdir).absolute() if workdir is not None else Path.cwd(),
         drive=drive,
         create=create,
+        steal=steal,
     )
     if drive:
         _active = opened

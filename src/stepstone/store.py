@@ -66,6 +66,7 @@ def holder_identity() -> str:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "unknown"
+    user = os.environ.get("STEPSTONE_AGENT") or user
     return f"{user}@{socket.gethostname()} pid {os.getpid()}"
 
 
@@ -181,6 +182,11 @@ class GitStore:
             return bool(self.repo.config.get_bool(key))
         except (KeyError, pygit2.GitError):
             return False
+
+    @property
+    def autopush(self) -> bool:
+        """Whether each commit is pushed to the remote in the background."""
+        return self._flag("stepstone.autopush")
 
     @property
     def trusted(self) -> bool:
