@@ -11,8 +11,10 @@ from .effects import effect
 from .errors import (
     CheckFailed,
     DecisionConflict,
+    Diverged,
     EffectChanged,
     InvalidInput,
+    LeaseHeld,
     PlanError,
     RecordError,
     RunLocked,
@@ -32,8 +34,10 @@ __version__ = "0.1.0"
 __all__ = [
     "CheckFailed",
     "DecisionConflict",
+    "Diverged",
     "EffectChanged",
     "InvalidInput",
+    "LeaseHeld",
     "PlanError",
     "RecordError",
     "Run",

@@ -37,6 +37,19 @@ _DIVERGED = "refs/stepstone/diverged/"
 class GitFailed(StoreError):
     """A git command against the remote failed (unreachable, refused, rejected)."""
 
+    def __init__(self, path: str, problem: str, stderr: str = "") -> None:
+        super().__init__(path, problem)
+        self.stderr = stderr
+
+
+def _gist(stderr: str) -> str:
+    """The line of git's error output that says what went wrong."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith(("fatal:", "error:", "! [rejected]", "! [remote rejected]")):
+            return line
+    return lines[-1] if lines else "failed"
+
 
 def git(store: GitStore, *args: str, check: bool = True, timeout: float = 60) -> str:
     """Run git in the store's Git directory; return stdout."""
@@ -59,8 +72,9 @@ def git(store: GitStore, *args: str, check: bool = True, timeout: float = 60) ->
             str(store.path), f"`git {args[0]}` timed out after {timeout:.0f} s"
         ) from exc
     if check and done.returncode != 0:
-        message = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        raise GitFailed(str(store.path), f"`git {' '.join(args[:2])}` failed: {message}")
+        raise GitFailed(
+            str(store.path), f"`git {args[0]}` failed: {_gist(done.stderr)}", done.stderr
+        )
     return done.stdout
 
 
@@ -95,8 +109,7 @@ def clone(url: str, path: Path) -> GitStore:
         check=False,
     )
     if done.returncode != 0:
-        message = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        raise StoreError(str(path), f"cannot clone {url}: {message}")
+        raise StoreError(str(path), f"cannot clone {url}: {_gist(done.stderr)}")
     repo = pygit2.Repository(str(path))
     repo.config["stepstone.dedicated"] = True
     repo.config["core.logAllRefUpdates"] = False
@@ -122,7 +135,7 @@ def push(store: GitStore, run: str, *, force_over: str | None = None) -> str:
     try:
         git(store, *args)
     except GitFailed as exc:
-        if "rejected" in exc.problem or "non-fast-forward" in exc.problem or "stale" in exc.problem:
+        if "rejected" in exc.stderr or "stale info" in exc.stderr:
             raise Diverged(
                 run, "the remote has commits this copy does not: run `stepstone pull` first"
             ) from exc
@@ -247,6 +260,22 @@ def _host(holder: str) -> str:
     return holder.split("@", 1)[-1].split(" ", 1)[0]
 
 
+def _dead_here(holder: str, me: str) -> bool:
+    """Whether `holder` ran on this host and its process is gone (a crash, not a hand-off)."""
+    if _host(holder) != _host(me):
+        return False
+    pid = holder.rsplit(" pid ", 1)[-1]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class LeaseKeeper:
     """Takes, renews and releases a run's lease on the remote."""
 
@@ -287,8 +316,7 @@ class LeaseKeeper:
         lease, oid = self.current()
         stolen_from = None
         if lease is not None and lease.live and lease.holder != self.holder:
-            same_host_dead = _host(lease.holder) == _host(self.holder)  # our flock proves it
-            if steal is None and not same_host_dead:
+            if steal is None and not _dead_here(lease.holder, self.holder):
                 raise LeaseHeld(self.run, lease.holder, lease.expires)
             stolen_from = lease.holder if steal is not None else None
         return self._write(oid, released=False, stolen_from=stolen_from, why=steal or "")
@@ -322,7 +350,7 @@ class LeaseKeeper:
                 f"{local}:{self.ref}",
             )
         except GitFailed as exc:
-            if "stale info" in exc.problem or "rejected" in exc.problem:
+            if "stale info" in exc.stderr or "rejected" in exc.stderr:
                 current, _ = self.current()
                 holder = current.holder if current else "another agent"
                 raise LeaseHeld(self.run, holder, current.expires if current else "?") from exc
