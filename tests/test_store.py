@@ -100,3 +100,21 @@ def test_a_moved_ref_is_never_overwritten(workdir: Path):
     git("update-ref", "refs/heads/demo", first, cwd=store)
     with pytest.raises(stepstone.StoreError, match="nothing was recorded"):
         run.step("two", lambda: 2)
+
+
+def test_loose_objects_are_packed_in_the_background_once_they_pile_up(workdir: Path):
+    import time
+
+    with stepstone.open_run("many") as run:
+        run.store.repo.config["gc.auto"] = 256
+        run.set_plan([f"s{i}" for i in range(150)])
+        for i in range(150):
+            run.step(f"s{i}", lambda: None)
+    packs = workdir / ".stepstone" / "objects" / "pack"
+    deadline = time.monotonic() + 60
+    while not list(packs.glob("*.pack")):
+        assert time.monotonic() < deadline, "git gc --auto never packed the store"
+        time.sleep(0.1)
+    with stepstone.open_run("many", drive=False) as reader:
+        assert len(reader.records) == 150
+    git("fsck", "--strict", cwd=workdir / ".stepstone")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,6 +63,18 @@ class RefMoved(Exception):
     """The ref no longer points where the writer expected (compare-and-swap failed)."""
 
 
+def _take_lock_file(lock: Path, *, patience: float = 2.0) -> int:
+    """Create `lock` exclusively, waiting a little for a brief holder (a `git gc`, say)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+
+
 def update_ref(
     git_dir: Path, ref: str, new: str, expected: str | None, read_current: Callable[[], str | None]
 ) -> None:
@@ -72,7 +85,7 @@ def update_ref(
     path = git_dir / ref
     lock = path.with_name(path.name + ".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = _take_lock_file(lock)
     try:
         current = read_current()
         if current != expected:

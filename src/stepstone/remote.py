@@ -113,6 +113,7 @@ def clone(url: str, path: Path) -> GitStore:
     repo = pygit2.Repository(str(path))
     repo.config["stepstone.dedicated"] = True
     repo.config["core.logAllRefUpdates"] = False
+    repo.config["gc.packRefs"] = False
     repo.config[REMOTE_KEY] = "origin"
     (path / ".gitignore").write_text("*\n")
     return GitStore(path)

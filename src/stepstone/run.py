@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import artifacts, checks, effects, models, names
 from .errors import (
@@ -43,6 +43,9 @@ from .models import (
 from .redaction import error_text, redact
 from .status import RunStatus, StepState, StepStatus
 from .store import RUN_ENV, GitStore, holder_identity, parse_trailers
+
+if TYPE_CHECKING:
+    from .remote import BackgroundPusher, LeaseKeeper
 
 _active: Run | None = None
 
@@ -124,6 +127,8 @@ class Run:
         self._state: dict[str, StepState] = {}
         self._last_verified = 0  # no step after this number is verified
         self._current_step: str | None = None
+        self._lease: LeaseKeeper | None = None
+        self._pusher: BackgroundPusher | None = None
         self._tolerant = not drive
         self.corrupt: list[str] = []
         self._reasons: dict[str, str] = {}
@@ -240,8 +245,6 @@ class Run:
     def _take_lease(self, steal: str | None) -> None:
         from . import remote
 
-        self._lease: remote.LeaseKeeper | None = None
-        self._pusher: remote.BackgroundPusher | None = None
         if remote.remote_name(self.store) is None:
             return
         keeper = remote.LeaseKeeper(self.store, self.id, self.holder)
@@ -255,17 +258,13 @@ class Run:
             self._pusher = remote.BackgroundPusher(self.store, self.id)
 
     def _after_commit(self) -> None:
-        from .errors import StoreError as _StoreError
-
-        lease = getattr(self, "_lease", None)
-        if lease is not None:
+        if self._lease is not None:
             try:
-                lease.renew_if_due()
-            except _StoreError as exc:
+                self._lease.renew_if_due()
+            except StoreError as exc:
                 self.notes.append(f"could not renew the lease: {exc}")
-        pusher = getattr(self, "_pusher", None)
-        if pusher is not None:
-            pusher.poke()
+        if self._pusher is not None:
+            self._pusher.poke()
 
     def commit_record(self, path: str, data: bytes, subject: str, trailers: list[str]) -> None:
         """Commit one record file of this run (used by effects)."""
@@ -830,15 +829,17 @@ class Run:
     def close(self) -> None:
         """Let go of the run so another process can drive it."""
         global _active
-        pusher, self._pusher = getattr(self, "_pusher", None), None
+        pusher, self._pusher = self._pusher, None
         if pusher is not None:
             pusher.close()
-        lease, self._lease = getattr(self, "_lease", None), None
+        lease, self._lease = self._lease, None
         if lease is not None:
             try:
                 lease.release()
             except StepstoneError as exc:
                 self.notes.append(f"could not release the lease (it expires by itself): {exc}")
+        if self._lock.held:
+            self.store.collect_garbage_in_background()
         self._lock.release()
         if _active is self:
             _active = None

@@ -15,12 +15,14 @@ unreachable and harmless.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import getpass
 import json
 import os
 import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +70,9 @@ def holder_identity() -> str:
         user = "unknown"
     user = os.environ.get("STEPSTONE_AGENT") or user
     return f"{user}@{socket.gethostname()} pid {os.getpid()}"
+
+
+_GC_AUTO = 6700  # git's default gc.auto
 
 
 @dataclass
@@ -158,7 +163,7 @@ class GitStore:
             repo.config[_DEDICATED_KEY] = True
             repo.config[_TRUSTED_KEY] = True
             repo.config["core.logAllRefUpdates"] = False
-            repo.config["gc.auto"] = 0
+            repo.config["gc.packRefs"] = False  # refs stay loose: only drivers lock them
             # The parent project should not pick the store up as untracked files.
             (tmp / ".gitignore").write_text("*\n")
             del repo
@@ -247,7 +252,11 @@ class GitStore:
         return name
 
     def stale_ref_locks(self, run: str) -> list[Path]:
-        """Lock files of the run's ref (left by a killed writer)."""
+        """Lock files of the run's ref, left by a killed writer.
+
+        Only stepstone drivers write a run's ref (gc is told not to pack refs),
+        so once the run lock is held, any such lock file is stale.
+        """
         locks = [self.git_dir / (self.ref(run) + ".lock"), self.git_dir / "packed-refs.lock"]
         return [lock for lock in locks if lock.exists()]
 
@@ -445,6 +454,34 @@ class GitStore:
         if len(builder) == 0 and tree is not None:
             return None
         return builder.write()
+
+    def collect_garbage_in_background(self) -> None:
+        """Run `git gc --auto` once loose objects pile up, as git does after commits.
+
+        git's heuristic: more than `gc.auto` (6,700) loose objects, estimated
+        from `objects/17`. Packing makes reads of large runs faster and the store
+        ten times smaller; git's gc is safe beside later writers. Without a git
+        executable, nothing happens.
+        """
+        try:
+            limit = int(str(self.repo.config["gc.auto"]))
+        except (KeyError, ValueError):
+            limit = _GC_AUTO
+        try:
+            if limit <= 0 or len(os.listdir(self.git_dir / "objects" / "17")) * 256 <= limit:
+                return
+        except OSError:
+            return
+        # `gc --auto` detaches itself (gc.autoDetach), so this returns at once
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                ["git", "--git-dir", str(self.git_dir), "gc", "--auto", "--quiet"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=60,
+                check=False,
+            )
 
     # -- repair -----------------------------------------------------------------
 
