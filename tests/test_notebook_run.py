@@ -170,3 +170,22 @@ def test_the_quickstart_notebook_passes_nbval(workdir: Path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert (workdir / "out" / "report.md").exists()
+
+
+def test_an_edited_notebook_is_detected_and_shown(workdir: Path):
+    nb = _write_notebook(workdir)
+    assert _stepstone("run", str(nb), cwd=workdir).returncode == 0
+    book = nbformat.read(str(nb), as_version=4)
+    # rename s4 to t4, move s3 before s2, edit s1's source
+    book.cells[4].source = book.cells[4].source.replace("s4", "t4")
+    book.cells[2], book.cells[3] = book.cells[3], book.cells[2]
+    book.cells[1].source += "\n# edited"
+    nbformat.write(book, str(nb))
+    done = _stepstone("run", str(nb), cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    executed = nbformat.read(str(workdir / "job.out.ipynb"), as_version=4)
+    shown = str(executed.cells[0].outputs)
+    for change in ("the notebook changed", "added t4", "removed s4", "moved s3 3->2", "changed s1"):
+        assert change in shown, change
+    runs = (workdir / "executions.log").read_text().split()
+    assert runs[4:] == ["s1", "s3", "s2", "t4"]  # the edited step and all after it run again
