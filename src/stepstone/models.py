@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .errors import RecordError, SchemaTooNew
 
@@ -173,6 +173,28 @@ def load(cls: type[R], data: bytes, path: str, *, where: Callable[[str], str] | 
             raise SchemaTooNew(where(path) if where else path, fast.schema_version, SCHEMA_VERSION)
         return fast
     return _load_slowly(cls, data, where(path) if where else path)
+
+
+_adapters: dict[type[Record], TypeAdapter[Any]] = {}
+
+
+def load_many(cls: type[R], documents: list[bytes]) -> list[R] | None:
+    """Validate many stored records in one pass, or None when any of them is not valid.
+
+    The caller then loads them one by one, so that the bad one is named.
+    """
+    if not documents:
+        return []
+    adapter = _adapters.get(cls)
+    if adapter is None:
+        adapter = _adapters[cls] = TypeAdapter(list[cls])  # type: ignore[valid-type]
+    try:
+        records: list[R] = adapter.validate_json(b"[" + b",".join(documents) + b"]")
+    except ValidationError:
+        return None
+    if len(records) != len(documents) or any(r.schema_version > SCHEMA_VERSION for r in records):
+        return None
+    return records
 
 
 def _load_slowly(cls: type[R], data: bytes, where: str) -> R:

@@ -173,29 +173,35 @@ class Run:
             self.corrupt.append(str(exc))
             return None
 
+    def _load_all(self, cls: type[models.R], files: dict[str, bytes]) -> list[models.R]:
+        """Load a folder's records in one pass; file by file when one of them is bad."""
+        loaded = models.load_many(cls, list(files.values()))
+        if loaded is not None:
+            return loaded
+        return [r for path, data in files.items() if (r := self._load(cls, path, data))]
+
     def _parse(self) -> None:
         files = self._snap.files
         stamp = now()
         raw_info = files.get("run.json")
         info = self._load(RunInfo, "run.json", raw_info) if raw_info is not None else None
         self.info = info or RunInfo(run=self.id, created=stamp, updated=stamp)
-        planned: list[PlannedStep] = []
-        self.records: dict[str, StepRecord] = {}
-        self.decisions: dict[str, Decision] = {}
-        self.unknowns: dict[str, Unknown] = {}
-        self.effects: dict[str, EffectRecord] = {}
+        groups: dict[str, dict[str, bytes]] = {}
         for path, data in files.items():
-            top = path.split("/", 1)[0]
-            if top == "plan" and (step := self._load(PlannedStep, path, data)):
-                planned.append(step)
-            elif top == "steps" and (record := self._load(StepRecord, path, data)):
-                self.records[record.name] = record
-            elif top == "decisions" and (decision := self._load(Decision, path, data)):
-                self.decisions[decision.key] = decision
-            elif top == "unknowns" and (unknown := self._load(Unknown, path, data)):
-                self.unknowns[unknown.id] = unknown
-            elif top == "effects" and (effect := self._load(EffectRecord, path, data)):
-                self.effects[effect.key] = effect
+            groups.setdefault(path.split("/", 1)[0], {})[path] = data
+        planned = self._load_all(PlannedStep, groups.get("plan", {}))
+        self.records: dict[str, StepRecord] = {
+            r.name: r for r in self._load_all(StepRecord, groups.get("steps", {}))
+        }
+        self.decisions: dict[str, Decision] = {
+            d.key: d for d in self._load_all(Decision, groups.get("decisions", {}))
+        }
+        self.unknowns: dict[str, Unknown] = {
+            u.id: u for u in self._load_all(Unknown, groups.get("unknowns", {}))
+        }
+        self.effects: dict[str, EffectRecord] = {
+            e.key: e for e in self._load_all(EffectRecord, groups.get("effects", {}))
+        }
         planned.sort(key=lambda s: s.number)
         problems = [
             (plan_path(step.number), f"plan has no step {index}")
