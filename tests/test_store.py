@@ -112,7 +112,8 @@ def test_loose_objects_are_packed_in_the_background_once_they_pile_up(workdir: P
             run.step(f"s{i}", lambda: None)
     packs = workdir / ".stepstone" / "objects" / "pack"
     deadline = time.monotonic() + 60
-    while not list(packs.glob("*.pack")):
+    gc_pid = workdir / ".stepstone" / "gc.pid"
+    while not list(packs.glob("*.pack")) or gc_pid.exists():
         assert time.monotonic() < deadline, "git gc --auto never packed the store"
         time.sleep(0.1)
     with stepstone.open_run("many", drive=False) as reader:
