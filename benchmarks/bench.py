@@ -257,7 +257,14 @@ def stepstone_skip(tmp: Path, n: int) -> list[float]:
 
 
 def disk_usage(path: Path) -> int:
-    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(folder, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass  # removed while we walked
+    return total
 
 
 def build_run(store: Path, workdir: Path, size: int) -> None:
@@ -266,6 +273,7 @@ def build_run(store: Path, workdir: Path, size: int) -> None:
     from stepstone.run import step_path
 
     with stepstone.open_run("sized", repo=store, workdir=workdir) as run:
+        run.store.repo.config["gc.auto"] = 0  # measure before and after an explicit gc
         run.set_plan([f"s{i}" for i in range(size + 200)])
         for batch in range(0, size, 1000):
             writes: dict[str, bytes | None] = {}
