@@ -19,6 +19,7 @@ the history is shorter), then 100 real steps are timed on top.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -260,10 +261,8 @@ def disk_usage(path: Path) -> int:
     total = 0
     for folder, _, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # removed while we walked
                 total += os.stat(os.path.join(folder, name)).st_blocks * 512
-            except FileNotFoundError:
-                pass  # removed while we walked
     return total
 
 
