@@ -28,6 +28,26 @@ def git(*args: str, cwd: Path | str) -> str:
     return done.stdout
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without STEPSTONE_* variables, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    env.update(extra)
+    return env
+
+
+def stepstone_cli(*args: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    """Run the real `stepstone` command line in a subprocess (extra: environment)."""
+    return subprocess.run(
+        [sys.executable, "-m", "stepstone", *args],
+        cwd=cwd,
+        env=clean_env(**extra),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
 def run_python(
     code: str, *, cwd: Path, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:

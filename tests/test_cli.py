@@ -1,28 +1,14 @@
 """The command line in a subprocess, against stores made by real runs."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import git
+from conftest import stepstone_cli as cli
 from test_records import _commit_edit
 
 import stepstone
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "stepstone", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _make_run(workdir: Path, steps: int = 3, run_id: str = "job") -> None:

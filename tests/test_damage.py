@@ -2,25 +2,13 @@
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import git
+from conftest import stepstone_cli as cli
 
 import stepstone
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "stepstone", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _three_steps(workdir: Path, *, effect: bool = False) -> None:

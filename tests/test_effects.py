@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git
+from conftest import stepstone_cli as _cli
 from receiver import Receiver
 
 import stepstone
@@ -93,18 +94,6 @@ def _wait(proc: subprocess.Popen, ready) -> None:
         assert proc.poll() is None, proc.communicate()[1]
         assert time.monotonic() < deadline
         time.sleep(0.01)
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "stepstone", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _effect_records(workdir: Path) -> list[dict]:

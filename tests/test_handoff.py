@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import git
+from conftest import clean_env, git, stepstone_cli
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import stepstone
@@ -20,20 +20,11 @@ from stepstone.store import GitStore
 
 
 def _env(agent: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
-    env.update(STEPSTONE_AGENT=agent, **extra)
-    return env
+    return clean_env(STEPSTONE_AGENT=agent, **extra)
 
 
 def cli(*args: str, cwd: Path, agent: str = "agent-a", **extra: str):
-    return subprocess.run(
-        [sys.executable, "-m", "stepstone", *args],
-        cwd=cwd,
-        env=_env(agent, **extra),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    return stepstone_cli(*args, cwd=cwd, STEPSTONE_AGENT=agent, **extra)
 
 
 @pytest.fixture

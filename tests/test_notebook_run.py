@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 from conftest import git
+from conftest import stepstone_cli as _stepstone
 from nbformat.v4 import new_code_cell, new_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,13 +39,6 @@ def _write_notebook(folder: Path, *, hang_in: str | None = None) -> Path:
     path = folder / "job.ipynb"
     nbformat.write(new_notebook(cells=cells), str(path))
     return path
-
-
-def _stepstone(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
-    return subprocess.run(
-        [*STEPSTONE, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=180, **kw
-    )
 
 
 def test_killing_the_kernel_mid_step_costs_only_that_step(workdir: Path):
