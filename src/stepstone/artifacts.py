@@ -16,8 +16,6 @@ from typing import Any
 
 from .errors import InvalidInput
 
-FORMATS = ("json", "npy", "parquet", "pickle")
-
 
 def _is_plain(value: Any) -> bool:
     if value is None or isinstance(value, (bool, int, float, str)):

@@ -339,12 +339,7 @@ def repair(run_id: str | None, repo: str | None, force: bool) -> None:
     from .store import GitStore
 
     store = GitStore(repo, create=False)
-    run_id = run_id or os.environ.get(RUN_ENV)
-    if run_id is None:
-        runs = store.runs()
-        if len(runs) != 1:
-            raise InvalidInput(f"pick the run to repair with --run (runs: {', '.join(runs)})")
-        run_id = runs[0]
+    run_id = store.pick_run(run_id)
     old, new, dropped = store.repair(run_id, force=force)
     click.echo(
         f"run {run_id}: moved from {(old or 'nothing')[:10]} to {new[:10]}; "
@@ -390,18 +385,11 @@ def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None
     from .store import GitStore
 
     store = GitStore(repo, create=False)
-    run_name = run_id or os.environ.get(RUN_ENV) or _only_run_name(store)
+    run_name = store.pick_run(run_id)
     with open_run(run_name, repo=repo, workdir=_workdir(repo)):
         result = remote.pull(store, run_name, keep=keep)
     extra = f"; the other history is kept at {result.preserved}" if result.preserved else ""
     click.echo(f"run {run_name}: {result.state}{extra}")
-
-
-def _only_run_name(store: Any) -> str:
-    runs = store.runs()
-    if len(runs) != 1:
-        raise InvalidInput(f"pick a run with --run (runs: {', '.join(runs) or 'none'})")
-    return str(runs[0])
 
 
 @main.command("clone")

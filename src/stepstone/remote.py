@@ -23,7 +23,7 @@ import pygit2
 
 from . import durable
 from .errors import Diverged, LeaseHeld, StoreError
-from .store import GitStore
+from .store import GitStore, make_dedicated
 
 REMOTE_KEY = "stepstone.remote"
 LEASE_SECONDS_KEY = "stepstone.leaseSeconds"
@@ -111,11 +111,8 @@ def clone(url: str, path: Path) -> GitStore:
     if done.returncode != 0:
         raise StoreError(str(path), f"cannot clone {url}: {_gist(done.stderr)}")
     repo = pygit2.Repository(str(path))
-    repo.config["stepstone.dedicated"] = True
-    repo.config["core.logAllRefUpdates"] = False
-    repo.config["gc.packRefs"] = False
+    make_dedicated(repo, path, trusted=False)
     repo.config[REMOTE_KEY] = "origin"
-    (path / ".gitignore").write_text("*\n")
     return GitStore(path)
 
 

@@ -42,7 +42,7 @@ from .models import (
 )
 from .redaction import error_text, redact
 from .status import RunStatus, StepState, StepStatus
-from .store import RUN_ENV, GitStore, holder_identity, parse_trailers
+from .store import GitStore, holder_identity, parse_trailers
 
 if TYPE_CHECKING:
     from .remote import BackgroundPusher, LeaseKeeper
@@ -905,7 +905,7 @@ def open_run(
     """
     global _active
     store = GitStore(repo, create=create and drive)
-    run_id = run or os.environ.get(RUN_ENV) or _only_run(store)
+    run_id = store.pick_run(run)
     opened = Run(
         store,
         run_id,
@@ -917,20 +917,6 @@ def open_run(
     if drive:
         _active = opened
     return opened
-
-
-def _only_run(store: GitStore) -> str:
-    runs = store.runs()
-    if len(runs) == 1:
-        return runs[0]
-    if not runs:
-        raise InvalidInput(
-            f"no run id given and store {store.path} has no runs: pass a run id "
-            f"(--run ID, or STEPSTONE_RUN)"
-        )
-    raise InvalidInput(
-        f"store {store.path} has several runs ({', '.join(runs)}): pick one with --run ID"
-    )
 
 
 def decided(key: str, default: Any = None) -> Any:

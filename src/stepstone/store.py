@@ -32,7 +32,7 @@ import pygit2
 
 from . import durable, names
 from .atomic import fsync_dir
-from .errors import StoreError
+from .errors import InvalidInput, StoreError
 
 DEFAULT_STORE = ".stepstone"
 STORE_ENV = "STEPSTONE_REPO"
@@ -73,6 +73,17 @@ def holder_identity() -> str:
 
 
 _GC_AUTO = 6700  # git's default gc.auto
+
+
+def make_dedicated(repo: pygit2.Repository, path: Path, *, trusted: bool) -> None:
+    """Configure a bare repository as a store of stepstone's own (runs on branches)."""
+    repo.config[_DEDICATED_KEY] = True
+    if trusted:
+        repo.config[_TRUSTED_KEY] = True
+    repo.config["core.logAllRefUpdates"] = False
+    repo.config["gc.packRefs"] = False  # refs stay loose: only drivers lock them
+    # The parent project should not pick the store up as untracked files.
+    (path / ".gitignore").write_text("*\n")
 
 
 @dataclass
@@ -160,12 +171,7 @@ class GitStore:
             parent.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
             repo = pygit2.init_repository(str(tmp), bare=True)
-            repo.config[_DEDICATED_KEY] = True
-            repo.config[_TRUSTED_KEY] = True
-            repo.config["core.logAllRefUpdates"] = False
-            repo.config["gc.packRefs"] = False  # refs stay loose: only drivers lock them
-            # The parent project should not pick the store up as untracked files.
-            (tmp / ".gitignore").write_text("*\n")
+            make_dedicated(repo, tmp, trusted=True)
             del repo
             try:
                 os.rename(tmp, self.path)
@@ -218,6 +224,23 @@ class GitStore:
                 if "/" not in rest:
                     found.append(rest)
         return sorted(found)
+
+    def pick_run(self, run: str | None = None) -> str:
+        """`run`, else `STEPSTONE_RUN`, else this store's only run; else say how to choose."""
+        chosen = run or os.environ.get(RUN_ENV)
+        if chosen:
+            return chosen
+        runs = self.runs()
+        if len(runs) == 1:
+            return runs[0]
+        if not runs:
+            raise InvalidInput(
+                f"no run id given and store {self.path} has no runs: pass a run id "
+                f"(--run ID, or STEPSTONE_RUN)"
+            )
+        raise InvalidInput(
+            f"store {self.path} has several runs ({', '.join(runs)}): pick one with --run ID"
+        )
 
     def tip(self, run: str) -> str | None:
         """The id of the latest commit of `run`, or None when it has none."""
