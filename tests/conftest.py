@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,41 @@ def git(*args: str, cwd: Path | str) -> str:
     done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def _gc_running(store: Path) -> bool:
+    try:
+        pid = int((store / "gc.pid").read_text().split()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
+
+
+def fsck(store: Path | str) -> None:
+    """`git fsck --strict` on a store, once any background `git gc` there is done.
+
+    A `git gc --auto` that stepstone started may still be packing loose objects;
+    fsck lists them, gc removes them, and fsck reports them missing. So wait for
+    gc's `gc.pid` to go, and retry a failure that names a missing loose object
+    (gc may lock between fsck's start and its read). Real damage fails every try.
+    """
+    store = Path(store)
+    stderr = ""
+    for _ in range(5):
+        deadline = time.monotonic() + 60
+        while _gc_running(store) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        done = subprocess.run(
+            ["git", "fsck", "--strict"], cwd=store, capture_output=True, text=True, check=False
+        )
+        if done.returncode == 0:
+            return
+        stderr = done.stderr
+        if "unable to mmap" not in stderr:
+            break
+        time.sleep(0.5)
+    raise AssertionError(stderr)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import fsck, git
 
 import stepstone
 
@@ -65,7 +65,7 @@ def test_kill_during_step_3_repeats_only_step_3(workdir: Path):
         "log", "--format=%(trailers:key=Stepstone-Step,valueonly)", cwd=workdir / ".stepstone"
     )
     assert "3 step3" in trailers
-    git("fsck", "--strict", cwd=workdir / ".stepstone")
+    fsck(workdir / ".stepstone")
 
 
 COMMIT_LOOP = textwrap.dedent(
@@ -94,7 +94,7 @@ def test_kill_at_random_instants_during_commits_never_damages_the_store(workdir:
         time.sleep(rng.uniform(0.01, 0.15))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        git("fsck", "--strict", cwd=workdir / ".stepstone")
+        fsck(workdir / ".stepstone")
         with stepstone.open_run("loop") as run:  # a stale ref lock, if any, is recovered
             tips.append(run.store.tip("loop"))
             assert run.decisions  # every committed decision reads back

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import fsck, git
 from conftest import stepstone_cli as _cli
 from receiver import Receiver
 
@@ -144,7 +144,7 @@ def test_kill_at_each_boundary_never_duplicates_an_effect(workdir: Path, kind, p
         assert receiver.applied(kind) == {key: 1}
     for record in _effect_records(workdir):
         assert record["state"] == "confirmed" and record["receipt"] is not None
-    git("fsck", "--strict", cwd=workdir / ".stepstone")
+    fsck(workdir / ".stepstone")
 
 
 def test_a_confirmed_effect_returns_its_receipt_and_is_never_performed_again(workdir: Path):

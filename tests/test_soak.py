@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import nbformat
-from conftest import git
+from conftest import fsck, git
 from nbformat.v4 import new_code_cell, new_notebook
 from receiver import Receiver
 
@@ -46,7 +46,7 @@ def _settle_unresolved(workdir: Path, run_id: str, receiver: Receiver) -> int:
 def _check_invariants(workdir: Path, run_id: str, receiver: Receiver) -> None:
     if not (workdir / ".stepstone").exists():
         return  # killed before the store was made
-    git("fsck", "--strict", cwd=workdir / ".stepstone")
+    fsck(workdir / ".stepstone")
     try:
         reader = stepstone.open_run(run_id, drive=False)
     except stepstone.RunNotFound:
@@ -151,4 +151,4 @@ def test_random_kills_of_stepstone_run_with_its_kernel(workdir: Path):
         ).stdout
     )
     assert [s["state"] for s in status["steps"]] == ["verified"] * 4
-    git("fsck", "--strict", cwd=workdir / ".stepstone")
+    fsck(workdir / ".stepstone")

@@ -2,7 +2,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import fsck, git
 
 import stepstone
 from stepstone.store import GitStore, parse_trailers
@@ -31,7 +31,7 @@ def test_each_completed_step_is_one_commit_with_trailers(workdir: Path):
         check=True,
     ).stdout
     assert "Stepstone-Step: 1 fetch" in parsed.splitlines()
-    git("fsck", "--strict", cwd=workdir / ".stepstone")
+    fsck(workdir / ".stepstone")
 
 
 def test_embedded_store_is_bare_and_ignored_by_the_parent_project(workdir: Path):
@@ -118,4 +118,4 @@ def test_loose_objects_are_packed_in_the_background_once_they_pile_up(workdir: P
         time.sleep(0.1)
     with stepstone.open_run("many", drive=False) as reader:
         assert len(reader.records) == 150
-    git("fsck", "--strict", cwd=workdir / ".stepstone")
+    fsck(workdir / ".stepstone")
