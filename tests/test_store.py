@@ -1,3 +1,4 @@
+import os
 import subprocess
 from pathlib import Path
 
@@ -119,3 +120,27 @@ def test_loose_objects_are_packed_in_the_background_once_they_pile_up(workdir: P
     with stepstone.open_run("many", drive=False) as reader:
         assert len(reader.records) == 150
     fsck(workdir / ".stepstone")
+
+
+def test_without_syncfs_each_object_is_fsynced_before_the_ref_moves(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("STEPSTONE_SYNC", "each")
+    run = stepstone.open_run("demo")
+    run.set_plan(["one"])
+    store = workdir / ".stepstone"
+    flushed: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    run.step("one", lambda: 1)
+    new_objects = git("rev-list", "--objects", "demo", "^demo~1", cwd=store).splitlines()
+    objects = [i for i, p in enumerate(flushed) if "/tmp_obj_stepstone" in p]
+    ref = [i for i, p in enumerate(flushed) if p.endswith("refs/heads/demo.lock")]
+    assert len(objects) == len(new_objects) >= 5  # record, three trees, commit
+    assert len(ref) == 1 and max(objects) < ref[0]  # every object before the ref
+    fsck(store)

@@ -2,10 +2,11 @@
 
 A commit writes several loose objects. Flushing each one (file and folder) costs
 two fsyncs apiece; `syncfs` flushes them all in one call. The ref then moves
-through git's own lock-file protocol (`<ref>.lock` created exclusively, fsynced,
-renamed over the ref, folder fsynced), only after the objects are durable, so
-a crash at any instant leaves the old tip or the new one, never a tip whose
-objects are missing.
+through git's own lock-file protocol (`<ref>.lock` created exclusively, written,
+flushed, renamed over the ref, folder fsynced). The flush of the lock file is
+the same `syncfs` that makes the objects durable, and it comes before the
+rename, so a crash at any instant leaves the old tip or the new one, never a
+tip whose objects are missing.
 """
 
 from __future__ import annotations
@@ -46,17 +47,22 @@ def can_sync_filesystem() -> bool:
 
 def sync_filesystem(path: Path) -> None:
     """Flush every written file of the file system holding `path` to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        sync_filesystem_of(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_filesystem_of(fd: int) -> None:
+    """Flush every written file of the file system holding the open file `fd`."""
     function = _syncfs_function()
     if function is None:
         os.sync()
         return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if function(fd) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, os.strerror(errno), str(path))
-    finally:
-        os.close(fd)
+    if function(fd) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
 
 
 class RefMoved(Exception):
@@ -76,11 +82,19 @@ def _take_lock_file(lock: Path, *, patience: float = 2.0) -> int:
 
 
 def update_ref(
-    git_dir: Path, ref: str, new: str, expected: str | None, read_current: Callable[[], str | None]
+    git_dir: Path,
+    ref: str,
+    new: str,
+    expected: str | None,
+    read_current: Callable[[], str | None],
+    flush: Callable[[int], None] = os.fsync,
 ) -> None:
     """Point `ref` at `new` if it still points at `expected`, durably and atomically.
 
     `read_current` is called while the ref's lock file is held, as git does.
+    `flush(fd)` makes the lock file's content durable before it is renamed over
+    the ref: an fsync of it, or one `syncfs` that also flushes the commit's
+    objects written just before, so one flush serves both.
     """
     path = git_dir / ref
     lock = path.with_name(path.name + ".lock")
@@ -91,7 +105,7 @@ def update_ref(
         if current != expected:
             raise RefMoved(f"{ref} is at {current}, expected {expected}")
         os.write(fd, f"{new}\n".encode())
-        os.fsync(fd)
+        flush(fd)
         os.close(fd)
         fd = -1
         os.replace(lock, path)

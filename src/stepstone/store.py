@@ -7,10 +7,11 @@ repository, the notebook's own project included, keeps runs under
 `refs/stepstone/runs/` and is never touched elsewhere: not its branches, index
 or work tree.
 
-Commits are written straight to the object database with libgit2 (pygit2),
-with fsync on, and the ref moves by compare-and-swap. A crash leaves either
-the old commit or the new one as the tip; objects of an unfinished commit are
-unreachable and harmless.
+A commit's objects are written straight to the object database as loose files
+(`gitobjects`, git's own format), flushed together, and the ref then moves by
+compare-and-swap through git's lock-file protocol (`durable`). Reading goes
+through libgit2 (pygit2). A crash leaves either the old commit or the new one
+as the tip; objects of an unfinished commit are unreachable and harmless.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pygit2
 
-from . import durable, names
+from . import durable, gitobjects, names
 from .atomic import fsync_dir
 from .errors import InvalidInput, StoreError
 
@@ -51,7 +52,7 @@ _fsync_enabled = False
 
 
 def batch_sync() -> bool:
-    """Whether commits flush their objects with one `syncfs` (else libgit2 fsyncs each)."""
+    """Whether commits flush their objects with one `syncfs` (else each object is fsynced)."""
     return os.environ.get(SYNC_ENV, "syncfs") != "each" and durable.can_sync_filesystem()
 
 
@@ -135,6 +136,7 @@ class GitStore:
         self.repo = self._open(create)
         self.dedicated = self._is_dedicated()
         self.prefix = _DEDICATED_PREFIX if self.dedicated else _FOREIGN_PREFIX
+        self._object_writer: gitobjects.ObjectWriter | None = None
 
     # -- opening ---------------------------------------------------------------
 
@@ -383,6 +385,19 @@ class GitStore:
             raise KeyError(f"{oid} is not a blob")
         return bytes(obj.data)
 
+    def _writer(self) -> gitobjects.ObjectWriter:
+        if self._object_writer is None:
+            self._object_writer = gitobjects.ObjectWriter(
+                self.git_dir, self._raw_tree, fsync_each=not batch_sync()
+            )
+        return self._object_writer
+
+    def _raw_tree(self, oid: bytes) -> bytes:
+        kind, data = self.repo.odb.read(pygit2.Oid(raw=oid))
+        if kind != pygit2.enums.ObjectType.TREE:
+            raise KeyError(f"{oid.hex()} is not a tree")
+        return bytes(data)
+
     def blob(self, tree: str, path: str) -> bytes | None:
         """The content of `path` in `tree`, or None when absent."""
         try:
@@ -407,39 +422,39 @@ class GitStore:
         The ref moves only if it still points at `parent.commit`: a run that
         moved under us is an error, never a silent overwrite.
         """
+        writer = self._writer()
         try:
-            updates: dict[tuple[str, ...], pygit2.Oid | None] = {}
+            updates: dict[tuple[bytes, ...], bytes | None] = {}
             for path, data in writes.items():
-                parts = tuple(path.split("/"))
-                updates[parts] = None if data is None else self.repo.create_blob(data)
-            base = self._tree(parent.tree) if parent.tree else None
-            tree_id = self._apply(base, updates) or self.repo.TreeBuilder().write()
+                parts = tuple(part.encode() for part in path.split("/"))
+                updates[parts] = None if data is None else writer.write(b"blob", data)
+            base = bytes.fromhex(parent.tree) if parent.tree else None
+            tree = writer.apply(base, updates) or writer.write_tree({})
             user, _, rest = author.partition("@")
-            signature = pygit2.Signature(user or "stepstone", f"{user}@{rest.split(' ')[0]}")
-            parents = [pygit2.Oid(hex=parent.commit)] if parent.commit else []
-            if batch_sync():
-                commit_id = self.repo.create_commit(
-                    None, signature, signature, message, tree_id, parents
-                )
-                durable.sync_filesystem(self.git_dir / "objects")
-                durable.update_ref(
-                    self.git_dir,
-                    self.ref(run),
-                    str(commit_id),
-                    parent.commit,
-                    lambda: self.tip(run),
-                )
-            else:
-                commit_id = self.repo.create_commit(
-                    self.ref(run), signature, signature, message, tree_id, parents
-                )
+            content = gitobjects.format_commit(
+                tree.hex(),
+                [parent.commit] if parent.commit else [],
+                user or "stepstone",
+                f"{user}@{rest.split(' ')[0]}",
+                message,
+            )
+            commit_id = writer.write(b"commit", content).hex()
+            writer.flush_folders()
+            durable.update_ref(
+                self.git_dir,
+                self.ref(run),
+                commit_id,
+                parent.commit,
+                lambda: self.tip(run),
+                durable.sync_filesystem_of if batch_sync() else os.fsync,
+            )
         except FileExistsError as exc:
             raise StoreError(
                 str(self.path),
                 f"the ref of run {run!r} is locked ({exc.filename}): another git process is "
                 f"writing it, or a killed one left the lock; reopen the run to clear a stale one",
             ) from exc
-        except (pygit2.GitError, durable.RefMoved) as exc:
+        except (pygit2.GitError, durable.RefMoved, KeyError, ValueError) as exc:
             raise StoreError(
                 str(self.path),
                 f"could not commit to run {run!r} ({exc}); nothing was recorded for this "
@@ -449,34 +464,7 @@ class GitStore:
             raise StoreError(
                 str(self.path), f"could not write ({exc.strerror}); free space or fix permissions"
             ) from exc
-        return Snapshot(str(commit_id), str(tree_id))
-
-    def _apply(
-        self, tree: pygit2.Tree | None, updates: Mapping[tuple[str, ...], pygit2.Oid | None]
-    ) -> pygit2.Oid | None:
-        builder = self.repo.TreeBuilder(tree) if tree is not None else self.repo.TreeBuilder()
-        nested: dict[str, dict[tuple[str, ...], pygit2.Oid | None]] = {}
-        for parts, oid in updates.items():
-            if len(parts) == 1:
-                if oid is not None:
-                    builder.insert(parts[0], oid, _BLOB)
-                elif builder.get(parts[0]) is not None:
-                    builder.remove(parts[0])
-            else:
-                nested.setdefault(parts[0], {})[parts[1:]] = oid
-        for name, sub in nested.items():
-            existing = builder.get(name)
-            subtree = self.repo.get(existing.id) if existing is not None else None
-            new_tree = subtree if isinstance(subtree, pygit2.Tree) else None
-            new = self._apply(new_tree, sub)
-            if new is None:
-                if existing is not None:
-                    builder.remove(name)
-            else:
-                builder.insert(name, new, _TREE)
-        if len(builder) == 0 and tree is not None:
-            return None
-        return builder.write()
+        return Snapshot(commit_id, tree.hex())
 
     def collect_garbage_in_background(self) -> None:
         """Run `git gc --auto` once loose objects pile up, as git does after commits.
