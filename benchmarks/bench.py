@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import queue
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,15 +39,68 @@ from stepstone.store import batch_sync
 RECORD = b'{"step": 1, "status": "confirmed", ' + b'"x": "' + b"a" * 250 + b'"}\n'
 
 
-def timed(fn: Callable[[int], object], n: int, warmup: int = 10) -> list[float]:
-    for i in range(warmup):
-        fn(-1 - i)
-    out = []
-    for i in range(n):
-        start = time.perf_counter()
-        fn(i)
-        out.append((time.perf_counter() - start) * 1000)
+Sampler = Callable[[int], "float | None"]  # one operation; may report its own time
+
+
+def interleave(
+    samplers: dict[str, Sampler | None],
+    n: int,
+    warmup: int = 10,
+    every: dict[str, int] | None = None,
+) -> dict[str, list[float] | None]:
+    """n samples of each, taken in turns: this disk's throughput drifts with recent I/O
+    (it looks rate-limited), so one method measured after another would be compared
+    across different states of the disk."""
+    every = every or {}
+    out: dict[str, list[float] | None] = {k: None if v is None else [] for k, v in samplers.items()}
+    for r in range(-warmup, n):
+        for label, one in samplers.items():
+            if one is None or r % every.get(label, 1):
+                continue
+            start = time.perf_counter()
+            reported = one(r)
+            elapsed = (time.perf_counter() - start) * 1000 if reported is None else reported
+            if r >= 0:
+                out[label].append(elapsed)  # type: ignore[union-attr]
     return out
+
+
+class Driven:
+    """A sampler whose operations must run inside a loop another framework owns (a DBOS
+    workflow, a stepstone step): `body(measure)` runs in a thread and calls
+    `measure(op)` in its loop; each call performs `op(i)` for one sample, timed there."""
+
+    def __init__(self, body: Callable[[Callable[[Callable[[int], object]], bool]], object]):
+        self._go: queue.Queue[int | None] = queue.Queue()
+        self._done: queue.Queue[float | BaseException] = queue.Queue()
+        self._thread = threading.Thread(target=self._main, args=(body,), daemon=True)
+        self._thread.start()
+
+    def _main(self, body: Callable[[Callable[[Callable[[int], object]], bool]], object]) -> None:
+        try:
+            body(self._measure)
+        except BaseException as exc:  # handed to the measuring thread
+            self._done.put(exc)
+
+    def _measure(self, op: Callable[[int], object]) -> bool:
+        i = self._go.get()
+        if i is None:
+            return False
+        start = time.perf_counter()
+        op(i)
+        self._done.put((time.perf_counter() - start) * 1000)
+        return True
+
+    def __call__(self, i: int) -> float:
+        self._go.put(i)
+        item = self._done.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._go.put(None)
+        self._thread.join()
 
 
 def summary(samples: list[float]) -> tuple[float, float]:
@@ -53,12 +108,13 @@ def summary(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[int(len(ordered) * 0.95) - 1]
 
 
-def floor(tmp: Path, n: int) -> list[float]:
+def floor(tmp: Path) -> Sampler:
     folder = tmp / "floor"
-    return timed(lambda i: write_atomic(folder / f"r{i % 50}.json", RECORD), n)
+    folder.mkdir()
+    return lambda i: write_atomic(folder / f"r{i % 50}.json", RECORD)
 
 
-def pygit2_commit(tmp: Path, n: int) -> list[float]:
+def pygit2_commit(tmp: Path) -> Sampler:
     import pygit2
 
     pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 1)
@@ -73,10 +129,10 @@ def pygit2_commit(tmp: Path, n: int) -> list[float]:
         commit = repo.create_commit("refs/heads/main", sig, sig, "m", builder.write(), parent)
         parent[:] = [commit]
 
-    return timed(one, n)
+    return one
 
 
-def dulwich_commit(tmp: Path, n: int) -> list[float] | None:
+def dulwich_commit(tmp: Path) -> Sampler | None:
     try:
         from dulwich.objects import Blob, Commit, Tree
         from dulwich.repo import Repo
@@ -106,10 +162,10 @@ def dulwich_commit(tmp: Path, n: int) -> list[float] | None:
         repo.refs[b"refs/heads/main"] = commit.id
         parent[:] = [commit.id]
 
-    return timed(one, n)
+    return one
 
 
-def git_cli_commit(tmp: Path, n: int) -> list[float]:
+def git_cli_commit(tmp: Path) -> Sampler:
     path = tmp / "cli"
     subprocess.run(["git", "init", "-q", str(path)], check=True)
     env = {
@@ -128,7 +184,7 @@ def git_cli_commit(tmp: Path, n: int) -> list[float]:
             ["git", "-C", str(path), "commit", "-qm", "m", "--allow-empty"], check=True, env=env
         )
 
-    return timed(one, n, warmup=3)
+    return one
 
 
 def stepstone_steps(tmp: Path, total: int, window: int) -> tuple[dict[int, list[float]], Path]:
@@ -151,41 +207,56 @@ def stepstone_steps(tmp: Path, total: int, window: int) -> tuple[dict[int, list[
     return samples, store
 
 
-def stepstone_effects(tmp: Path, n: int) -> tuple[list[float], list[float]]:
-    """One effect (intent + confirmation commits) and one decision, each timed."""
+def stepstone_step(tmp: Path, total: int) -> tuple[Sampler, Callable[[], None]]:
+    run = stepstone.open_run("bench", repo=tmp / "steps", workdir=tmp)
+    run.set_plan([f"s{i}" for i in range(total)])
+    offset = 10  # the 10 warm-up samples have numbers -10 to -1
+    return (lambda i: run.step(f"s{i + offset}", lambda: None) and None), run.close
+
+
+def stepstone_effect(tmp: Path) -> tuple[Driven, Callable[[], None]]:
+    """One effect (intent + confirmation commits) of a step that performs many."""
     run = stepstone.open_run("effects", repo=tmp / "effects", workdir=tmp)
-    effect_ms: list[float] = []
 
-    def many() -> None:
-        for i in range(n + 10):
-            start = time.perf_counter()
-            stepstone.effect(f"e/{i}", lambda key: {"id": key}, keyed=True)
-            if i >= 10:
-                effect_ms.append((time.perf_counter() - start) * 1000)
+    def body(measure: Callable[[Callable[[int], object]], bool]) -> None:
+        def perform(i: int) -> None:
+            run.effect(f"e/{i}", lambda key: {"id": key}, keyed=True)
 
-    run.step("effects", many)
-    decision_ms = timed(lambda i: run.decide(f"d{i % 20}", str(i), "bench", revise=True), n)
-    run.close()
-    return effect_ms, decision_ms
+        def many() -> None:
+            while measure(perform):
+                pass
+
+        run.step("effects", many)
+
+    driven = Driven(body)
+
+    def close() -> None:
+        driven.close()
+        run.close()
+
+    return driven, close
 
 
-def sqlite_insert(tmp: Path, n: int) -> list[float]:
+def stepstone_decision(tmp: Path) -> tuple[Sampler, Callable[[], None]]:
+    run = stepstone.open_run("decisions", repo=tmp / "decisions", workdir=tmp)
+    return (lambda i: run.decide(f"d{i % 20}", str(i), "bench", revise=True) and None), run.close
+
+
+def sqlite_insert(tmp: Path) -> Sampler:
     import sqlite3
 
     con = sqlite3.connect(tmp / "floor.sqlite", isolation_level=None)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=FULL")
     con.execute("CREATE TABLE r (i INTEGER, body BLOB)")
-    samples = timed(lambda i: con.execute("INSERT INTO r VALUES (?, ?)", (i, RECORD)), n)
-    con.close()
-    return samples
+    return lambda i: con.execute("INSERT INTO r VALUES (?, ?)", (i, RECORD)) and None
 
 
-def dbos_step(tmp: Path, n: int) -> list[float] | None:
+def dbos_step(tmp: Path) -> tuple[Driven | None, Callable[[], None]]:
     try:
         from dbos import DBOS
     except ImportError:
-        return None
+        return None, lambda: None
     import logging
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
@@ -196,26 +267,33 @@ def dbos_step(tmp: Path, n: int) -> list[float] | None:
             "run_admin_server": False,
         }
     )
-    samples: list[float] = []
 
     @DBOS.step()
     def step(i: int) -> int:
         return i
 
     @DBOS.workflow()
-    def workflow(count: int) -> None:
-        for i in range(count):
-            start = time.perf_counter()
-            step(i)
-            samples.append((time.perf_counter() - start) * 1000)
+    def workflow() -> None:
+        while measure_holder[0](step):
+            pass
+
+    measure_holder: list[Callable[[Callable[[int], object]], bool]] = []
+
+    def body(measure: Callable[[Callable[[int], object]], bool]) -> None:
+        measure_holder.append(measure)
+        workflow()
 
     DBOS.launch()
-    workflow(n + 10)
-    DBOS.destroy()
-    return samples[10:]
+    driven = Driven(body)
+
+    def close() -> None:
+        driven.close()
+        DBOS.destroy()
+
+    return driven, close
 
 
-def langgraph_put(tmp: Path, n: int) -> list[float] | None:
+def langgraph_put(tmp: Path) -> Sampler | None:
     try:
         from langgraph.checkpoint.base import empty_checkpoint
         from langgraph.checkpoint.sqlite import SqliteSaver
@@ -235,26 +313,24 @@ def langgraph_put(tmp: Path, n: int) -> list[float] | None:
         checkpoint["channel_values"] = {"i": i}
         config = saver.put(config, checkpoint, {"step": i}, {})  # type: ignore[arg-type]
 
-    samples = timed(put, n)
-    con.close()
-    return samples
+    return put
 
 
-def stepstone_skip(tmp: Path, n: int) -> list[float]:
+def stepstone_skip(tmp: Path, total: int) -> tuple[Sampler, Callable[[], None]]:
     """The skip path: a verified step's evidence re-checked and its value restored."""
     store = tmp / "skip"
     (tmp / "skip.json").write_text('{"rows": 3}')
+    offset = 10
     with stepstone.open_run("skip", repo=store, workdir=tmp) as run:
-        for i in range(n + 10):
+        for i in range(total):
             run.step(f"s{i}", lambda: {"rows": 3}, checks=["file:skip.json"])
-    samples: list[float] = []
-    with stepstone.open_run("skip", repo=store, workdir=tmp) as run:
-        for i in range(n + 10):
-            start = time.perf_counter()
-            result = run.step(f"s{i}", lambda: None, checks=["file:skip.json"])
-            samples.append((time.perf_counter() - start) * 1000)
-            assert result.skipped
-    return samples[10:]
+    run = stepstone.open_run("skip", repo=store, workdir=tmp)
+
+    def one(i: int) -> None:
+        result = run.step(f"s{i + offset}", lambda: None, checks=["file:skip.json"])
+        assert result.skipped
+
+    return one, run.close
 
 
 def disk_usage(path: Path) -> int:
@@ -359,24 +435,35 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="stepstone-bench-", dir=os.environ.get("BENCH_DIR")))
     n = args.samples
     try:
-        rows: list[tuple[str, list[float] | None]] = [
-            ("floor: atomic write + fsync + rename + dir fsync", floor(tmp, n)),
-            ("SQLite WAL insert, synchronous=FULL", sqlite_insert(tmp, n)),
-            ("pygit2 blob+tree+commit, fsync on", pygit2_commit(tmp, n)),
-            ("dulwich blob+tree+commit, fsync objects", dulwich_commit(tmp, n)),
-            ("git add + git commit, core.fsync=all", git_cli_commit(tmp, max(20, n // 4))),
-            ("peer: DBOS step on SQLite", dbos_step(tmp, n)),
-            ("peer: LangGraph SqliteSaver.put, synchronous=FULL", langgraph_put(tmp, n)),
-        ]
-        os.sync()  # leave no earlier measurement's dirty pages for stepstone's syncfs to flush
-        first, _ = stepstone_steps(tmp, n + 10, n)
-        rows.append(("stepstone step (record + commit)", first[0]))
-        rows.append(
-            ("stepstone skip path (verify file check + restore value)", stepstone_skip(tmp, n))
-        )
-        effect_ms, decision_ms = stepstone_effects(tmp, n)
-        rows.append(("stepstone effect (intent + confirmation commits)", effect_ms))
-        rows.append(("stepstone decision (one commit)", decision_ms))
+        closers: list[Callable[[], None]] = []
+        step, close = stepstone_step(tmp, n + 40)
+        closers.append(close)
+        skip, close = stepstone_skip(tmp, n + 40)
+        closers.append(close)
+        effect, close = stepstone_effect(tmp)
+        closers.append(close)
+        decision, close = stepstone_decision(tmp)
+        closers.append(close)
+        dbos, close = dbos_step(tmp)
+        closers.append(close)
+        samplers: dict[str, Sampler | None] = {
+            "floor: atomic write + fsync + rename + dir fsync": floor(tmp),
+            "SQLite WAL insert, synchronous=FULL": sqlite_insert(tmp),
+            "pygit2 blob+tree+commit, fsync on": pygit2_commit(tmp),
+            "dulwich blob+tree+commit, fsync objects": dulwich_commit(tmp),
+            "git add + git commit, core.fsync=all": git_cli_commit(tmp),
+            "peer: DBOS step on SQLite": dbos,
+            "peer: LangGraph SqliteSaver.put, synchronous=FULL": langgraph_put(tmp),
+            "stepstone step (record + commit)": step,
+            "stepstone skip path (verify file check + restore value)": skip,
+            "stepstone effect (intent + confirmation commits)": effect,
+            "stepstone decision (one commit)": decision,
+        }
+        os.sync()  # start from a clean page cache
+        measured = interleave(samplers, n, every={"git add + git commit, core.fsync=all": 4})
+        for close in closers:
+            close()
+        rows = list(measured.items())
         if args.steps:
             window = min(n, max(10, args.steps // 10))
             steps, _ = stepstone_steps(tmp / "long", args.steps, window)

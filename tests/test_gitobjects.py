@@ -27,18 +27,20 @@ def test_a_tree_has_the_id_libgit2_gives_it(tmp_path_factory, entries: dict[str,
     repo = pygit2.init_repository(tmp_path_factory.mktemp("repo"), bare=True)
     writer = _writer(repo)
     blob = writer.write(b"blob", b"content\n")
-    empty = writer.write_tree({})
+    empty = writer.write_tree(gitobjects.Tree())
     builder = repo.TreeBuilder()
-    ours: gitobjects.Entries = {}
+    ours = gitobjects.Tree()
     for name, is_tree in entries.items():
         oid, mode = (empty, TREE_MODE) if is_tree else (blob, BLOB_MODE)
-        ours[name.encode()] = (mode, oid)
+        ours.set(name.encode(), mode, oid)
         builder.insert(
             name,
             pygit2.Oid(raw=oid),
             pygit2.enums.FileMode.TREE if is_tree else pygit2.enums.FileMode.BLOB,
         )
-    assert writer.write_tree(ours).hex() == str(builder.write())
+    written = writer.write_tree(ours)
+    assert written.hex() == str(builder.write())
+    assert gitobjects.Tree.parse(ours.format()).format() == ours.format()
 
 
 def test_objects_are_readable_by_libgit2_and_pass_git_fsck(tmp_path: Path):
@@ -76,3 +78,15 @@ def test_a_tmp_file_left_by_a_killed_writer_does_not_block_the_next(tmp_path: Pa
     assert writer.write(b"blob", b"x") == oid
     assert not stale.exists()
     assert repo[pygit2.Oid(raw=oid)].data == b"x"
+
+
+def test_a_file_replaced_by_a_folder_of_the_same_name_leaves_one_entry():
+    tree = gitobjects.Tree()
+    tree.set(b"a", BLOB_MODE, b"\1" * 20)
+    tree.set(b"a.b", BLOB_MODE, b"\2" * 20)
+    tree.set(b"a", TREE_MODE, b"\3" * 20)
+    assert len(tree) == 2
+    assert tree.get(b"a") == (TREE_MODE, b"\3" * 20)
+    assert tree.order == [b"a.b", b"a/"]  # git's order: "a/" sorts after "a.b"
+    tree.remove(b"a")
+    assert tree.get(b"a") is None and len(tree) == 1

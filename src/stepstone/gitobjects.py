@@ -14,6 +14,7 @@ are the ones the next commit starts from, so a run's steps never re-read them.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import threading
@@ -28,37 +29,68 @@ from .atomic import fsync_dir
 BLOB_MODE = b"100644"
 TREE_MODE = b"40000"
 
-# a parsed tree: entry name -> (mode, 20-byte object id)
-Entries = dict[bytes, tuple[bytes, bytes]]
 TreeReader = Callable[[bytes], bytes]  # raw content of a tree, by its 20-byte id
 
 _KEPT_TREES = 64
+_LOOSE_COMPRESSION = 1  # git's core.looseCompression
 
 
-def parse_tree(raw: bytes) -> Entries:
-    """The entries of a tree object's content."""
-    entries: Entries = {}
-    at = 0
-    end = len(raw)
-    while at < end:
-        space = raw.index(b" ", at)
-        nul = raw.index(b"\0", space)
-        entries[raw[space + 1 : nul]] = (raw[at:space], raw[nul + 1 : nul + 21])
-        at = nul + 21
-    return entries
+class Tree:
+    """A tree's entries, kept in git's order so that writing it is one join.
 
+    Git sorts entries by name, a folder as if its name ended in "/"; that sort
+    key is what `order` holds and what `lines` (each entry's bytes) is keyed by.
+    """
 
-def _sort_key(item: tuple[bytes, tuple[bytes, bytes]]) -> bytes:
-    name, (mode, _) = item
-    return name + b"/" if mode == TREE_MODE else name  # git sorts a folder as "name/"
+    __slots__ = ("lines", "order")
 
+    def __init__(self, lines: dict[bytes, bytes] | None = None, order: list[bytes] | None = None):
+        self.lines = lines if lines is not None else {}
+        self.order = order if order is not None else []
 
-def format_tree(entries: Entries) -> bytes:
-    """A tree object's content, entries in git's order."""
-    return b"".join(
-        mode + b" " + name + b"\0" + oid
-        for name, (mode, oid) in sorted(entries.items(), key=_sort_key)
-    )
+    @classmethod
+    def parse(cls, raw: bytes) -> Tree:
+        """The entries of a tree object's content (already in git's order)."""
+        tree = cls()
+        at, end = 0, len(raw)
+        while at < end:
+            space = raw.index(b" ", at)
+            nul = raw.index(b"\0", space)
+            name = raw[space + 1 : nul]
+            key = name + b"/" if raw[at:space] == TREE_MODE else name
+            tree.lines[key] = raw[at : nul + 21]
+            tree.order.append(key)
+            at = nul + 21
+        return tree
+
+    def copy(self) -> Tree:
+        return Tree(dict(self.lines), list(self.order))
+
+    def get(self, name: bytes) -> tuple[bytes, bytes] | None:
+        """(mode, 20-byte id) of entry `name`, or None."""
+        line = self.lines.get(name) or self.lines.get(name + b"/")
+        if line is None:
+            return None
+        return line[: line.index(b" ")], line[-20:]
+
+    def set(self, name: bytes, mode: bytes, oid: bytes) -> None:
+        key = name + b"/" if mode == TREE_MODE else name
+        if key not in self.lines:
+            self.remove(name)  # a file becoming a folder, or the reverse
+            bisect.insort(self.order, key)
+        self.lines[key] = mode + b" " + name + b"\0" + oid
+
+    def remove(self, name: bytes) -> None:
+        for key in (name, name + b"/"):
+            if self.lines.pop(key, None) is not None:
+                self.order.remove(key)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def format(self) -> bytes:
+        """The tree object's content."""
+        return b"".join(map(self.lines.__getitem__, self.order))
 
 
 def _clean(text: str) -> str:
@@ -80,24 +112,24 @@ def format_commit(
 
 
 class ObjectWriter:
-    """Loose objects into `<git dir>/objects`, unflushed until `flush`."""
+    """Loose objects into `<git dir>/objects`, unflushed unless `fsync_each`."""
 
     def __init__(self, git_dir: Path, read_tree: TreeReader, *, fsync_each: bool = False):
-        self.objects = git_dir / "objects"
+        self.objects = str(git_dir / "objects")
         self._read_tree = read_tree
         self._fsync_each = fsync_each
-        self._trees: OrderedDict[bytes, Entries] = OrderedDict()
-        self._made_dirs: set[Path] = set()
+        self._trees: OrderedDict[bytes, Tree] = OrderedDict()
+        self._made_dirs = False
 
     def write(self, kind: bytes, content: bytes) -> bytes:
         """Store one object (`kind` is b"blob", b"tree" or b"commit"); its 20-byte id."""
         header = kind + b" " + str(len(content)).encode() + b"\0"
         oid = hashlib.sha1(header + content).digest()
         hexid = oid.hex()
-        folder = self.objects / hexid[:2]
-        tmp = folder / f"tmp_obj_stepstone_{os.getpid()}_{threading.get_ident()}"
-        data = zlib.compress(header + content)
-        fd = self._create(tmp)
+        folder = f"{self.objects}/{hexid[:2]}"
+        tmp = f"{folder}/tmp_obj_stepstone_{os.getpid()}_{threading.get_ident()}"
+        data = zlib.compress(header + content, _LOOSE_COMPRESSION)
+        fd = self._create(folder, tmp)
         try:
             os.write(fd, data)
             if self._fsync_each:
@@ -105,39 +137,39 @@ class ObjectWriter:
         finally:
             os.close(fd)
         # an object of the same id has the same content: replacing it is harmless
-        os.replace(tmp, folder / hexid[2:])
+        os.replace(tmp, f"{folder}/{hexid[2:]}")
         if self._fsync_each:
-            fsync_dir(folder)
+            fsync_dir(Path(folder))
         return oid
 
-    def _create(self, tmp: Path) -> int:
+    def _create(self, folder: str, tmp: str) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         try:
             return os.open(tmp, flags, 0o444)
         except FileNotFoundError:
-            tmp.parent.mkdir(exist_ok=True)
-            self._made_dirs.add(tmp.parent)
+            os.makedirs(folder, exist_ok=True)
+            self._made_dirs = True
         except FileExistsError:
-            tmp.unlink()  # left by a killed writer that had this process's id
+            os.unlink(tmp)  # left by a killed writer that had this process's id
         return os.open(tmp, flags, 0o444)
 
-    def entries(self, tree: bytes) -> Entries:
-        """The parsed entries of a tree (a copy the caller may change)."""
-        kept = self._trees.get(tree)
+    def tree(self, oid: bytes) -> Tree:
+        """The entries of a stored tree (a copy the caller may change)."""
+        kept = self._trees.get(oid)
         if kept is None:
-            kept = parse_tree(self._read_tree(tree))
-            self._keep(tree, kept)
+            kept = Tree.parse(self._read_tree(oid))
+            self._keep(oid, kept)
         else:
-            self._trees.move_to_end(tree)
-        return dict(kept)
+            self._trees.move_to_end(oid)
+        return kept.copy()
 
-    def write_tree(self, entries: Entries) -> bytes:
-        oid = self.write(b"tree", format_tree(entries))
-        self._keep(oid, entries)
+    def write_tree(self, tree: Tree) -> bytes:
+        oid = self.write(b"tree", tree.format())
+        self._keep(oid, tree)
         return oid
 
-    def _keep(self, oid: bytes, entries: Entries) -> None:
-        self._trees[oid] = entries
+    def _keep(self, oid: bytes, tree: Tree) -> None:
+        self._trees[oid] = tree
         self._trees.move_to_end(oid)
         while len(self._trees) > _KEPT_TREES:
             self._trees.popitem(last=False)
@@ -147,14 +179,14 @@ class ObjectWriter:
     ) -> bytes | None:
         """Write the tree that is `tree` with `updates` (path parts to blob id, None
         deletes); its id, or None when it ends up empty."""
-        entries = self.entries(tree) if tree is not None else {}
+        entries = self.tree(tree) if tree is not None else Tree()
         children: dict[bytes, dict[tuple[bytes, ...], bytes | None]] = {}
         for parts, blob in updates.items():
             if len(parts) == 1:
                 if blob is None:
-                    entries.pop(parts[0], None)
+                    entries.remove(parts[0])
                 else:
-                    entries[parts[0]] = (BLOB_MODE, blob)
+                    entries.set(parts[0], BLOB_MODE, blob)
             else:
                 children.setdefault(parts[0], {})[parts[1:]] = blob
         for name, sub in children.items():
@@ -162,9 +194,9 @@ class ObjectWriter:
             subtree = existing[1] if existing is not None and existing[0] == TREE_MODE else None
             new = self.apply(subtree, sub)
             if new is None:
-                entries.pop(name, None)
+                entries.remove(name)
             else:
-                entries[name] = (TREE_MODE, new)
+                entries.set(name, TREE_MODE, new)
         if not entries and tree is not None:
             return None
         return self.write_tree(entries)
@@ -172,5 +204,5 @@ class ObjectWriter:
     def flush_folders(self) -> None:
         """With fsync of each object: also flush the folders this writer created."""
         if self._fsync_each and self._made_dirs:
-            fsync_dir(self.objects)
-        self._made_dirs.clear()
+            fsync_dir(Path(self.objects))
+        self._made_dirs = False

@@ -429,7 +429,7 @@ class GitStore:
                 parts = tuple(part.encode() for part in path.split("/"))
                 updates[parts] = None if data is None else writer.write(b"blob", data)
             base = bytes.fromhex(parent.tree) if parent.tree else None
-            tree = writer.apply(base, updates) or writer.write_tree({})
+            tree = writer.apply(base, updates) or writer.write_tree(gitobjects.Tree())
             user, _, rest = author.partition("@")
             content = gitobjects.format_commit(
                 tree.hex(),
