@@ -9,6 +9,7 @@ from conftest import git
 from conftest import stepstone_cli as cli
 
 import stepstone
+from stepstone.packs import read_index
 
 
 def _three_steps(workdir: Path, *, effect: bool = False) -> None:
@@ -23,25 +24,47 @@ def _three_steps(workdir: Path, *, effect: bool = False) -> None:
         )
 
 
-def _object_path(store: Path, oid: str) -> Path:
-    return store / "objects" / oid[:2] / oid[2:]
+def _damage_object(store: Path, oid: str) -> Path:
+    """Zero the stored bytes of object `oid`, as a torn write can; the file it is in.
+
+    A loose object is truncated to nothing. In a pack, only that object's entry
+    is overwritten, so the other objects of the same commit stay readable.
+    """
+    loose = store / "objects" / oid[:2] / oid[2:]
+    if loose.exists():
+        os.chmod(loose, 0o644)
+        loose.write_bytes(b"")
+        return loose
+    for index in (store / "objects" / "pack").glob("*.idx"):
+        entries = sorted(read_index(index.read_bytes()), key=lambda e: e[2])
+        for k, (found, _, offset) in enumerate(entries):
+            if found.hex() != oid:
+                continue
+            pack = index.with_suffix(".pack")
+            data = bytearray(pack.read_bytes())
+            end = entries[k + 1][2] if k + 1 < len(entries) else len(data) - 20
+            header = offset
+            while data[header] & 0x80:  # the entry's type-and-size header
+                header += 1
+            data[header + 1 : end] = bytes(end - header - 1)
+            os.chmod(pack, 0o644)
+            pack.write_bytes(bytes(data))
+            return pack
+    raise AssertionError(f"object {oid} is nowhere")
 
 
 def _damage_record_of_tip(store: Path, suffix: str = "/c.json") -> Path:
-    """Truncate a record's blob in the tip to zero bytes, as a power loss can."""
+    """Damage a record's blob in the tip of run `job`."""
     path = next(
         p
         for p in git("ls-tree", "-r", "--name-only", "job", cwd=store).split()
         if p.endswith(suffix) or p.startswith(suffix)
     )
     oid = git("rev-parse", f"job:{path}", cwd=store).strip()
-    obj = _object_path(store, oid)
-    os.chmod(obj, 0o644)
-    obj.write_bytes(b"")
-    return obj
+    return _damage_object(store, oid)
 
 
-def test_a_zero_length_object_is_reported_and_repaired_to_the_last_good_commit(workdir: Path):
+def test_a_damaged_object_is_reported_and_repaired_to_the_last_good_commit(workdir: Path):
     _three_steps(workdir)
     store = workdir / ".stepstone"
     old_tip = git("rev-parse", "job", cwd=store).strip()
@@ -57,6 +80,27 @@ def test_a_zero_length_object_is_reported_and_repaired_to_the_last_good_commit(w
         states = {s.name: s.state for s in run.status().steps}
         assert states == {"a": "verified", "b": "verified", "c": "pending"}  # c runs again
         run.step("c", lambda: 3)
+
+
+def test_a_zero_length_pack_loses_its_whole_commit_and_repair_needs_force(workdir: Path):
+    _three_steps(workdir)
+    store = workdir / ".stepstone"
+    tip = git("rev-parse", "job", cwd=store).strip()
+    pack = next(
+        index.with_suffix(".pack")
+        for index in (store / "objects" / "pack").glob("*.idx")
+        if any(oid.hex() == tip for oid, _, _ in read_index(index.read_bytes()))
+    )
+    os.chmod(pack, 0o644)
+    pack.write_bytes(b"")  # as a power loss could leave it, were the flush order broken
+    assert cli("status", cwd=workdir).returncode == 2
+    refused = cli("repair", cwd=workdir)
+    assert refused.returncode == 2 and "the tip" in refused.stderr and "--force" in refused.stderr
+    done = cli("repair", "--force", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    with stepstone.open_run("job") as run:
+        states = {s.name: s.state for s in run.status().steps}
+        assert states == {"a": "verified", "b": "verified", "c": "pending"}
 
 
 def test_repair_refuses_to_forget_an_effect(workdir: Path):

@@ -1,4 +1,4 @@
-"""stepstone writes Git objects itself: they must be byte for byte what git writes."""
+"""stepstone writes Git objects and packs itself: git must read them as its own."""
 
 import os
 import subprocess
@@ -9,7 +9,7 @@ import pygit2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepstone import gitobjects
+from stepstone import gitobjects, packs
 from stepstone.gitobjects import BLOB_MODE, TREE_MODE, ObjectWriter
 
 names = st.text(alphabet=st.sampled_from("ab.-_/0"), min_size=1, max_size=4).filter(
@@ -17,8 +17,19 @@ names = st.text(alphabet=st.sampled_from("ab.-_/0"), min_size=1, max_size=4).fil
 )
 
 
-def _writer(repo: pygit2.Repository) -> ObjectWriter:
-    return ObjectWriter(Path(repo.path), lambda oid: bytes(repo.odb.read(pygit2.Oid(raw=oid))[1]))
+def _writer(repo: pygit2.Repository, **options: object) -> ObjectWriter:
+    writer = ObjectWriter(Path(repo.path), lambda oid: bytes(repo.odb.read(pygit2.Oid(raw=oid))[1]))
+    for key, value in options.items():
+        setattr(writer.packs, key, value)
+    return writer
+
+
+def _git(repo: pygit2.Repository, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=repo.path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 @settings(max_examples=60, deadline=None)
@@ -28,6 +39,7 @@ def test_a_tree_has_the_id_libgit2_gives_it(tmp_path_factory, entries: dict[str,
     writer = _writer(repo)
     blob = writer.write(b"blob", b"content\n")
     empty = writer.write_tree(gitobjects.Tree())
+    writer.finish()
     builder = repo.TreeBuilder()
     ours = gitobjects.Tree()
     for name, is_tree in entries.items():
@@ -43,39 +55,81 @@ def test_a_tree_has_the_id_libgit2_gives_it(tmp_path_factory, entries: dict[str,
     assert gitobjects.Tree.parse(ours.format()).format() == ours.format()
 
 
-def test_objects_are_readable_by_libgit2_and_pass_git_fsck(tmp_path: Path):
+def _commit(writer: ObjectWriter, files: dict[bytes, bytes], parents: list[str]) -> str:
+    updates = {(b"steps", b"ab", name): writer.write(b"blob", data) for name, data in files.items()}
+    tree = writer.apply(None, {**updates, (b"run.json",): writer.write(b"blob", b"{}")})
+    assert tree is not None
+    commit = writer.write(
+        b"commit", gitobjects.format_commit(tree.hex(), parents, "A <person>", "a@b", "msg\n")
+    )
+    writer.finish()
+    return commit.hex()
+
+
+def test_a_commit_written_as_a_pack_is_read_by_libgit2_and_passes_git_fsck(tmp_path: Path):
     repo = pygit2.init_repository(tmp_path / "repo", bare=True)
     writer = _writer(repo)
-    blob = writer.write(b"blob", b'{"step": 1}\n')
-    tree = writer.apply(None, {(b"steps", b"ab", b"one.json"): blob, (b"run.json",): blob})
-    assert tree is not None
-    changed = writer.apply(tree, {(b"steps", b"ab", b"one.json"): None})
-    assert changed is not None
-    commit = writer.write(
-        b"commit",
-        gitobjects.format_commit(changed.hex(), [], "A <person>", "a@example.org", "msg\n"),
-    )
-    repo.references.create("refs/heads/main", pygit2.Oid(raw=commit))
-    read = repo[pygit2.Oid(raw=commit)]
+    commit = _commit(writer, {b"one.json": b'{"step": 1}\n'}, [])
+    repo.references.create("refs/heads/main", pygit2.Oid(hex=commit))
+    read = repo[pygit2.Oid(hex=commit)]
     assert isinstance(read, pygit2.Commit)
     assert read.author.name == "A person"
-    assert [e.name for e in read.tree] == ["run.json"]  # the emptied folders are gone
-    assert (read.tree / "run.json").data == b'{"step": 1}\n'
-    done = subprocess.run(
-        ["git", "fsck", "--strict"], cwd=repo.path, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr
+    assert (read.tree / "steps/ab/one.json").data == b'{"step": 1}\n'
+    assert list((Path(repo.path) / "objects" / "pack").glob("*.pack"))
+    _git(repo, "fsck", "--strict")
+    _git(repo, "verify-pack", *map(str, (Path(repo.path) / "objects/pack").glob("*.idx")))
+
+
+def test_small_packs_are_merged_and_every_object_stays_readable(tmp_path: Path):
+    repo = pygit2.init_repository(tmp_path / "repo", bare=True)
+    writer = _writer(repo, loose_limit=4)
+    parents: list[str] = []
+    for i in range(40):
+        parents = [_commit(writer, {f"{i}.json".encode(): f"{i}\n".encode()}, parents)]
+        writer.packs.merge_if_needed(lambda: None)
+    repo.references.create("refs/heads/main", pygit2.Oid(hex=parents[0]))
+    pack_files = list((Path(repo.path) / "objects" / "pack").glob("*.pack"))
+    assert len(pack_files) <= 4 + 6  # the limit, plus about log2(40 commits)
+    assert int(_git(repo, "rev-list", "--count", "main")) == 40
+    _git(repo, "fsck", "--strict")
+    _git(repo, "verify-pack", *map(str, (Path(repo.path) / "objects/pack").glob("*.idx")))
+    history = list(repo.walk(repo.revparse_single("main").id))
+    for i, commit in enumerate(reversed(history)):
+        assert (commit.tree / f"steps/ab/{i}.json").data == f"{i}\n".encode()
+
+
+def test_geometric_prefix_keeps_each_pack_twice_all_smaller_ones():
+    assert packs.geometric_prefix({"a": 5, "b": 5, "c": 40}) == ["a", "b"]
+    assert packs.geometric_prefix({"a": 5, "b": 10, "c": 40}) == []
+    assert packs.geometric_prefix({"a": 5, "b": 5, "c": 12}) == ["a", "b", "c"]
+
+
+def test_a_pack_with_deltas_made_by_git_is_left_alone(tmp_path: Path):
+    repo = pygit2.init_repository(tmp_path / "repo", bare=True)
+    writer = _writer(repo, loose_limit=1)
+    parents: list[str] = []
+    body = "".join(f"line {n}\n" for n in range(200))
+    for i in range(3):
+        parents = [_commit(writer, {b"big.json": (body + str(i)).encode()}, parents)]
+    repo.references.create("refs/heads/main", pygit2.Oid(hex=parents[0]))
+    _git(repo, "repack", "-a", "-d", "-q", "--no-write-bitmap-index")  # deltas, one pack
+    for i in range(3, 6):
+        parents = [_commit(writer, {b"big.json": (body + str(i)).encode()}, parents)]
+        writer.packs.merge_if_needed(lambda: None)
+    repo.references["refs/heads/main"].set_target(pygit2.Oid(hex=parents[0]))
+    _git(repo, "fsck", "--strict")
 
 
 def test_a_tmp_file_left_by_a_killed_writer_does_not_block_the_next(tmp_path: Path):
     repo = pygit2.init_repository(tmp_path / "repo", bare=True)
-    writer = _writer(repo)
-    oid = writer.write(b"blob", b"x")
-    folder = Path(repo.path) / "objects" / oid.hex()[:2]
-    stale = folder / f"tmp_obj_stepstone_{os.getpid()}_{threading.get_ident()}"
+    folder = Path(repo.path) / "objects" / "pack"
+    folder.mkdir(exist_ok=True)
+    stale = folder / f"tmp_pack_stepstone_{os.getpid()}_{threading.get_ident()}"
     stale.write_bytes(b"torn")
     stale.chmod(0o444)
-    assert writer.write(b"blob", b"x") == oid
+    writer = _writer(repo)
+    oid = writer.write(b"blob", b"x")
+    writer.finish()
     assert not stale.exists()
     assert repo[pygit2.Oid(raw=oid)].data == b"x"
 

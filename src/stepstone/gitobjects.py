@@ -1,12 +1,12 @@
-"""Writing a commit's Git objects as loose files, in as few system calls as git's format allows.
+"""Git objects made by stepstone itself: trees changed in memory, a commit's objects packed.
 
 libgit2 spends a dozen system calls on each loose object it writes (a freshen,
-a rescan of the pack folder, a link and an unlink); a step's commit has five
-objects. Here each object is one exclusive create, one write, one close and one
-rename, and nothing is flushed: the caller flushes the whole batch at once
-(`durable.sync_filesystem`), or asks for an fsync of each file where that is
-missing. The format is git's own (zlib of `<type> <size>\\0<content>`, named by
-its SHA-1), so git, libgit2 and `git fsck` read these objects like any other.
+a rescan of the pack folder, a link and an unlink), and a step's commit has
+five objects (the record, three trees, the commit): five new files in five
+folders. Here a commit's objects are gathered in memory and written as one
+pack (`packs.py`), unflushed: the caller flushes the batch together with the
+ref's lock file. The formats are git's own, so git, libgit2 and `git fsck`
+read these objects like any other.
 
 Trees are changed from parsed copies kept in memory: the trees a commit writes
 are the ones the next commit starts from, so a run's steps never re-read them.
@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import os
-import threading
 import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from .atomic import fsync_dir
+from .packs import PackedObject, PackWriter, pack_entry
 
 BLOB_MODE = b"100644"
 TREE_MODE = b"40000"
@@ -32,7 +30,6 @@ TREE_MODE = b"40000"
 TreeReader = Callable[[bytes], bytes]  # raw content of a tree, by its 20-byte id
 
 _KEPT_TREES = 64
-_LOOSE_COMPRESSION = 1  # git's core.looseCompression
 
 
 class Tree:
@@ -112,46 +109,32 @@ def format_commit(
 
 
 class ObjectWriter:
-    """Loose objects into `<git dir>/objects`, unflushed unless `fsync_each`."""
+    """Gathers a commit's objects; `finish` writes them to `<git dir>/objects/pack`."""
 
     def __init__(self, git_dir: Path, read_tree: TreeReader, *, fsync_each: bool = False):
-        self.objects = str(git_dir / "objects")
+        self.packs = PackWriter(str(git_dir / "objects" / "pack"), fsync_each=fsync_each)
         self._read_tree = read_tree
-        self._fsync_each = fsync_each
         self._trees: OrderedDict[bytes, Tree] = OrderedDict()
-        self._made_dirs = False
+        self._pending: dict[bytes, PackedObject] = {}
 
     def write(self, kind: bytes, content: bytes) -> bytes:
-        """Store one object (`kind` is b"blob", b"tree" or b"commit"); its 20-byte id."""
-        header = kind + b" " + str(len(content)).encode() + b"\0"
-        oid = hashlib.sha1(header + content).digest()
-        hexid = oid.hex()
-        folder = f"{self.objects}/{hexid[:2]}"
-        tmp = f"{folder}/tmp_obj_stepstone_{os.getpid()}_{threading.get_ident()}"
-        data = zlib.compress(header + content, _LOOSE_COMPRESSION)
-        fd = self._create(folder, tmp)
-        try:
-            os.write(fd, data)
-            if self._fsync_each:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        # an object of the same id has the same content: replacing it is harmless
-        os.replace(tmp, f"{folder}/{hexid[2:]}")
-        if self._fsync_each:
-            fsync_dir(Path(folder))
+        """Add one object (`kind` is b"blob", b"tree" or b"commit"); its 20-byte id."""
+        oid = hashlib.sha1(kind + b" " + str(len(content)).encode() + b"\0" + content).digest()
+        if oid not in self._pending:
+            entry = pack_entry(kind, content)
+            self._pending[oid] = PackedObject(oid, zlib.crc32(entry), entry)
         return oid
 
-    def _create(self, folder: str, tmp: str) -> int:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-        try:
-            return os.open(tmp, flags, 0o444)
-        except FileNotFoundError:
-            os.makedirs(folder, exist_ok=True)
-            self._made_dirs = True
-        except FileExistsError:
-            os.unlink(tmp)  # left by a killed writer that had this process's id
-        return os.open(tmp, flags, 0o444)
+    def finish(self) -> None:
+        """Write the objects added since the last call as one pack (not flushed)."""
+        if self._pending:
+            objects = list(self._pending.values())
+            self._pending.clear()
+            self.packs.write(objects)
+
+    def discard(self) -> None:
+        """Forget the objects added since the last `finish` (the commit failed)."""
+        self._pending.clear()
 
     def tree(self, oid: bytes) -> Tree:
         """The entries of a stored tree (a copy the caller may change)."""
@@ -200,9 +183,3 @@ class ObjectWriter:
         if not entries and tree is not None:
             return None
         return self.write_tree(entries)
-
-    def flush_folders(self) -> None:
-        """With fsync of each object: also flush the folders this writer created."""
-        if self._fsync_each and self._made_dirs:
-            fsync_dir(Path(self.objects))
-        self._made_dirs = False

@@ -439,7 +439,7 @@ class GitStore:
                 message,
             )
             commit_id = writer.write(b"commit", content).hex()
-            writer.flush_folders()
+            writer.finish()
             durable.update_ref(
                 self.git_dir,
                 self.ref(run),
@@ -464,7 +464,20 @@ class GitStore:
             raise StoreError(
                 str(self.path), f"could not write ({exc.strerror}); free space or fix permissions"
             ) from exc
+        finally:
+            writer.discard()
+        self._merge_packs(writer)
         return Snapshot(commit_id, tree.hex())
+
+    def _merge_packs(self, writer: gitobjects.ObjectWriter) -> None:
+        """Merge small packs once they pile up; the commit is durable already."""
+
+        def flush() -> None:
+            if batch_sync():  # else each file was fsynced as it was written
+                durable.sync_filesystem(self.git_dir)
+
+        with contextlib.suppress(OSError):
+            writer.packs.merge_if_needed(flush)
 
     def collect_garbage_in_background(self) -> None:
         """Run `git gc --auto` once loose objects pile up, as git does after commits.

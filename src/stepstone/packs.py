@@ -1,0 +1,299 @@
+"""Git pack files: each commit's objects written as one pack, small packs merged as they pile up.
+
+A step's commit has five objects. As loose files they are five new files in
+five folders; as a pack they are two files (`.pack` and its `.idx`) in one
+folder, which is what a flush of the file system pays for. The format is git's
+own (pack version 2, index version 2), so git, libgit2 and `git fsck` read
+these packs like any other.
+
+One pack per commit would leave thousands of packs, and every object lookup
+looks through each. So once more than `loose_limit` small packs exist, packs
+are merged geometrically (as `git repack --geometric=2` does): the smallest
+packs are merged until every pack holds at least twice the objects of all
+smaller packs together. The number of packs stays near `loose_limit` plus the
+logarithm of the store's size, and each object is copied a logarithmic number
+of times over a run's life. Merging copies the packs' entries byte for byte
+(an entry does not depend on where it sits), so it costs no compression.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .atomic import fsync_dir
+
+TYPE_CODES = {b"commit": 1, b"tree": 2, b"blob": 3}
+_COMPRESSION = 1  # objects are small; git's pack default is -1, loose objects 1
+_INDEX_MAGIC = b"\377tOc"
+_COMPANIONS = (".keep", ".promisor", ".mtimes", ".bitmap", ".rev")
+
+
+@dataclass(frozen=True)
+class PackedObject:
+    """One object as it sits in a pack: id, the crc32 of its entry, its entry's bytes."""
+
+    oid: bytes
+    crc: int
+    entry: bytes
+
+
+def pack_entry(kind: bytes, content: bytes) -> bytes:
+    """An undeltified pack entry: type and size header, then the zlib stream."""
+    size = len(content)
+    byte = (TYPE_CODES[kind] << 4) | (size & 0x0F)
+    size >>= 4
+    header = bytearray()
+    while size:
+        header.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    header.append(byte)
+    return bytes(header) + zlib.compress(content, _COMPRESSION)
+
+
+def format_pack(entries: Sequence[bytes]) -> tuple[bytes, list[int]]:
+    """A pack of `entries` and each entry's offset; the pack ends with its SHA-1."""
+    parts = [b"PACK", struct.pack(">II", 2, len(entries))]
+    offsets = []
+    at = 12
+    for entry in entries:
+        offsets.append(at)
+        parts.append(entry)
+        at += len(entry)
+    body = b"".join(parts)
+    return body + hashlib.sha1(body).digest(), offsets
+
+
+def format_index(objects: Iterable[tuple[bytes, int, int]], pack_sha: bytes) -> bytes:
+    """A version 2 index of (id, crc32, offset) triples for the pack named by `pack_sha`."""
+    ordered = sorted(objects)
+    fanout = [0] * 256
+    for oid, _, _ in ordered:
+        fanout[oid[0]] += 1
+    total = 0
+    for i in range(256):
+        total += fanout[i]
+        fanout[i] = total
+    small: list[int] = []
+    large: list[int] = []
+    for _, _, offset in ordered:
+        if offset < 0x80000000:
+            small.append(offset)
+        else:
+            small.append(0x80000000 | len(large))
+            large.append(offset)
+    body = b"".join(
+        [
+            _INDEX_MAGIC,
+            struct.pack(">I", 2),
+            struct.pack(">256I", *fanout),
+            b"".join(oid for oid, _, _ in ordered),
+            struct.pack(f">{len(ordered)}I", *(crc for _, crc, _ in ordered)),
+            struct.pack(f">{len(small)}I", *small),
+            struct.pack(f">{len(large)}Q", *large),
+            pack_sha,
+        ]
+    )
+    return body + hashlib.sha1(body).digest()
+
+
+def read_index(raw: bytes) -> list[tuple[bytes, int, int]]:
+    """The (id, crc32, offset) triples of a version 2 index."""
+    if raw[:4] != _INDEX_MAGIC or struct.unpack(">I", raw[4:8])[0] != 2:
+        raise ValueError("not a version 2 pack index")
+    count = struct.unpack(">I", raw[8 + 255 * 4 : 8 + 256 * 4])[0]
+    at = 8 + 256 * 4
+    oids = [raw[at + 20 * i : at + 20 * i + 20] for i in range(count)]
+    at += 20 * count
+    crcs = struct.unpack(f">{count}I", raw[at : at + 4 * count])
+    at += 4 * count
+    offsets = list(struct.unpack(f">{count}I", raw[at : at + 4 * count]))
+    at += 4 * count
+    for i, offset in enumerate(offsets):
+        if offset & 0x80000000:
+            (offsets[i],) = struct.unpack(">Q", raw[at + 8 * (offset & 0x7FFFFFFF) :][:8])
+    return list(zip(oids, crcs, offsets, strict=True))
+
+
+def index_count(path: str) -> int:
+    """How many objects the index at `path` lists (read from its fan-out table)."""
+    with open(path, "rb") as handle:
+        handle.seek(8 + 255 * 4)
+        return int(struct.unpack(">I", handle.read(4))[0])
+
+
+class PackWriter:
+    """Packs into `<git dir>/objects/pack`, unflushed unless `fsync_each`."""
+
+    def __init__(self, pack_dir: str, *, fsync_each: bool = False, loose_limit: int = 32):
+        self.pack_dir = pack_dir
+        self.fsync_each = fsync_each
+        self.loose_limit = loose_limit
+        self._packs: dict[str, int] | None = None  # name -> object count, as last seen
+        self._unmergeable: set[str] = set()
+
+    def write(self, objects: Sequence[PackedObject]) -> str:
+        """Write `objects` as one pack and its index; the pack's name (`pack-<sha>`)."""
+        pack, offsets = format_pack([o.entry for o in objects])
+        sha = pack[-20:]
+        name = f"pack-{sha.hex()}"
+        index = format_index(
+            ((o.oid, o.crc, at) for o, at in zip(objects, offsets, strict=True)), sha
+        )
+        os.makedirs(self.pack_dir, exist_ok=True)
+        # the .pack before its .idx: readers find a pack through its index
+        self._install(f"{name}.pack", pack)
+        self._install(f"{name}.idx", index)
+        if self.fsync_each:
+            fsync_dir_path(self.pack_dir)
+        if self._packs is not None:
+            self._packs[name] = len(objects)
+        return name
+
+    def _install(self, filename: str, data: bytes) -> None:
+        tmp = f"{self.pack_dir}/tmp_pack_stepstone_{os.getpid()}_{threading.get_ident()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        try:
+            fd = os.open(tmp, flags, 0o444)
+        except FileExistsError:
+            os.unlink(tmp)  # left by a killed writer that had this process's id
+            fd = os.open(tmp, flags, 0o444)
+        try:
+            os.write(fd, data)
+            if self.fsync_each:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, f"{self.pack_dir}/{filename}")
+
+    def scan(self) -> dict[str, int]:
+        """The packs that can be merged (no .keep, bitmap or other companion), with counts."""
+        try:
+            names = os.listdir(self.pack_dir)
+        except FileNotFoundError:
+            names = []
+        present = set(names)
+        packs: dict[str, int] = {}
+        for filename in names:
+            if not (filename.startswith("pack-") and filename.endswith(".idx")):
+                continue
+            name = filename[:-4]
+            if (
+                f"{name}.pack" not in present
+                or name in self._unmergeable
+                or any(name + c in present for c in _COMPANIONS)
+            ):
+                continue
+            try:
+                packs[name] = index_count(f"{self.pack_dir}/{filename}")
+            except (OSError, struct.error):
+                continue  # removed meanwhile, or torn: never merged
+        self._packs = packs
+        return packs
+
+    def merge_if_needed(self, flush: Callable[[], None]) -> str | None:
+        """Merge the smallest packs when too many have piled up; the merged pack's name.
+
+        `flush` makes the merged pack durable before the packs it replaces are removed.
+        """
+        if self._packs is None:
+            self.scan()
+        assert self._packs is not None
+        if len(self._packs) <= self.loose_limit:
+            return None
+        chosen = geometric_prefix(self.scan())
+        if len(chosen) < 2:
+            return None
+        try:
+            merged = self._merge(chosen)
+        except (OSError, ValueError, struct.error):
+            # another writer merged or removed them, or one holds deltas: look again next time
+            self._packs = None
+            with contextlib.suppress(OSError):
+                os.unlink(
+                    f"{self.pack_dir}/tmp_pack_stepstone_{os.getpid()}_{threading.get_ident()}"
+                )
+            return None
+        flush()
+        for name in chosen:
+            if name == merged:
+                continue
+            for ext in (".idx", ".pack"):  # the index first, as git does
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self.pack_dir}/{name}{ext}")
+            self._packs.pop(name, None)
+        return merged
+
+    def _merge(self, names: Sequence[str]) -> str:
+        """Copy the entries of `names` into one new pack, each object once."""
+        plan: list[tuple[str, list[tuple[int, int]]]] = []  # pack -> (start, end) to copy
+        triples: list[tuple[bytes, int, int]] = []
+        seen: set[bytes] = set()
+        at = 12
+        for name in names:
+            with open(f"{self.pack_dir}/{name}.idx", "rb") as handle:
+                index = sorted(read_index(handle.read()), key=lambda t: t[2])
+            end_of_entries = os.path.getsize(f"{self.pack_dir}/{name}.pack") - 20
+            spans = []
+            for k, (oid, crc, offset) in enumerate(index):
+                end = index[k + 1][2] if k + 1 < len(index) else end_of_entries
+                if oid in seen:
+                    continue
+                seen.add(oid)
+                spans.append((offset, end))
+                triples.append((oid, crc, at))
+                at += end - offset
+            plan.append((name, spans))
+        tmp = f"{self.pack_dir}/tmp_pack_stepstone_{os.getpid()}_{threading.get_ident()}"
+        with open(tmp, "wb") as out:
+            head = b"PACK" + struct.pack(">II", 2, len(triples))
+            sha = hashlib.sha1(head)
+            out.write(head)
+            for name, spans in plan:
+                with open(f"{self.pack_dir}/{name}.pack", "rb") as handle:
+                    pack = handle.read()
+                for start, end in spans:
+                    entry = memoryview(pack)[start:end]
+                    if (entry[0] >> 4) & 7 not in (1, 2, 3, 4):
+                        self._unmergeable.add(name)  # deltas point at offsets: left as is
+                        raise ValueError(f"{name} holds deltas")
+                    sha.update(entry)
+                    out.write(entry)
+            digest = sha.digest()
+            out.write(digest)
+            out.flush()
+            if self.fsync_each:
+                os.fsync(out.fileno())
+        name = f"pack-{digest.hex()}"
+        os.replace(tmp, f"{self.pack_dir}/{name}.pack")
+        self._install(f"{name}.idx", format_index(triples, digest))
+        if self.fsync_each:
+            fsync_dir_path(self.pack_dir)
+        assert self._packs is not None
+        self._packs[name] = len(triples)
+        return name
+
+
+def geometric_prefix(packs: dict[str, int], factor: int = 2) -> list[str]:
+    """The smallest packs to merge so each remaining pack holds at least `factor`
+    times the objects of all smaller ones together (empty when none need merging)."""
+    ordered = sorted(packs.items(), key=lambda item: (item[1], item[0]))
+    end = 0
+    total = 0
+    for i, (_, count) in enumerate(ordered):
+        if i and count < factor * total:
+            end = i + 1
+        total += count
+    return [name for name, _ in ordered[:end]]
+
+
+def fsync_dir_path(path: str) -> None:
+    fsync_dir(Path(path))
