@@ -82,7 +82,7 @@ def test_a_commit_written_as_a_pack_is_read_by_libgit2_and_passes_git_fsck(tmp_p
 
 def test_small_packs_are_merged_and_every_object_stays_readable(tmp_path: Path):
     repo = pygit2.init_repository(tmp_path / "repo", bare=True)
-    writer = _writer(repo, loose_limit=4)
+    writer = _writer(repo, pack_limit=4)
     parents: list[str] = []
     for i in range(40):
         parents = [_commit(writer, {f"{i}.json".encode(): f"{i}\n".encode()}, parents)]
@@ -106,7 +106,7 @@ def test_geometric_prefix_keeps_each_pack_twice_all_smaller_ones():
 
 def test_a_pack_with_deltas_made_by_git_is_left_alone(tmp_path: Path):
     repo = pygit2.init_repository(tmp_path / "repo", bare=True)
-    writer = _writer(repo, loose_limit=1)
+    writer = _writer(repo, pack_limit=1)
     parents: list[str] = []
     body = "".join(f"line {n}\n" for n in range(200))
     for i in range(3):

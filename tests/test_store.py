@@ -1,11 +1,13 @@
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from conftest import fsck, git
 
 import stepstone
+from stepstone.packs import read_index
 from stepstone.store import GitStore, parse_trailers
 
 
@@ -116,6 +118,33 @@ def test_each_commit_is_one_pack_and_small_packs_are_merged_as_they_pile_up(work
     with stepstone.open_run("many", drive=False) as reader:
         assert len(reader.records) == 300
     fsck(store)
+
+
+def test_git_gc_repacks_in_the_background_once_packs_pass_gc_auto_pack_limit(workdir: Path):
+    with stepstone.open_run("many") as run:
+        run.store.repo.config["gc.autoPackLimit"] = 8
+        run.store._gc_pack_limit = 8  # read when the store opened
+        run.set_plan([f"s{i}" for i in range(12)])
+        for i in range(12):
+            run.step(f"s{i}", lambda: None)
+    store = workdir / ".stepstone"
+
+    def objects_in_largest_pack() -> int:
+        try:
+            indexes = (store / "objects" / "pack").glob("*.idx")
+            return max(len(read_index(index.read_bytes())) for index in indexes)
+        except OSError:
+            return 0  # gc removed a pack while we looked
+
+    # stepstone itself merges only past 32 packs; one pack holding 9+ commits is gc's
+    deadline = time.monotonic() + 60
+    while objects_in_largest_pack() < 9 * 5:
+        assert time.monotonic() < deadline, "git gc --auto never repacked the store"
+        time.sleep(0.05)
+    fsck(store)  # also waits for the detached gc to finish
+    assert len(list((store / "objects" / "pack").glob("*.pack"))) <= 8
+    with stepstone.open_run("many", drive=False) as reader:
+        assert len(reader.records) == 12
 
 
 def test_without_syncfs_each_object_is_fsynced_before_the_ref_moves(

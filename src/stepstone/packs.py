@@ -7,13 +7,16 @@ own (pack version 2, index version 2), so git, libgit2 and `git fsck` read
 these packs like any other.
 
 One pack per commit would leave thousands of packs, and every object lookup
-looks through each. So once more than `loose_limit` small packs exist, packs
+looks through each. So once more than `pack_limit` small packs exist, they
 are merged geometrically (as `git repack --geometric=2` does): the smallest
-packs are merged until every pack holds at least twice the objects of all
-smaller packs together. The number of packs stays near `loose_limit` plus the
-logarithm of the store's size, and each object is copied a logarithmic number
-of times over a run's life. Merging copies the packs' entries byte for byte
-(an entry does not depend on where it sits), so it costs no compression.
+packs are merged until every pack is at least twice the size of all smaller
+packs together, so each object is copied a logarithmic number of times.
+Merging copies the packs' entries byte for byte (an entry does not depend on
+where it sits), so it costs no compression. Packs over `merge_max` bytes are
+left to git: `git gc --auto` repacks everything with deltas, ten times
+smaller, once more than `gc.autoPackLimit` packs exist (the store starts it,
+detached, as git does after its own commits). That bounds what a step can
+spend merging.
 """
 
 from __future__ import annotations
@@ -123,21 +126,23 @@ def read_index(raw: bytes) -> list[tuple[bytes, int, int]]:
     return list(zip(oids, crcs, offsets, strict=True))
 
 
-def index_count(path: str) -> int:
-    """How many objects the index at `path` lists (read from its fan-out table)."""
-    with open(path, "rb") as handle:
-        handle.seek(8 + 255 * 4)
-        return int(struct.unpack(">I", handle.read(4))[0])
-
-
 class PackWriter:
     """Packs into `<git dir>/objects/pack`, unflushed unless `fsync_each`."""
 
-    def __init__(self, pack_dir: str, *, fsync_each: bool = False, loose_limit: int = 32):
+    def __init__(
+        self,
+        pack_dir: str,
+        *,
+        fsync_each: bool = False,
+        pack_limit: int = 32,
+        merge_max: int = 8 << 20,
+    ):
         self.pack_dir = pack_dir
         self.fsync_each = fsync_each
-        self.loose_limit = loose_limit
-        self._packs: dict[str, int] | None = None  # name -> object count, as last seen
+        self.pack_limit = pack_limit
+        self.merge_max = merge_max
+        self.total_packs = 0  # every pack in the folder at the last scan, large ones too
+        self._packs: dict[str, int] | None = None  # small pack -> size in bytes, as last seen
         self._unmergeable: set[str] = set()
 
     def write(self, objects: Sequence[PackedObject]) -> str:
@@ -155,7 +160,8 @@ class PackWriter:
         if self.fsync_each:
             fsync_dir_path(self.pack_dir)
         if self._packs is not None:
-            self._packs[name] = len(objects)
+            self._packs[name] = len(pack)
+            self.total_packs += 1
         return name
 
     def _install(self, filename: str, data: bytes) -> None:
@@ -175,13 +181,15 @@ class PackWriter:
         os.replace(tmp, f"{self.pack_dir}/{filename}")
 
     def scan(self) -> dict[str, int]:
-        """The packs that can be merged (no .keep, bitmap or other companion), with counts."""
+        """The packs that can be merged (under `merge_max`, no .keep, bitmap or other
+        companion), with their sizes."""
         try:
             names = os.listdir(self.pack_dir)
         except FileNotFoundError:
             names = []
         present = set(names)
         packs: dict[str, int] = {}
+        self.total_packs = sum(1 for n in names if n.endswith(".pack"))
         for filename in names:
             if not (filename.startswith("pack-") and filename.endswith(".idx")):
                 continue
@@ -193,9 +201,11 @@ class PackWriter:
             ):
                 continue
             try:
-                packs[name] = index_count(f"{self.pack_dir}/{filename}")
-            except (OSError, struct.error):
-                continue  # removed meanwhile, or torn: never merged
+                size = os.stat(f"{self.pack_dir}/{name}.pack").st_size
+            except OSError:
+                continue  # removed meanwhile
+            if size <= self.merge_max:
+                packs[name] = size
         self._packs = packs
         return packs
 
@@ -207,7 +217,7 @@ class PackWriter:
         if self._packs is None:
             self.scan()
         assert self._packs is not None
-        if len(self._packs) <= self.loose_limit:
+        if len(self._packs) <= self.pack_limit:
             return None
         chosen = geometric_prefix(self.scan())
         if len(chosen) < 2:
@@ -230,6 +240,7 @@ class PackWriter:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{self.pack_dir}/{name}{ext}")
             self._packs.pop(name, None)
+            self.total_packs -= 1
         return merged
 
     def _merge(self, names: Sequence[str]) -> str:
@@ -253,7 +264,10 @@ class PackWriter:
                 at += end - offset
             plan.append((name, spans))
         tmp = f"{self.pack_dir}/tmp_pack_stepstone_{os.getpid()}_{threading.get_ident()}"
-        with open(tmp, "wb") as out:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # left by a killed writer that had this process's id
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        with os.fdopen(fd, "wb") as out:
             head = b"PACK" + struct.pack(">II", 2, len(triples))
             sha = hashlib.sha1(head)
             out.write(head)
@@ -278,13 +292,14 @@ class PackWriter:
         if self.fsync_each:
             fsync_dir_path(self.pack_dir)
         assert self._packs is not None
-        self._packs[name] = len(triples)
+        self._packs[name] = at + 20  # header and entries, then the checksum
+        self.total_packs += 1
         return name
 
 
 def geometric_prefix(packs: dict[str, int], factor: int = 2) -> list[str]:
-    """The smallest packs to merge so each remaining pack holds at least `factor`
-    times the objects of all smaller ones together (empty when none need merging)."""
+    """The smallest packs to merge so each remaining pack is at least `factor` times
+    the size of all smaller ones together (empty when none need merging)."""
     ordered = sorted(packs.items(), key=lambda item: (item[1], item[0]))
     end = 0
     total = 0

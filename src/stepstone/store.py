@@ -74,6 +74,7 @@ def holder_identity() -> str:
 
 
 _GC_AUTO = 6700  # git's default gc.auto
+_GC_AUTO_PACK_LIMIT = 50  # git's default gc.autoPackLimit
 
 
 def make_dedicated(repo: pygit2.Repository, path: Path, *, trusted: bool) -> None:
@@ -137,6 +138,8 @@ class GitStore:
         self.dedicated = self._is_dedicated()
         self.prefix = _DEDICATED_PREFIX if self.dedicated else _FOREIGN_PREFIX
         self._object_writer: gitobjects.ObjectWriter | None = None
+        self._next_gc = 0.0
+        self._gc_pack_limit = self._setting("gc.autoPackLimit", _GC_AUTO_PACK_LIMIT)
 
     # -- opening ---------------------------------------------------------------
 
@@ -478,23 +481,19 @@ class GitStore:
 
         with contextlib.suppress(OSError):
             writer.packs.merge_if_needed(flush)
+        if writer.packs.total_packs > self._gc_pack_limit and time.monotonic() > self._next_gc:
+            self._next_gc = time.monotonic() + 60  # one `git gc --auto` start a minute at most
+            self.collect_garbage_in_background()
 
     def collect_garbage_in_background(self) -> None:
-        """Run `git gc --auto` once loose objects pile up, as git does after commits.
+        """Run `git gc --auto` once loose objects or packs pile up, as git does after commits.
 
-        git's heuristic: more than `gc.auto` (6,700) loose objects, estimated
-        from `objects/17`. Packing makes reads of large runs faster and the store
-        ten times smaller; git's gc is safe beside later writers. Without a git
-        executable, nothing happens.
+        git's heuristics: more than `gc.auto` (6,700) loose objects, estimated
+        from `objects/17`, or more than `gc.autoPackLimit` (50) packs. gc packs
+        everything with deltas, ten times smaller than stepstone's own packs;
+        it is safe beside later writers. Without a git executable, nothing happens.
         """
-        try:
-            limit = int(str(self.repo.config["gc.auto"]))
-        except (KeyError, ValueError):
-            limit = _GC_AUTO
-        try:
-            if limit <= 0 or len(os.listdir(self.git_dir / "objects" / "17")) * 256 <= limit:
-                return
-        except OSError:
+        if not self._garbage_piled_up():
             return
         # `gc --auto` detaches itself (gc.autoDetach), so this returns at once
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -506,6 +505,26 @@ class GitStore:
                 timeout=60,
                 check=False,
             )
+
+    def _setting(self, key: str, default: int) -> int:
+        try:
+            return int(str(self.repo.config[key]))
+        except (KeyError, ValueError):
+            return default
+
+    def _garbage_piled_up(self) -> bool:
+        objects = self.git_dir / "objects"
+        loose_limit = self._setting("gc.auto", _GC_AUTO)
+        if loose_limit <= 0:
+            return False  # gc.auto=0 turns automatic collection off, in git as here
+        pack_limit = self._setting("gc.autoPackLimit", _GC_AUTO_PACK_LIMIT)
+        with contextlib.suppress(OSError):
+            if len(os.listdir(objects / "17")) * 256 > loose_limit:
+                return True
+        with contextlib.suppress(OSError):
+            packs = sum(1 for name in os.listdir(objects / "pack") if name.endswith(".pack"))
+            return pack_limit > 0 and packs > pack_limit
+        return False
 
     # -- repair -----------------------------------------------------------------
 
