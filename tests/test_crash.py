@@ -138,3 +138,66 @@ def test_a_second_driver_is_refused_with_the_holders_name(workdir: Path):
 def test_a_second_driver_in_the_same_process_is_refused(workdir: Path):
     with stepstone.open_run("demo"), pytest.raises(stepstone.RunLocked):
         stepstone.open_run("demo")
+
+
+MERGE_LOOP = textwrap.dedent(
+    """
+    import os, pathlib, signal, sys, stepstone
+    kill_at_first_delete = sys.argv[1] == "delete"
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if kill_at_first_delete and str(path).endswith(".idx"):
+            os.kill(os.getpid(), signal.SIGKILL)  # merged pack written, old ones not yet gone
+        return real_unlink(path, *args, **kwargs)
+
+    os.unlink = unlink
+    with stepstone.open_run("loop") as run:
+        run.store._writer().packs.pack_limit = 2  # merge every few commits
+        i = 0
+        while True:
+            i += 1
+            run.decide(f"d{i % 7}", str(i), "churn", revise=True)
+            if i == 7:  # every one of the seven keys decided at least once
+                pathlib.Path("ready").write_text("")
+    """
+)
+
+
+def _merge_loop(workdir: Path, mode: str) -> subprocess.Popen:
+    (workdir / "ready").unlink(missing_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "merge.py", mode], cwd=workdir, stderr=subprocess.DEVNULL
+    )
+
+
+def test_a_kill_between_writing_a_merged_pack_and_removing_the_old_ones_loses_nothing(
+    workdir: Path,
+):
+    (workdir / "merge.py").write_text(MERGE_LOOP)
+    proc = _merge_loop(workdir, "delete")
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    fsck(workdir / ".stepstone")  # the duplicates are harmless
+    with stepstone.open_run("loop") as run:
+        before = dict(run.decisions)
+        assert before
+        for i in range(40):  # the next merges take the leftovers in
+            run.decide(f"e{i}", "x", "more")
+    fsck(workdir / ".stepstone")
+    with stepstone.open_run("loop", drive=False) as reader:
+        assert {k: v for k, v in reader.decisions.items() if k in before} == before
+
+
+@pytest.mark.slow
+def test_kill_at_random_instants_during_pack_merges_never_loses_an_object(workdir: Path):
+    (workdir / "merge.py").write_text(MERGE_LOOP)
+    rng = random.Random(99)
+    for _ in range(10):
+        proc = _merge_loop(workdir, "random")
+        _wait_for(workdir / "ready", proc)
+        time.sleep(rng.uniform(0.01, 0.2))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        fsck(workdir / ".stepstone")
+        with stepstone.open_run("loop", drive=False) as reader:
+            assert len(reader.decisions) == 7  # every record of the tip reads back
