@@ -204,7 +204,21 @@ def stepstone_steps(tmp: Path, total: int, window: int) -> tuple[dict[int, list[
         if i and i % 2000 == 0:
             print(f"  ... {i} steps", file=sys.stderr)
     run.close()
+    wait_for_gc(store)
     return samples, store
+
+
+def wait_for_gc(store: Path) -> None:
+    """Wait while a `git gc --auto` that a run started is still busy with `store`,
+    so that it does not slow what is measured next."""
+    pid_file = store / "gc.pid"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        try:
+            os.kill(int(pid_file.read_text().split()[0]), 0)
+        except (OSError, ValueError, IndexError):
+            return
+        time.sleep(0.2)
 
 
 def stepstone_step(tmp: Path, total: int) -> tuple[Sampler, Callable[[], None]]:

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import git
 
 import stepstone
 
@@ -171,3 +172,24 @@ def test_reading_an_unknown_run_lists_the_runs(workdir: Path):
     stepstone.open_run("alpha").close()
     with pytest.raises(stepstone.RunNotFound, match="alpha"):
         stepstone.open_run("beta", drive=False)
+
+
+def test_a_run_begun_with_the_two_level_layout_keeps_it(workdir: Path):
+    from stepstone.models import StepRecord, dump, now
+    from stepstone.run import step_path
+
+    with stepstone.open_run("old") as run:
+        run.set_plan(["a", "b"])
+        failed = StepRecord(
+            number=1, name="a", status="failed", started=now(), finished=now(), seq=run.seq + 1
+        )
+        run._commit({step_path("a", legacy=True): dump(failed)}, "as an older version wrote it", [])
+    with stepstone.open_run("old") as run:
+        assert run.step("a", lambda: 1).value == 1  # rewritten where it was, not duplicated
+        run.step("b", lambda: 2)
+    files = git("ls-tree", "-r", "--name-only", "old", "steps", cwd=workdir / ".stepstone").split()
+    assert sorted(files) == sorted([step_path("a", legacy=True), step_path("b", legacy=True)])
+    with stepstone.open_run("new") as run:
+        run.step("a", lambda: 1)
+    files = git("ls-tree", "-r", "--name-only", "new", "steps", cwd=workdir / ".stepstone").split()
+    assert files == [step_path("a")] and files[0].count("/") == 4

@@ -65,10 +65,16 @@ def plan_path(number: int) -> str:
     return f"plan/{key[:4]}/{key[4:6]}/{key}.json"
 
 
-def step_path(name: str) -> str:
-    """Where the record of step `name` lives (a fan-out by hash keeps folders small)."""
+def step_path(name: str, *, legacy: bool = False) -> str:
+    """Where the record of step `name` lives: `steps/a/b/c/<name>.json` by the sha1 of
+    the name, three levels of 16 folders. A commit rewrites every tree on the path, so
+    small trees keep a step's commit small (at 100,000 steps about 80 entries in all,
+    where 256 folders of 390 records each were about 650). Runs begun with that older
+    layout (`steps/ab/<name>.json`, `legacy`) keep it."""
     digest = hashlib.sha1(name.encode()).hexdigest()
-    return f"steps/{digest[:2]}/{name}.json"
+    if legacy:
+        return f"steps/{digest[:2]}/{name}.json"
+    return f"steps/{digest[0]}/{digest[1]}/{digest[2]}/{name}.json"
 
 
 def source_hash(source: str) -> str:
@@ -190,8 +196,10 @@ class Run:
         for path, data in files.items():
             groups.setdefault(path.split("/", 1)[0], {})[path] = data
         planned = self._load_all(PlannedStep, groups.get("plan", {}))
+        step_files = groups.get("steps", {})
+        self._legacy_layout = any(path.count("/") == 2 for path in step_files)
         self.records: dict[str, StepRecord] = {
-            r.name: r for r in self._load_all(StepRecord, groups.get("steps", {}))
+            r.name: r for r in self._load_all(StepRecord, step_files)
         }
         self.decisions: dict[str, Decision] = {
             d.key: d for d in self._load_all(Decision, groups.get("decisions", {}))
@@ -604,7 +612,7 @@ class Run:
             writes[artifacts.path_for(digest, fmt)] = data
             saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data))
         record = self._record(start, "confirmed", evidence=evidence, outputs=saved, facts=facts)
-        writes[step_path(planned.name)] = dump(record)
+        writes[step_path(planned.name, legacy=self._legacy_layout)] = dump(record)
         trailers = [
             f"Stepstone-Step: {planned.number} {planned.name}",
             "Stepstone-Status: confirmed",
@@ -625,7 +633,7 @@ class Run:
         text = error_text(error) if isinstance(error, BaseException) else str(redact(error))
         record = self._record(start, "failed", error=text)
         self._commit(
-            {step_path(planned.name): dump(record)},
+            {step_path(planned.name, legacy=self._legacy_layout): dump(record)},
             f"step {planned.number} {planned.name}: failed",
             [
                 f"Stepstone-Step: {planned.number} {planned.name}",
