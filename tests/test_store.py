@@ -169,3 +169,27 @@ def test_without_syncfs_each_object_is_fsynced_before_the_ref_moves(
     assert len(packed) == 2  # the commit's pack and its index
     assert len(ref) == 1 and max(packed + pack_dir) < ref[0]  # the objects before the ref
     fsck(store)
+
+
+def test_packs_removed_by_merges_are_not_kept_open(workdir: Path):
+    def open_packs() -> int:
+        fds = Path("/proc/self/fd")
+        links = []
+        for fd in fds.iterdir():
+            try:
+                links.append(os.readlink(fd))
+            except OSError:
+                continue
+        here = str(workdir / ".stepstone" / "objects" / "pack")
+        return sum(1 for link in links if link.startswith(here))
+
+    with stepstone.open_run("many") as run:
+        run.store._writer().packs.pack_limit = 2  # merge every few commits
+        run.set_plan([f"s{i}" for i in range(300)])
+        for i in range(300):
+            run.step(f"s{i}", lambda: None)
+            tip = run.store.tip("many")
+            assert run.store.blob(str(run.store.repo[tip].tree_id), "run.json")  # opens a pack
+        store_packs = len(list((workdir / ".stepstone" / "objects" / "pack").glob("*.pack")))
+        assert open_packs() <= 2 * store_packs + 4  # a .pack and an .idx of each, at most
+    fsck(workdir / ".stepstone")

@@ -139,6 +139,7 @@ class GitStore:
         self.prefix = _DEDICATED_PREFIX if self.dedicated else _FOREIGN_PREFIX
         self._object_writer: gitobjects.ObjectWriter | None = None
         self._next_gc = 0.0
+        self._commits_since_reopen = 0
         self._gc_pack_limit = self._setting("gc.autoPackLimit", _GC_AUTO_PACK_LIMIT)
 
     # -- opening ---------------------------------------------------------------
@@ -479,8 +480,15 @@ class GitStore:
             if batch_sync():  # else each file was fsynced as it was written
                 durable.sync_filesystem(self.git_dir)
 
+        merged = None
         with contextlib.suppress(OSError):
-            writer.packs.merge_if_needed(flush)
+            merged = writer.packs.merge_if_needed(flush)
+        self._commits_since_reopen += 1
+        if merged is not None or self._commits_since_reopen >= 1000:
+            # libgit2 keeps every pack it has seen open, removed ones too (by a merge
+            # here or a `git gc`); freeing its handles makes it list the packs afresh
+            self._commits_since_reopen = 0
+            self.repo.free()
         if writer.packs.total_packs > self._gc_pack_limit and time.monotonic() > self._next_gc:
             self._next_gc = time.monotonic() + 60  # one `git gc --auto` start a minute at most
             self.collect_garbage_in_background()
