@@ -158,7 +158,7 @@ class PackWriter:
         self._install(f"{name}.pack", pack)
         self._install(f"{name}.idx", index)
         if self.fsync_each:
-            fsync_dir_path(self.pack_dir)
+            fsync_dir(Path(self.pack_dir))
         if self._packs is not None:
             self._packs[name] = len(pack)
             self.total_packs += 1
@@ -290,7 +290,7 @@ class PackWriter:
         os.replace(tmp, f"{self.pack_dir}/{name}.pack")
         self._install(f"{name}.idx", format_index(triples, digest))
         if self.fsync_each:
-            fsync_dir_path(self.pack_dir)
+            fsync_dir(Path(self.pack_dir))
         assert self._packs is not None
         self._packs[name] = at + 20  # header and entries, then the checksum
         self.total_packs += 1
@@ -308,7 +308,3 @@ def geometric_prefix(packs: dict[str, int], factor: int = 2) -> list[str]:
             end = i + 1
         total += count
     return [name for name, _ in ordered[:end]]
-
-
-def fsync_dir_path(path: str) -> None:
-    fsync_dir(Path(path))
