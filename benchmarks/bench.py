@@ -187,10 +187,14 @@ def git_cli_commit(tmp: Path) -> Sampler:
     return one
 
 
-def stepstone_steps(tmp: Path, total: int, window: int) -> tuple[dict[int, list[float]], Path]:
+def stepstone_steps(
+    tmp: Path, total: int, window: int, *, auto_gc: bool = True
+) -> tuple[dict[int, list[float]], Path]:
     store = tmp / "stepstone"
     tmp.mkdir(exist_ok=True)
     run = stepstone.open_run("bench", repo=store, workdir=tmp)
+    if not auto_gc:
+        run.store.repo.config["gc.auto"] = 0
     run.set_plan([f"s{i}" for i in range(total)])
     marks = sorted({0, min(1000, total - window), total - window})
     samples: dict[int, list[float]] = {m: [] for m in marks}
@@ -447,6 +451,11 @@ def main() -> None:
         "--steps", type=int, default=0, help="also time this many real steps in a row in one run"
     )
     parser.add_argument("--no-gc", action="store_true", help="skip `git gc` of the sized runs")
+    parser.add_argument(
+        "--no-auto-gc",
+        action="store_true",
+        help="no background `git gc --auto` during the steps in a row (gc.auto=0)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="stepstone-bench-", dir=os.environ.get("BENCH_DIR")))
     n = args.samples
@@ -482,7 +491,9 @@ def main() -> None:
         rows = list(measured.items())
         if args.steps:
             window = min(n, max(10, args.steps // 10))
-            steps, _ = stepstone_steps(tmp / "long", args.steps, window)
+            steps, _ = stepstone_steps(
+                tmp / "long", args.steps, window, auto_gc=not args.no_auto_gc
+            )
             for mark, samples in steps.items():
                 rows.append((f"stepstone step, {args.steps:,} in a row, at step {mark:,}", samples))
         base = summary(rows[0][1] or [1.0])[0]
