@@ -164,14 +164,22 @@ class PackWriter:
             self.total_packs += 1
         return name
 
-    def _install(self, filename: str, data: bytes) -> None:
-        tmp = f"{self.pack_dir}/tmp_pack_stepstone_{os.getpid()}_{threading.get_ident()}"
+    def _tmp_path(self) -> str:
+        # `git prune` clears `tmp_*` files in the pack folder that a killed writer left
+        return f"{self.pack_dir}/tmp_pack_stepstone_{os.getpid()}_{threading.get_ident()}"
+
+    def _create_tmp(self) -> tuple[int, str]:
+        """A new read-only temporary file in the pack folder, open for writing."""
+        tmp = self._tmp_path()
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         try:
-            fd = os.open(tmp, flags, 0o444)
+            return os.open(tmp, flags, 0o444), tmp
         except FileExistsError:
             os.unlink(tmp)  # left by a killed writer that had this process's id
-            fd = os.open(tmp, flags, 0o444)
+            return os.open(tmp, flags, 0o444), tmp
+
+    def _install(self, filename: str, data: bytes) -> None:
+        fd, tmp = self._create_tmp()
         try:
             os.write(fd, data)
             if self.fsync_each:
@@ -214,12 +222,12 @@ class PackWriter:
 
         `flush` makes the merged pack durable before the packs it replaces are removed.
         """
-        if self._packs is None:
-            self.scan()
-        assert self._packs is not None
-        if len(self._packs) <= self.pack_limit:
+        if self._packs is not None and len(self._packs) <= self.pack_limit:
             return None
-        chosen = geometric_prefix(self.scan())
+        packs = self.scan()  # afresh: another writer may have merged meanwhile
+        if len(packs) <= self.pack_limit:
+            return None
+        chosen = geometric_prefix(packs)
         if len(chosen) < 2:
             return None
         try:
@@ -228,9 +236,7 @@ class PackWriter:
             # another writer merged or removed them, or one holds deltas: look again next time
             self._packs = None
             with contextlib.suppress(OSError):
-                os.unlink(
-                    f"{self.pack_dir}/tmp_pack_stepstone_{os.getpid()}_{threading.get_ident()}"
-                )
+                os.unlink(self._tmp_path())
             return None
         flush()
         for name in chosen:
@@ -239,7 +245,7 @@ class PackWriter:
             for ext in (".idx", ".pack"):  # the index first, as git does
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{self.pack_dir}/{name}{ext}")
-            self._packs.pop(name, None)
+            packs.pop(name, None)
             self.total_packs -= 1
         return merged
 
@@ -263,10 +269,7 @@ class PackWriter:
                 triples.append((oid, crc, at))
                 at += end - offset
             plan.append((name, spans))
-        tmp = f"{self.pack_dir}/tmp_pack_stepstone_{os.getpid()}_{threading.get_ident()}"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # left by a killed writer that had this process's id
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        fd, tmp = self._create_tmp()
         with os.fdopen(fd, "wb") as out:
             head = b"PACK" + struct.pack(">II", 2, len(triples))
             sha = hashlib.sha1(head)
@@ -303,8 +306,8 @@ def geometric_prefix(packs: dict[str, int], factor: int = 2) -> list[str]:
     ordered = sorted(packs.items(), key=lambda item: (item[1], item[0]))
     end = 0
     total = 0
-    for i, (_, count) in enumerate(ordered):
-        if i and count < factor * total:
+    for i, (_, size) in enumerate(ordered):
+        if i and size < factor * total:
             end = i + 1
-        total += count
+        total += size
     return [name for name, _ in ordered[:end]]

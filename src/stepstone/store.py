@@ -7,9 +7,10 @@ repository, the notebook's own project included, keeps runs under
 `refs/stepstone/runs/` and is never touched elsewhere: not its branches, index
 or work tree.
 
-A commit's objects are written straight to the object database as loose files
-(`gitobjects`, git's own format), flushed together, and the ref then moves by
-compare-and-swap through git's lock-file protocol (`durable`). Reading goes
+A commit's objects are written straight to the object database as one pack
+(`gitobjects`, `packs`: git's own formats), flushed together with the ref's
+lock file, and the ref then moves by compare-and-swap through git's lock-file
+protocol (`durable`). Reading goes
 through libgit2 (pygit2). A crash leaves either the old commit or the new one
 as the tip; objects of an unfinished commit are unreachable and harmless.
 """
@@ -44,8 +45,6 @@ _FOREIGN_PREFIX = "refs/stepstone/runs/"
 _DEDICATED_PREFIX = "refs/heads/"
 _TAG_PREFIX = "refs/tags/stepstone/"
 _CACHE_AFTER = 200  # files read from Git before the read is worth caching
-_BLOB = pygit2.enums.FileMode.BLOB
-_TREE = pygit2.enums.FileMode.TREE
 
 SYNC_ENV = "STEPSTONE_SYNC"
 _fsync_enabled = False
@@ -139,7 +138,7 @@ class GitStore:
         self.prefix = _DEDICATED_PREFIX if self.dedicated else _FOREIGN_PREFIX
         self._object_writer: gitobjects.ObjectWriter | None = None
         self._next_gc = 0.0
-        self._commits_since_reopen = 0
+        self._commits_since_free = 0
         self._gc_pack_limit = self._setting("gc.autoPackLimit", _GC_AUTO_PACK_LIMIT)
 
     # -- opening ---------------------------------------------------------------
@@ -483,11 +482,11 @@ class GitStore:
         merged = None
         with contextlib.suppress(OSError):
             merged = writer.packs.merge_if_needed(flush)
-        self._commits_since_reopen += 1
-        if merged is not None or self._commits_since_reopen >= 1000:
+        self._commits_since_free += 1
+        if merged is not None or self._commits_since_free >= 1000:
             # libgit2 keeps every pack it has seen open, removed ones too (by a merge
             # here or a `git gc`); freeing its handles makes it list the packs afresh
-            self._commits_since_reopen = 0
+            self._commits_since_free = 0
             self.repo.free()
         if writer.packs.total_packs > self._gc_pack_limit and time.monotonic() > self._next_gc:
             self._next_gc = time.monotonic() + 60  # one `git gc --auto` start a minute at most
@@ -525,7 +524,7 @@ class GitStore:
         loose_limit = self._setting("gc.auto", _GC_AUTO)
         if loose_limit <= 0:
             return False  # gc.auto=0 turns automatic collection off, in git as here
-        pack_limit = self._setting("gc.autoPackLimit", _GC_AUTO_PACK_LIMIT)
+        pack_limit = self._gc_pack_limit
         with contextlib.suppress(OSError):
             if len(os.listdir(objects / "17")) * 256 > loose_limit:
                 return True
