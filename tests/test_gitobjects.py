@@ -1,11 +1,11 @@
 """stepstone writes Git objects and packs itself: git must read them as its own."""
 
 import os
-import subprocess
 import threading
 from pathlib import Path
 
 import pygit2
+from conftest import git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,14 +22,6 @@ def _writer(repo: pygit2.Repository, **options: object) -> ObjectWriter:
     for key, value in options.items():
         setattr(writer.packs, key, value)
     return writer
-
-
-def _git(repo: pygit2.Repository, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=repo.path, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 @settings(max_examples=60, deadline=None)
@@ -76,8 +68,8 @@ def test_a_commit_written_as_a_pack_is_read_by_libgit2_and_passes_git_fsck(tmp_p
     assert read.author.name == "A person"
     assert (read.tree / "steps/ab/one.json").data == b'{"step": 1}\n'
     assert list((Path(repo.path) / "objects" / "pack").glob("*.pack"))
-    _git(repo, "fsck", "--strict")
-    _git(repo, "verify-pack", *map(str, (Path(repo.path) / "objects/pack").glob("*.idx")))
+    git("fsck", "--strict", cwd=repo.path)
+    git("verify-pack", *map(str, (Path(repo.path) / "objects/pack").glob("*.idx")), cwd=repo.path)
 
 
 def test_small_packs_are_merged_and_every_object_stays_readable(tmp_path: Path):
@@ -90,9 +82,9 @@ def test_small_packs_are_merged_and_every_object_stays_readable(tmp_path: Path):
     repo.references.create("refs/heads/main", pygit2.Oid(hex=parents[0]))
     pack_files = list((Path(repo.path) / "objects" / "pack").glob("*.pack"))
     assert len(pack_files) <= 4 + 6  # the limit, plus about log2(40 commits)
-    assert int(_git(repo, "rev-list", "--count", "main")) == 40
-    _git(repo, "fsck", "--strict")
-    _git(repo, "verify-pack", *map(str, (Path(repo.path) / "objects/pack").glob("*.idx")))
+    assert int(git("rev-list", "--count", "main", cwd=repo.path)) == 40
+    git("fsck", "--strict", cwd=repo.path)
+    git("verify-pack", *map(str, (Path(repo.path) / "objects/pack").glob("*.idx")), cwd=repo.path)
     history = list(repo.walk(repo.revparse_single("main").id))
     for i, commit in enumerate(reversed(history)):
         assert (commit.tree / f"steps/ab/{i}.json").data == f"{i}\n".encode()
@@ -112,12 +104,12 @@ def test_a_pack_with_deltas_made_by_git_is_left_alone(tmp_path: Path):
     for i in range(3):
         parents = [_commit(writer, {b"big.json": (body + str(i)).encode()}, parents)]
     repo.references.create("refs/heads/main", pygit2.Oid(hex=parents[0]))
-    _git(repo, "repack", "-a", "-d", "-q", "--no-write-bitmap-index")  # deltas, one pack
+    git("repack", "-a", "-d", "-q", "--no-write-bitmap-index", cwd=repo.path)  # deltas, one pack
     for i in range(3, 6):
         parents = [_commit(writer, {b"big.json": (body + str(i)).encode()}, parents)]
         writer.packs.merge_if_needed(lambda: None)
     repo.references["refs/heads/main"].set_target(pygit2.Oid(hex=parents[0]))
-    _git(repo, "fsck", "--strict")
+    git("fsck", "--strict", cwd=repo.path)
 
 
 def test_a_tmp_file_left_by_a_killed_writer_does_not_block_the_next(tmp_path: Path):
