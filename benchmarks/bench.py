@@ -110,7 +110,7 @@ def summary(samples: list[float]) -> tuple[float, float]:
 
 def floor(tmp: Path) -> Sampler:
     folder = tmp / "floor"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     return lambda i: write_atomic(folder / f"r{i % 50}.json", RECORD)
 
 
@@ -189,27 +189,47 @@ def git_cli_commit(tmp: Path) -> Sampler:
 
 def stepstone_steps(
     tmp: Path, total: int, window: int, *, auto_gc: bool = True
-) -> tuple[dict[int, list[float]], Path]:
+) -> dict[str, list[float]]:
+    """`total` real steps in a row in one run. At step 0, 1,000 and the end, `window`
+    steps are timed in turns with a step of a fresh store and the floor, so that a
+    slower disk late in a long run is told apart from a slower run; after the last
+    step, the run is closed and reopened and `window` more steps are timed."""
     store = tmp / "stepstone"
     tmp.mkdir(exist_ok=True)
     run = stepstone.open_run("bench", repo=store, workdir=tmp)
     if not auto_gc:
         run.store.repo.config["gc.auto"] = 0
-    run.set_plan([f"s{i}" for i in range(total)])
+    run.set_plan([f"s{i}" for i in range(total + 4 * window)])
     marks = sorted({0, min(1000, total - window), total - window})
-    samples: dict[int, list[float]] = {m: [] for m in marks}
-    for i in range(total):
-        start = time.perf_counter()
-        run.step(f"s{i}", lambda: None)
-        elapsed = (time.perf_counter() - start) * 1000
-        for mark in marks:
-            if mark <= i < mark + window:
-                samples[mark].append(elapsed)
-        if i and i % 2000 == 0:
-            print(f"  ... {i} steps", file=sys.stderr)
+    out: dict[str, list[float]] = {}
+    done = 0
+
+    def long_step(i: int) -> None:
+        nonlocal done
+        run.step(f"s{done}", lambda: None)
+        done += 1
+
+    while done < total:
+        mark = next((m for m in marks if m == done), None)
+        if mark is None:
+            long_step(0)
+            if done % 5000 == 0:
+                print(f"  ... {done} steps", file=sys.stderr)
+            continue
+        fresh, close = stepstone_step(tmp / f"fresh{mark}", window + 20)
+        measured = interleave(
+            {"long": long_step, "fresh": fresh, "floor": floor(tmp / f"floor{mark}")}, window
+        )
+        close()
+        for label, samples in measured.items():
+            out[f"{label} {mark}"] = samples or []
     run.close()
     wait_for_gc(store)
-    return samples, store
+    run = stepstone.open_run("bench", repo=store, workdir=tmp)
+    out["reopened"] = interleave({"reopened": long_step}, window)["reopened"] or []
+    run.close()
+    wait_for_gc(store)
+    return out
 
 
 def wait_for_gc(store: Path) -> None:
@@ -491,11 +511,16 @@ def main() -> None:
         rows = list(measured.items())
         if args.steps:
             window = min(n, max(10, args.steps // 10))
-            steps, _ = stepstone_steps(
-                tmp / "long", args.steps, window, auto_gc=not args.no_auto_gc
-            )
-            for mark, samples in steps.items():
-                rows.append((f"stepstone step, {args.steps:,} in a row, at step {mark:,}", samples))
+            long = stepstone_steps(tmp / "long", args.steps, window, auto_gc=not args.no_auto_gc)
+            for key, samples in long.items():
+                what, _, mark = key.partition(" ")
+                label = {
+                    "long": f"stepstone step, {args.steps:,} in a row, at step {int(mark or 0):,}",
+                    "fresh": "  in turns with it: a step of a fresh store",
+                    "floor": "  in turns with it: the floor",
+                    "reopened": f"stepstone step, the {args.steps:,}-step run reopened",
+                }[what]
+                rows.append((label, samples))
         base = summary(rows[0][1] or [1.0])[0]
         print(
             f"\nstepstone {stepstone.__version__}, Python {sys.version.split()[0]}, "

@@ -1,8 +1,14 @@
-"""The read cache is derived data: reads through it equal full reads from Git."""
+"""The read caches (the JSON file cache and the step index) are derived data: reads
+through them equal full reads from Git, and damage to them only means a full read."""
 
+import json
 from pathlib import Path
 
+import pytest
+
 import stepstone
+from stepstone.errors import RecordError
+from stepstone.run import step_path
 
 
 def _state(run: stepstone.Run) -> tuple:
@@ -10,36 +16,115 @@ def _state(run: stepstone.Run) -> tuple:
         [s.model_dump() for s in run.steps],
         {k: v.model_dump() for k, v in run.records.items()},
         {k: v.model_dump() for k, v in run.decisions.items()},
+        run.status().to_json(),
     )
 
 
-def test_reads_through_the_cache_equal_full_reads(workdir: Path):
+def _caches(workdir: Path, run: str = "big") -> list[Path]:
+    folder = workdir / ".stepstone" / "stepstone" / "cache"
+    return [folder / f"{run}.json", folder / f"{run}.index"]
+
+
+def _big_run(steps: int = 120, planned: int = 150) -> None:
     with stepstone.open_run("big") as run:
-        run.set_plan([f"s{i}" for i in range(150)])
-        for i in range(120):
+        run.set_plan([f"s{i}" for i in range(planned)])
+        for i in range(steps):
             run.step(f"s{i}", lambda: None)
-    cache = workdir / ".stepstone" / "stepstone" / "cache" / "big.json"
+        for i in range(210):  # the JSON cache is kept from 200 files on
+            run.decide(f"k{i}", "v", "why")
+
+
+def test_reads_through_the_caches_equal_full_reads(workdir: Path):
+    _big_run()
     stepstone.open_run("big", drive=False)
-    assert cache.exists()
-    # change records, shrink the plan, add a decision: the cache is now behind
+    assert all(cache.exists() for cache in _caches(workdir))
+    # change records, shrink the plan, add a decision: the caches are now behind
     with stepstone.open_run("big") as run:
         run.set_plan([f"s{i}" for i in range(100)] + ["new"])
         run.decide("k", "v", "why")
         run.step("s0", lambda: 1, force=True)
     cached = _state(stepstone.open_run("big", drive=False))
-    cache.unlink()
+    for cache in _caches(workdir):
+        cache.unlink()
     full = _state(stepstone.open_run("big", drive=False))
     assert cached == full
     assert len(full[0]) == 101 and "k" in full[2]
+    assert [s["state"] for s in full[3]["steps"]] == ["verified"] * 100 + ["pending"]
 
 
-def test_a_damaged_cache_means_a_full_read(workdir: Path):
-    with stepstone.open_run("big") as run:
-        run.set_plan([f"s{i}" for i in range(120)])
-        for i in range(120):
-            run.step(f"s{i}", lambda: None)
+@pytest.mark.parametrize("damage", ["torn", "garbage", "empty", "other tree"])
+def test_a_damaged_cache_means_a_full_read(workdir: Path, damage: str):
+    _big_run(steps=120, planned=120)
     stepstone.open_run("big", drive=False)
-    cache = workdir / ".stepstone" / "stepstone" / "cache" / "big.json"
-    cache.write_text('{"tree": "0000", "files": ')
+    for cache in _caches(workdir):
+        data = cache.read_bytes()
+        cache.write_bytes(
+            {
+                "torn": data[: len(data) // 2],
+                "garbage": b"\x00\xff" * 50,
+                "empty": b"",
+                "other tree": data.replace(data[10:30], b"0" * 20),
+            }[damage]
+        )
     run = stepstone.open_run("big", drive=False)
-    assert len(run.records) == 120
+    assert len(run.records) == 120 and len(run.decisions) == 210
+    assert [s.state for s in run.status().steps] == ["verified"] * 120
+
+
+def test_the_index_is_brought_up_to_date_by_the_steps_since(workdir: Path):
+    _big_run(steps=50, planned=150)
+    stepstone.open_run("big", drive=False)
+    index = _caches(workdir)[1]
+    before = index.stat().st_mtime_ns
+    with stepstone.open_run("big") as run:
+        for i in range(50, 60):
+            run.step(f"s{i}", lambda: None)
+    status = stepstone.open_run("big", drive=False).status()
+    assert index.stat().st_mtime_ns != before
+    assert [s.state for s in status.steps[:61]] == ["verified"] * 60 + ["pending"]
+
+
+def test_a_file_check_is_rechecked_through_the_index(workdir: Path):
+    with stepstone.open_run("big") as run:
+        run.set_plan(["write", "after"])
+        run.step("write", lambda: Path("out.txt").write_text("one"), checks=["file:out.txt"])
+        run.step("after", lambda: None)
+    assert [s.state for s in stepstone.open_run("big", drive=False).status().steps] == [
+        "verified",
+        "verified",
+    ]
+    Path("out.txt").write_text("two")
+    status = stepstone.open_run("big", drive=False).status()
+    assert [s.state for s in status.steps] == ["stale", "stale"]
+    assert "changed since it was recorded" in status.steps[0].reason
+
+
+def test_a_corrupt_record_is_never_cached_and_is_reported_on_every_open(workdir: Path):
+    _big_run(steps=30, planned=30)
+    stepstone.open_run("big", drive=False)  # index saved at this tree
+    index = _caches(workdir)[1]
+    saved = index.read_bytes()
+    with stepstone.open_run("big") as run:
+        run.commit_record(step_path("s3"), b'{"not": "a record"}\n', "hand edit", [])
+    for _ in range(2):
+        reader = stepstone.open_run("big", drive=False)
+        assert any(step_path("s3") in note for note in reader.corrupt)
+        assert reader.status().steps[3].state == "pending"
+        assert index.read_bytes() == saved  # the index with the bad record was not kept
+    with pytest.raises(RecordError):
+        stepstone.open_run("big")
+
+
+def test_status_json_text_equals_to_json(workdir: Path):
+    with stepstone.open_run("big") as run:
+        run.set_plan(["a", "b:1", "c+d=e@f", "g"])
+        run.step("a", lambda: Path("a.txt").write_text("x"), checks=["file:a.txt"])
+
+        def fails() -> None:
+            raise ValueError('a "quoted" reason, caf\u00e9\\n')
+
+        with pytest.raises(ValueError):
+            run.step("b:1", fails)
+    status = stepstone.open_run("big", drive=False).status()
+    assert json.loads(status.json_text()) == status.to_json()
+    assert json.loads(status.steps_json()) == status.to_json()["steps"]

@@ -34,7 +34,7 @@ def to_json(status: RunStatus, *, goal: str, notebook: str, store: str) -> dict[
         "goal": goal,
         "store": store,
         "done": [
-            {"number": s.number, "name": s.name, "evidence": s.evidence}
+            {"number": s.number, "name": s.name, "evidence": s.evidence_text}
             for s in status.steps
             if s.state == "verified"
         ],
@@ -66,7 +66,7 @@ def render(status: RunStatus, *, goal: str, notebook: str, store: str) -> str:
     lines += ["", f"## Done ({len(done)} of {len(status.steps)} verified now)"]
     if len(done) > _DETAILED_DONE:
         lines.append(f"- steps {_ranges(done[:-_DETAILED_DONE])}: verified (`stepstone status`)")
-    lines += [f"- {s.number} {s.name}: {s.evidence}" for s in done[-_DETAILED_DONE:]]
+    lines += [f"- {s.number} {s.name}: {s.evidence_text}" for s in done[-_DETAILED_DONE:]]
     if not done:
         lines.append("- nothing yet")
     if other or pending:

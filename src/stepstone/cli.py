@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from . import names
 from . import notebook as nbrun
 from .errors import InvalidInput, StepstoneError
 from .run import Run, open_run
@@ -130,7 +131,7 @@ def status(run_id: str | None, repo: str | None, as_json: bool) -> None:
     reader = _reader(run_id, repo)
     state = reader.status()
     if as_json:
-        click.echo(json.dumps(state.to_json()))
+        click.echo(state.json_text())
     elif sys.stdout.isatty():
         _rich_status(state)
     else:
@@ -148,7 +149,7 @@ def _rich_status(state: RunStatus) -> None:
     for column in ("#", "step", "state", "evidence / reason"):
         table.add_column(column)
     for s in state.steps:
-        detail = s.evidence if s.state == "verified" else s.reason
+        detail = s.evidence_text if s.state == "verified" else s.reason
         table.add_row(str(s.number), s.name, f"[{colour[s.state]}]{s.state}[/]", detail)
     console = Console()
     console.print(table)
@@ -171,7 +172,8 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
         state = reader.status()
     bad = [s for s in state.steps if s.state in ("stale", "failed")]
     if as_json:
-        click.echo(json.dumps({"run": state.run, "ok": not bad, "steps": state.to_json()["steps"]}))
+        head = json.dumps({"run": state.run, "ok": not bad})
+        click.echo(f'{head[:-1]}, "steps": {state.steps_json()}}}')
     else:
         for s in state.steps:
             click.echo(f"{s.number:>4} {s.name}: {s.state}{' - ' + s.reason if s.reason else ''}")
@@ -188,7 +190,7 @@ def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | No
     """The run's history from Git, newest first (read from the commit trailers)."""
     reader = _reader(run_id, repo)
     if step_name is not None and step_name not in {s.name for s in reader.steps}:
-        known = ", ".join(s.name for s in reader.steps) or "none"
+        known = names.listing([s.name for s in reader.steps])
         raise InvalidInput(f"run {reader.id!r} has no step {step_name!r} (steps: {known})")
     entries = []
     for commit in reader.store.history(reader.id):
@@ -225,7 +227,7 @@ def runs(repo: str | None, as_json: bool) -> None:
     rows = []
     for name in store.runs():
         reader = open_run(name, repo=repo, workdir=_workdir(repo), drive=False, create=False)
-        confirmed = sum(1 for r in reader.records.values() if r.status == "confirmed")
+        confirmed = sum(1 for row in reader.records.rows.values() if row[0] == "confirmed")
         rows.append(
             {
                 "run": name,

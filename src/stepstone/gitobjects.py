@@ -118,7 +118,9 @@ class ObjectWriter:
         self.packs = PackWriter(str(git_dir / "objects" / "pack"), fsync_each=fsync_each)
         self._read_tree = read_tree
         self._trees: OrderedDict[bytes, Tree] = OrderedDict()
-        self._formatted: dict[bytes, bytes] = {}  # trees evicted from `_trees`, as stored
+        # trees evicted from `_trees`, as stored; an OrderedDict because removing the
+        # oldest from a plain dict makes finding the next oldest slower each time
+        self._formatted: OrderedDict[bytes, bytes] = OrderedDict()
         self._formatted_size = 0
         self._pending: dict[bytes, PackedObject] = {}
 
@@ -167,8 +169,13 @@ class ObjectWriter:
                 self._formatted[old] = raw
                 self._formatted_size += len(raw)
         while self._formatted_size > _FORMATTED_BUDGET:
-            oldest = next(iter(self._formatted))
-            self._formatted_size -= len(self._formatted.pop(oldest))
+            self._formatted_size -= len(self._formatted.popitem(last=False)[1])
+
+    def _forget(self, oid: bytes) -> None:
+        self._trees.pop(oid, None)
+        raw = self._formatted.pop(oid, None)
+        if raw is not None:
+            self._formatted_size -= len(raw)
 
     def apply(
         self, tree: bytes | None, updates: Mapping[tuple[bytes, ...], bytes | None]
@@ -193,6 +200,7 @@ class ObjectWriter:
                 entries.remove(name)
             else:
                 entries.set(name, TREE_MODE, new)
-        if not entries and tree is not None:
-            return None
-        return self.write_tree(entries)
+        result = None if not entries and tree is not None else self.write_tree(entries)
+        if tree is not None and result != tree:
+            self._forget(tree)  # superseded: the caches keep the trees in use
+        return result

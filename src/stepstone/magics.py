@@ -13,9 +13,10 @@ from IPython.display import Markdown, display
 
 from . import cellargs, names
 from .errors import StepstoneError
+from .index import evidence_rows
 from .notebook import NOTEBOOK_ENV, goal_of, plan_from_notebook
 from .run import Run, open_run
-from .status import RunStatus, StepStatus
+from .status import RunStatus, evidence_text
 from .store import RUN_ENV
 
 
@@ -157,8 +158,7 @@ class StepstoneMagics(Magics):
         label = f"step {start.planned.number} {parsed.name}"
         if start.skip and start.record is not None:
             ns.update(start.values)
-            shown = StepStatus(start.planned.number, parsed.name, "verified", "", start.record)
-            print(f"{label}: skipped, verified ({shown.evidence})")
+            print(f"{label}: skipped, verified ({evidence_text(evidence_rows(start.record))})")
             return
         code = self.ip.transform_cell(cell)
         filename = self.ip.compile.cache(code)
@@ -173,8 +173,7 @@ class StepstoneMagics(Magics):
             record = run.confirm(start, values=values, namespace=ns)
         except StepstoneError as exc:
             raise _usage(exc) from exc
-        shown = StepStatus(start.planned.number, parsed.name, "verified", "", record)
-        print(f"{label}: confirmed ({shown.evidence})")
+        print(f"{label}: confirmed ({evidence_text(evidence_rows(record))})")
 
     @line_magic
     def decide(self, line: str) -> None:

@@ -45,3 +45,11 @@ def from_filename(stem: str) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")[:100] or "run"
     cleaned = cleaned.replace("..", ".")
     return run_id(cleaned)
+
+
+def listing(names: list[str], limit: int = 12) -> str:
+    """`names` joined for an error message, the first `limit` of them when there are more."""
+    if not names:
+        return "none"
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit:,} more"

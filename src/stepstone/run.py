@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from .errors import (
     StepstoneError,
     StoreError,
 )
+from .index import INDEXED, EvidenceRow, PlanRow, PlanSteps, RecordBook, plan_row, read_index
 from .lock import RunLock
 from .models import (
     Decision,
@@ -143,7 +145,7 @@ class Run:
         try:
             if drive:
                 self._recover_locks()
-            self._snap = store.read(self.id)
+            self._snap = store.read(self.id, skip=("artifacts", *INDEXED))
             if self._snap.commit is None and not (drive and create):
                 raise RunNotFound(self.id, str(store.path), store.runs())
             self._parse()
@@ -195,12 +197,9 @@ class Run:
         groups: dict[str, dict[str, bytes]] = {}
         for path, data in files.items():
             groups.setdefault(path.split("/", 1)[0], {})[path] = data
-        planned = self._load_all(PlannedStep, groups.get("plan", {}))
-        step_files = groups.get("steps", {})
-        self._legacy_layout = any(path.count("/") == 2 for path in step_files)
-        self.records: dict[str, StepRecord] = {
-            r.name: r for r in self._load_all(StepRecord, step_files)
-        }
+        index = read_index(self.store, self.id, self._snap, self._load_all)
+        self._legacy_layout = index.legacy_layout
+        self.records = RecordBook(index.records, self._read_record)
         self.decisions: dict[str, Decision] = {
             d.key: d for d in self._load_all(Decision, groups.get("decisions", {}))
         }
@@ -210,25 +209,32 @@ class Run:
         self.effects: dict[str, EffectRecord] = {
             e.key: e for e in self._load_all(EffectRecord, groups.get("effects", {}))
         }
-        planned.sort(key=lambda s: s.number)
+        numbers = sorted(index.plan)
         problems = [
-            (plan_path(step.number), f"plan has no step {index}")
-            for index, step in enumerate(planned, start=1)
-            if step.number != index
+            (plan_path(number), f"plan has no step {position}")
+            for position, number in enumerate(numbers, start=1)
+            if number != position
         ][:1]
-        if len({s.name for s in planned}) != len(planned):
+        rows = [index.plan[number] for number in numbers]
+        if len({row[0] for row in rows}) != len(rows):
             problems.append(("plan/", "two plan steps share a name"))
         for path, problem in problems:
             if not self._tolerant:
                 raise RecordError(self._where(path), problem)
             self.corrupt.append(str(RecordError(self._where(path), problem)))
-        self._set_steps(planned)
+        self._set_steps(rows)
         tip_seq = parse_trailers(self._snap.message).get("Stepstone-Seq", ["0"])[0]
         self.seq = max(self.info.seq, int(tip_seq) if tip_seq.isdigit() else 0)
 
-    def _set_steps(self, steps: list[PlannedStep]) -> None:
-        self.steps: list[PlannedStep] = steps
-        self._by_name = {s.name: s for s in steps}
+    def _read_record(self, name: str) -> StepRecord | None:
+        """Step `name`'s record, read from the run's latest tree and validated."""
+        path = step_path(name, legacy=self._legacy_layout)
+        data = self.store.blob(self._snap.tree, path) if self._snap.tree else None
+        return None if data is None else self._load(StepRecord, path, data)
+
+    def _set_steps(self, rows: list[PlanRow]) -> None:
+        self.steps = PlanSteps(rows)
+        self._numbers = {row[0]: number for number, row in enumerate(rows, start=1)}
 
     # -- committing -------------------------------------------------------------
 
@@ -341,10 +347,12 @@ class Run:
             for spec in step.checks:
                 checks.parse(spec)
             new.append(step)
-        if len({s.name for s in new}) != len(new):
-            dupes = sorted({s.name for s in new if sum(t.name == s.name for t in new) > 1})
-            raise PlanError(f"duplicate step names in the plan: {', '.join(dupes)}")
-        changes = _plan_changes(self.steps, new)
+        counts = Counter(s.name for s in new)
+        if len(counts) != len(new):
+            dupes = sorted(name for name, count in counts.items() if count > 1)
+            raise PlanError(f"duplicate step names in the plan: {names.listing(dupes)}")
+        old_rows, new_rows = self.steps.rows, [plan_row(s) for s in new]
+        changes = _plan_changes(old_rows, new_rows)
         info_changed = (
             mode != self.info.plan_mode
             or (goal is not None and goal != self.info.goal)
@@ -353,11 +361,10 @@ class Run:
         if not changes and not info_changed:
             return []
         writes: dict[str, bytes | None] = {}
-        old_by_number = {s.number: s for s in self.steps}
-        for step in new:
-            if old_by_number.get(step.number) != step:
+        for step, row in zip(new, new_rows, strict=True):
+            if step.number > len(old_rows) or old_rows[step.number - 1] != row:
                 writes[plan_path(step.number)] = dump(step)
-        for number in range(len(new) + 1, len(self.steps) + 1):
+        for number in range(len(new) + 1, len(old_rows) + 1):
             writes[plan_path(number)] = None
         self.info = self.info.model_copy(
             update={
@@ -366,7 +373,7 @@ class Run:
                 "notebook": notebook if notebook is not None else self.info.notebook,
             }
         )
-        self._set_steps(new)
+        self._set_steps(new_rows)
         self._commit(
             writes,
             f"plan: {len(new)} steps" + (f" ({'; '.join(changes)})" if changes else ""),
@@ -377,7 +384,8 @@ class Run:
         return changes
 
     def _planned(self, name: str) -> PlannedStep | None:
-        return self._by_name.get(name)
+        number = self._numbers.get(name)
+        return None if number is None else self.steps[number - 1]
 
     def _ensure_planned(
         self,
@@ -389,7 +397,7 @@ class Run:
     ) -> PlannedStep:
         existing = self._planned(name)
         if existing is None and self.info.plan_mode == "explicit":
-            listing = ", ".join(s.name for s in self.steps) or "none"
+            listing = names.listing([s.name for s in self.steps])
             raise PlanError(
                 f"step {name!r} is not in the plan of run {self.id!r} (steps: {listing}); "
                 f"add it to the plan, or use a new run"
@@ -420,7 +428,7 @@ class Run:
             self.steps.append(wanted)
         else:
             self.steps[number - 1] = wanted
-        self._by_name[name] = wanted
+        self._numbers[name] = number
         self._commit(
             {plan_path(number): dump(wanted)},
             subject,
@@ -464,39 +472,63 @@ class Run:
         self._last_verified = 0
         blocked: str | None = None
         latest_pred_seq = 0
-        for planned in self.steps:
-            record = self.records.get(planned.name)
+        records = self.records.rows
+        make = tuple.__new__  # a StepStatus without NamedTuple's slower constructor
+        no_evidence: tuple[EvidenceRow, ...] = ()
+        for number, (name, planned_checks, _, _, planned_source) in enumerate(
+            self.steps.rows, start=1
+        ):
+            row = records.get(name)
             state: StepState
             reason = ""
-            if record is None:
+            evidence = no_evidence
+            finished = ""
+            if row is None:
                 state = "pending"
-            elif record.status == "failed":
-                state, reason = "failed", record.error or "failed"
-            elif blocked is not None:
-                state, reason = "stale", f"it runs again after step {blocked}"
-            elif record.seq < latest_pred_seq:
-                state, reason = "stale", "an earlier step was redone after it"
             else:
-                problem = self._verify_step(planned, record, namespace)
-                state, reason = ("stale", problem) if problem else ("verified", "")
+                status, seq, recorded_checks, source, error, evidence, finished, world = row
+                if status == "failed":
+                    state, reason = "failed", error or "failed"
+                elif blocked is not None:
+                    state, reason = "stale", f"it runs again after step {blocked}"
+                elif seq < latest_pred_seq:
+                    state, reason = "stale", "an earlier step was redone after it"
+                elif (
+                    not world
+                    and planned_checks == recorded_checks
+                    and not (planned_source and source and planned_source != source)
+                ):
+                    state = "verified"  # nothing to re-check against the world
+                else:
+                    record = self.records.get(name)
+                    problem = (
+                        self._verify_step(self.steps[number - 1], record, namespace)
+                        if record is not None
+                        else "its record cannot be read"
+                    )
+                    state, reason = ("stale", problem) if problem else ("verified", "")
+                if seq > latest_pred_seq:
+                    latest_pred_seq = seq
             if state != "verified" and blocked is None:
-                blocked = planned.name
-            if record is not None:
-                latest_pred_seq = max(latest_pred_seq, record.seq)
-            self._state[planned.name] = state
-            self._reasons[planned.name] = reason
-            if state == "verified":
-                self._last_verified = planned.number
-            results.append(StepStatus(planned.number, planned.name, state, reason, record))
+                blocked = name
+                self._last_verified = number - 1
+            results.append(make(StepStatus, (number, name, state, reason, evidence, finished)))
             if progress is not None:
                 progress(1)
+        if blocked is None:
+            self._last_verified = len(results)
+        self._state = {s.name: s.state for s in results}
+        self._reasons = {s.name: s.reason for s in results if s.reason}
         return RunStatus(
             run=self.id,
             plan_mode=self.info.plan_mode,
             steps=tuple(results),
-            decisions=tuple(self.decisions.values()),
+            decisions=tuple(sorted(self.decisions.values(), key=lambda d: (d.time, d.key))),
             unknowns=tuple(sorted(self.unknowns.values(), key=lambda u: int(u.id[1:]))),
-            effects=tuple(effects.as_status(e) for e in self.effects.values()),
+            effects=tuple(
+                effects.as_status(e)
+                for e in sorted(self.effects.values(), key=lambda e: (e.intent, e.key))
+            ),
             finished=self.info.finished,
             notes=tuple(self.notes + self.corrupt),
         )
@@ -561,12 +593,13 @@ class Run:
 
     def _mark_stale(self, planned: PlannedStep, reason: str) -> None:
         """Mark `planned` and every verified step after it stale (it runs again)."""
-        for index in range(planned.number - 1, min(self._last_verified, len(self.steps))):
-            step = self.steps[index]
-            if self._state.get(step.name) == "verified":
-                self._state[step.name] = "stale"
-                self._reasons[step.name] = (
-                    reason if step is planned else f"it runs again after step {planned.name}"
+        rows = self.steps.rows
+        for index in range(planned.number - 1, min(self._last_verified, len(rows))):
+            name = rows[index][0]
+            if self._state.get(name) == "verified":
+                self._state[name] = "stale"
+                self._reasons[name] = (
+                    reason if name == planned.name else f"it runs again after step {planned.name}"
                 )
         self._last_verified = min(self._last_verified, planned.number - 1)
 
@@ -878,18 +911,18 @@ def _evidence_line(ev: models.Evidence) -> str:
     return f"{ev.check} {value}"
 
 
-def _plan_changes(old: Sequence[PlannedStep], new: Sequence[PlannedStep]) -> list[str]:
-    before = {s.name: s for s in old}
-    after = {s.name: s for s in new}
+def _plan_changes(old: Sequence[PlanRow], new: Sequence[PlanRow]) -> list[str]:
+    before = {row[0]: (number, row) for number, row in enumerate(old, start=1)}
+    after = {row[0]: (number, row) for number, row in enumerate(new, start=1)}
     changes = [f"added {n}" for n in after if n not in before]
     changes += [f"removed {n}" for n in before if n not in after]
-    for name, step in after.items():
+    for name, (number, row) in after.items():
         prior = before.get(name)
         if prior is None:
             continue
-        if prior.number != step.number:
-            changes.append(f"moved {name} {prior.number}->{step.number}")
-        elif prior != step:
+        if prior[0] != number:
+            changes.append(f"moved {name} {prior[0]}->{number}")
+        elif prior[1] != row:
             changes.append(f"changed {name}")
     return changes
 

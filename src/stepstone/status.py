@@ -2,36 +2,50 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from .models import Decision, StepRecord, Unknown
+from .models import Decision, Unknown
+
+if TYPE_CHECKING:
+    from .index import EvidenceRow
 
 StepState = Literal["verified", "stale", "failed", "pending"]
 
 
-@dataclass(frozen=True)
-class StepStatus:
+class StepStatus(NamedTuple):
     """One step of the plan as it stands now."""
 
     number: int
     name: str
     state: StepState
     reason: str = ""
-    record: StepRecord | None = None
+    evidence: tuple[EvidenceRow, ...] = ()  # (check, kind, value, detail) of its record
+    finished: str = ""  # when its record was written
 
     @property
-    def evidence(self) -> str:
+    def evidence_text(self) -> str:
         """The step's evidence in one short line."""
-        if self.record is None:
-            return ""
-        parts = []
-        for ev in self.record.evidence:
-            value = ev.value
-            if isinstance(value, str) and len(value) == 64:
-                value = f"sha256 {value[:12]}"
-            parts.append(f"{ev.check} ({value})" if ev.kind != "completed" else "completed")
-        return "; ".join(parts)
+        return evidence_text(self.evidence)
+
+
+def evidence_text(evidence: Iterable[EvidenceRow]) -> str:
+    """Evidence rows in one short line."""
+    parts = []
+    for check, kind, value, _ in evidence:
+        if isinstance(value, str) and len(value) == 64:
+            value = f"sha256 {value[:12]}"
+        parts.append(f"{check} ({value})" if kind != "completed" else "completed")
+    return "; ".join(parts)
+
+
+def _evidence_json(evidence: tuple[EvidenceRow, ...]) -> list[dict[str, Any]]:
+    return [
+        {"check": check, "kind": kind, "value": value, "detail": detail}
+        for check, kind, value, detail in evidence
+    ]
 
 
 @dataclass(frozen=True)
@@ -92,28 +106,13 @@ class RunStatus:
             )
         return f"all {len(self.steps)} steps verified: finish the run (%finish or stepstone finish)"
 
-    def to_json(self) -> dict[str, Any]:
-        """The documented `status --json` shape."""
-        return {
+    def to_json(self, *, steps: bool = True) -> dict[str, Any]:
+        """The documented `status --json` shape (`steps=False` leaves the steps out)."""
+        shape: dict[str, Any] = {
             "run": self.run,
             "plan_mode": self.plan_mode,
             "finished": self.finished,
             "next_action": self.next_action,
-            "steps": [
-                {
-                    "number": s.number,
-                    "name": s.name,
-                    "state": s.state,
-                    "reason": s.reason,
-                    "evidence": [
-                        {"check": ev.check, "kind": ev.kind, "value": ev.value, "detail": ev.detail}
-                        for ev in s.record.evidence
-                    ]
-                    if s.record
-                    else [],
-                }
-                for s in self.steps
-            ],
             "decisions": [{"key": d.key, "value": d.value, "why": d.why} for d in self.decisions],
             "unknowns": [
                 {"id": u.id, "question": u.question, "state": u.state, "answer": u.answer}
@@ -122,13 +121,48 @@ class RunStatus:
             "effects": list(self.effects),
             "notes": list(self.notes),
         }
+        if steps:
+            shape["steps"] = [
+                {
+                    "number": s.number,
+                    "name": s.name,
+                    "state": s.state,
+                    "reason": s.reason,
+                    "evidence": _evidence_json(s.evidence),
+                }
+                for s in self.steps
+            ]
+        return shape
+
+    def steps_json(self) -> str:
+        """The `steps` of `to_json()` as JSON text, made without a dict per step (a run
+        may have 100,000 steps); `json.loads` of it equals `to_json()["steps"]`."""
+        encode = json.encoder.encode_basestring_ascii
+        # most steps end alike ("verified", no reason, the same evidence object)
+        endings: dict[tuple[str, str, int], str] = {}
+        parts = []
+        for number, name, state, reason, evidence, _ in self.steps:
+            key = (state, reason, id(evidence))
+            ending = endings.get(key)
+            if ending is None:
+                ending = endings[key] = (
+                    f', "state": "{state}", "reason": {encode(reason)}, '
+                    f'"evidence": {json.dumps(_evidence_json(evidence))}}}'
+                )
+            parts.append(f'{{"number": {number}, "name": {encode(name)}{ending}')
+        return "[" + ", ".join(parts) + "]"
+
+    def json_text(self) -> str:
+        """`to_json()` as JSON text (steps first), quick for a long run."""
+        rest = json.dumps(self.to_json(steps=False))
+        return '{"steps": ' + self.steps_json() + ", " + rest[1:]
 
     def render_text(self) -> str:
         """A plain-text status table for a terminal."""
         lines = [f"run {self.run} ({self.plan_mode} plan)"]
         width = max((len(s.name) for s in self.steps), default=4)
         for s in self.steps:
-            detail = s.evidence if s.state == "verified" else s.reason
+            detail = s.evidence_text if s.state == "verified" else s.reason
             lines.append(f"  {s.number:>3}  {s.name:<{width}}  {s.state:<8}  {detail}".rstrip())
         for d in self.decisions:
             lines.append(f"  decided {d.key}={d.value}  ({d.why})")
@@ -149,7 +183,7 @@ class RunStatus:
 
         rows = "".join(
             f"<tr><td>{s.number}</td><td>{escape(s.name)}</td><td>{s.state}</td>"
-            f"<td>{escape(s.evidence if s.state == 'verified' else s.reason)}</td></tr>"
+            f"<td>{escape(s.evidence_text if s.state == 'verified' else s.reason)}</td></tr>"
             for s in self.steps
         )
         extra = (

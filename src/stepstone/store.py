@@ -26,7 +26,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +119,19 @@ def parse_trailers(message: str) -> dict[str, list[str]]:
         if sep and key and " " not in key:
             found.setdefault(key, []).append(value.strip())
     return found
+
+
+def write_derived(path: Path, data: bytes) -> None:
+    """Replace a derived-data file (a cache) atomically; best effort and not flushed: a
+    cache lost or torn by a crash, or not written on a read-only store, only means a
+    full read next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def resolve_store_path(repo: str | os.PathLike[str] | None) -> Path:
@@ -302,16 +315,25 @@ class GitStore:
             tree = commit.tree
             files = self._read_cached(run, tree, skip)
         except (pygit2.GitError, KeyError, ValueError) as exc:
-            raise StoreError(
-                str(self.path),
-                f"cannot read commit {commit_id[:10]} of run {run!r} ({exc}): the store is "
-                f"damaged. `stepstone repair --run {run}` moves the run back to its last "
-                f"readable commit and keeps the damaged one on record",
-            ) from exc
+            raise self.damaged(run, commit_id, exc) from exc
         return Snapshot(commit_id, str(tree.id), files, commit.message)
 
-    def _cache_path(self, run: str) -> Path:
-        return self.git_dir / "stepstone" / "cache" / f"{run}.json"
+    def damaged(self, run: str, commit: str, exc: Exception) -> StoreError:
+        """The error for a commit of `run` that cannot be read."""
+        return StoreError(
+            str(self.path),
+            f"cannot read commit {commit[:10]} of run {run!r} ({exc}): the store is "
+            f"damaged. `stepstone repair --run {run}` moves the run back to its last "
+            f"readable commit and keeps the damaged one on record",
+        )
+
+    def read_errors(self) -> tuple[type[Exception], ...]:
+        """What reading a damaged object raises."""
+        return (pygit2.GitError, KeyError, ValueError)
+
+    def cache_path(self, run: str, kind: str = "json") -> Path:
+        """Where derived data about `run` is kept (never authoritative: Git is)."""
+        return self.git_dir / "stepstone" / "cache" / f"{run}.{kind}"
 
     def _read_cached(self, run: str, tree: pygit2.Tree, skip: tuple[str, ...]) -> dict[str, bytes]:
         """The files of `tree`, reading only what changed since the cached tree.
@@ -320,30 +342,28 @@ class GitStore:
         so an unchanged path in an unchanged tree has unchanged content. A missing,
         stale or damaged cache only means a full read.
         """
-        cache_file = self._cache_path(run)
+        cache_file = self.cache_path(run)
+
+        def wanted(top: str) -> bool:
+            return top not in skip
+
         try:
             cached = json.loads(cache_file.read_bytes())
-            old_tree = self._tree(cached["tree"])
             files = {path: text.encode() for path, text in cached["files"].items()}
             if cached.get("skip") != list(skip):
                 raise ValueError("cached with other folders skipped")
+            changed, deleted = self.tree_changes(cached["tree"], str(tree.id), wanted)
         except (OSError, ValueError, KeyError, TypeError, pygit2.GitError):
-            files = {}
-            self._walk(tree, "", files, skip)
-            changed = len(files)
+            with contextlib.suppress(OSError):  # unusable: do not read it again
+                cache_file.unlink(missing_ok=True)
+            files = self.tree_files(str(tree.id), wanted)
+            count = len(files)
         else:
-            changed = 0
-            if old_tree.id != tree.id:
-                for delta in old_tree.diff_to_tree(tree).deltas:
-                    if delta.old_file.path.split("/", 1)[0] in skip:
-                        continue
-                    changed += 1
-                    if delta.status == pygit2.enums.DeltaStatus.DELETED:
-                        files.pop(delta.old_file.path, None)
-                    else:
-                        files.pop(delta.old_file.path, None)
-                        files[delta.new_file.path] = self._blob_data(delta.new_file.id)
-        if changed >= _CACHE_AFTER:
+            for path in deleted:
+                files.pop(path, None)
+            files.update(changed)
+            count = len(changed) + len(deleted)
+        if count >= _CACHE_AFTER:
             self._write_cache(cache_file, tree, files, skip)
         return files
 
@@ -356,25 +376,45 @@ class GitStore:
                 "skip": list(skip),
                 "files": {p: data.decode() for p, data in files.items()},
             }
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            # no fsync: a cache lost or torn by a crash only means a full read next time
-            tmp.write_text(json.dumps(payload, separators=(",", ":")))
-            os.replace(tmp, path)
-        except (OSError, UnicodeDecodeError):
-            pass  # a read-only store, or a binary file: read in full next time
+        except UnicodeDecodeError:
+            return  # a binary file: read in full next time
+        write_derived(path, json.dumps(payload, separators=(",", ":")).encode())
 
-    def _walk(
-        self, tree: pygit2.Tree, prefix: str, out: dict[str, bytes], skip: tuple[str, ...]
-    ) -> None:
-        for entry in tree:
-            name = entry.name
-            if isinstance(entry, pygit2.Tree):
-                if not (prefix or name not in skip):
+    def tree_files(self, tree: str, wanted: Callable[[str], bool]) -> dict[str, bytes]:
+        """Every file of `tree` under the top-level names `wanted` accepts."""
+        out: dict[str, bytes] = {}
+
+        def walk(node: pygit2.Tree, prefix: str) -> None:
+            for entry in node:
+                name = entry.name or ""
+                if not prefix and not wanted(name):
                     continue
-                self._walk(entry, f"{prefix}{name}/", out, skip)
-            elif isinstance(entry, pygit2.Blob):
-                out[f"{prefix}{name}"] = entry.data
+                if isinstance(entry, pygit2.Tree):
+                    walk(entry, f"{prefix}{name}/")
+                elif isinstance(entry, pygit2.Blob):
+                    out[f"{prefix}{name}"] = entry.data
+
+        walk(self._tree(tree), "")
+        return out
+
+    def tree_changes(
+        self, old: str, new: str, wanted: Callable[[str], bool]
+    ) -> tuple[dict[str, bytes], list[str]]:
+        """What changed from tree `old` to tree `new` under the top-level names `wanted`
+        accepts: the added or changed files with their content, and the removed paths.
+        Folders whose tree id did not change are not read."""
+        changed: dict[str, bytes] = {}
+        deleted: list[str] = []
+        if old == new:
+            return changed, deleted
+        for delta in self._tree(old).diff_to_tree(self._tree(new)).deltas:
+            if not wanted(delta.old_file.path.split("/", 1)[0]):
+                continue
+            if delta.status == pygit2.enums.DeltaStatus.DELETED:
+                deleted.append(delta.old_file.path)
+            else:
+                changed[delta.new_file.path] = self._blob_data(delta.new_file.id)
+        return changed, deleted
 
     def _tree(self, oid: pygit2.Oid | str) -> pygit2.Tree:
         obj = self.repo[oid]
@@ -541,7 +581,7 @@ class GitStore:
             commit = self.repo[commit_id]
             if not isinstance(commit, pygit2.Commit):
                 return None
-            self._walk(commit.tree, "", {}, ("artifacts",))
+            self.tree_files(str(commit.tree_id), lambda top: top != "artifacts")
         except (pygit2.GitError, KeyError, ValueError, OSError):
             return None
         return commit
@@ -604,7 +644,8 @@ class GitStore:
             + "".join(f"dropped {cid}\n" for cid in dropped)
         )
         durable.update_ref(self.git_dir, self.ref(run), target, old, lambda: self.tip(run))
-        self._cache_path(run).unlink(missing_ok=True)
+        for kind in ("json", "index"):
+            self.cache_path(run, kind).unlink(missing_ok=True)
         return old, target, dropped
 
     # -- history ----------------------------------------------------------------

@@ -10,9 +10,9 @@ def render(status: RunStatus) -> str:
     lines = [f"# Run {status.run}", ""]
     lines += ["| # | step | state | finished | evidence |", "| - | - | - | - | - |"]
     for step in status.steps:
-        finished = step.record.finished if step.record else ""
         lines.append(
-            f"| {step.number} | {step.name} | {step.state} | {finished} | {step.evidence} |"
+            f"| {step.number} | {step.name} | {step.state} | {step.finished} "
+            f"| {step.evidence_text} |"
         )
     if status.decisions:
         lines += ["", "## Decisions", ""]
