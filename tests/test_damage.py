@@ -82,6 +82,20 @@ def test_a_damaged_object_is_reported_and_repaired_to_the_last_good_commit(workd
         run.step("c", lambda: 3)
 
 
+def test_verify_reads_past_the_read_caches_and_finds_a_damaged_record(workdir: Path):
+    with stepstone.open_run("job") as run:  # large enough for the step index to be kept
+        run.set_plan([f"s{i}" for i in range(250)])
+        for i in range(5):
+            run.step(f"s{i}", lambda: None)
+    assert (workdir / ".stepstone" / "stepstone" / "cache" / "job.index").exists()
+    _damage_record_of_tip(workdir / ".stepstone", suffix="/s4.json")
+    # status reads the saved index (derived from the records before the damage)...
+    assert cli("status", cwd=workdir).returncode == 0
+    # ...verify reads every record from Git and sends the user to repair
+    checked = cli("verify", cwd=workdir)
+    assert checked.returncode == 2 and "stepstone repair --run job" in checked.stderr
+
+
 def test_a_zero_length_pack_loses_its_whole_commit_and_repair_needs_force(workdir: Path):
     _three_steps(workdir)
     store = workdir / ".stepstone"

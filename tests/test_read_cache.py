@@ -100,7 +100,7 @@ def test_a_file_check_is_rechecked_through_the_index(workdir: Path):
 
 
 def test_a_corrupt_record_is_never_cached_and_is_reported_on_every_open(workdir: Path):
-    _big_run(steps=30, planned=30)
+    _big_run(steps=30, planned=200)
     stepstone.open_run("big", drive=False)  # index saved at this tree
     index = _caches(workdir)[1]
     saved = index.read_bytes()
@@ -128,3 +128,56 @@ def test_status_json_text_equals_to_json(workdir: Path):
     status = stepstone.open_run("big", drive=False).status()
     assert json.loads(status.json_text()) == status.to_json()
     assert json.loads(status.steps_json()) == status.to_json()["steps"]
+
+
+def _saved_index(workdir: Path) -> tuple:
+    from stepstone.index import StepIndex
+
+    index = StepIndex.loads(_caches(workdir)[1].read_bytes())
+    names, seqs, finished, kinds, shapes = index.records.columns()
+    records = {
+        name: (seq, when, shapes[kind])
+        for name, seq, when, kind in zip(names, seqs, finished, kinds, strict=True)
+    }
+    return index.tree, index.plan, index.extras, records, index.legacy_layout
+
+
+def test_a_driver_saves_the_index_it_kept_up_to_date(workdir: Path, monkeypatch):
+    monkeypatch.setattr("stepstone.run._SAVE_INDEX_EVERY", 7)
+    with stepstone.open_run("big") as run:
+        run.set_plan([f"s{i}" for i in range(200)])  # worth keeping an index for
+        for i in range(20):
+            run.step(f"s{i}", lambda: None)
+            if i == 10:  # saved between steps, every 7 commits
+                mid = _saved_index(workdir)
+                # 7 commits (created, plan, s0-s4) before s5 began: saved with 5 records
+                assert mid[0] != run._snap.tree and sorted(mid[3]) == [f"s{k}" for k in range(5)]
+        with pytest.raises(ZeroDivisionError):
+            run.step("s20", lambda: 1 / 0)
+        tip_tree = run._snap.tree
+    kept = _saved_index(workdir)
+    assert kept[0] == tip_tree  # saved at close, describing the last commit
+    _caches(workdir)[1].unlink()
+    stepstone.open_run("big", drive=False)  # rebuilt from Git alone
+    assert _saved_index(workdir) == kept
+
+
+def test_a_driver_that_wrote_records_around_the_index_does_not_save_it(workdir: Path):
+    _big_run(steps=5, planned=200)
+    stepstone.open_run("big", drive=False)
+    saved = _saved_index(workdir)
+    with stepstone.open_run("big") as run:
+        record = run.records["s1"].model_copy(update={"seq": 999})
+        from stepstone.models import dump
+
+        run.commit_record(step_path("s1"), dump(record), "by hand", [])
+    assert _saved_index(workdir) == saved
+    assert stepstone.open_run("big", drive=False).records["s1"].seq == 999
+
+
+def test_a_small_run_keeps_no_index_and_reads_every_record(workdir: Path):
+    with stepstone.open_run("small") as run:
+        run.set_plan(["a", "b"])
+        run.step("a", lambda: None)
+    stepstone.open_run("small", drive=False).status()
+    assert not any(cache.exists() for cache in _caches(workdir, "small"))

@@ -51,8 +51,10 @@ def _workdir(repo: str | None) -> Path:
     return store.parent if store.name == DEFAULT_STORE else Path.cwd()
 
 
-def _reader(run_id: str | None, repo: str | None) -> Run:
-    return open_run(run_id, repo=repo, workdir=_workdir(repo), drive=False, create=False)
+def _reader(run_id: str | None, repo: str | None, *, cached: bool = True) -> Run:
+    return open_run(
+        run_id, repo=repo, workdir=_workdir(repo), drive=False, create=False, cached=cached
+    )
 
 
 @click.group()
@@ -163,8 +165,9 @@ def _rich_status(state: RunStatus) -> None:
 @json_option
 @_errors_as_exit_codes
 def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
-    """Re-check every recorded step's evidence against the real state now."""
-    reader = _reader(run_id, repo)
+    """Re-check every recorded step's evidence against the real state now (every record
+    is read from Git, not through the read caches)."""
+    reader = _reader(run_id, repo, cached=False)
     if sys.stderr.isatty() and len(reader.steps) > 20:
         with click.progressbar(length=len(reader.steps), label="verifying", file=sys.stderr) as bar:
             state = reader.status(progress=bar.update)
@@ -227,7 +230,7 @@ def runs(repo: str | None, as_json: bool) -> None:
     rows = []
     for name in store.runs():
         reader = open_run(name, repo=repo, workdir=_workdir(repo), drive=False, create=False)
-        confirmed = sum(1 for row in reader.records.rows.values() if row[0] == "confirmed")
+        confirmed = reader.records.table.count("confirmed")
         rows.append(
             {
                 "run": name,

@@ -75,6 +75,8 @@ def _take_lock_file(lock: Path, *, patience: float = 2.0) -> int:
     while True:
         try:
             return os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:
+            lock.parent.mkdir(parents=True, exist_ok=True)  # a new ref's first commit
         except FileExistsError:
             if time.monotonic() >= deadline:
                 raise
@@ -98,7 +100,6 @@ def update_ref(
     """
     path = git_dir / ref
     lock = path.with_name(path.name + ".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd = _take_lock_file(lock)
     try:
         current = read_current()

@@ -1,13 +1,15 @@
-"""A run's step index: its plan and step records reduced to plain rows.
+"""A run's step index: its plan and step records reduced to columns of plain values.
 
 Opening a run of 100,000 steps cannot afford a validated model per record, so
-the plan entries and step records are kept as tuples: what status, resume and
-the readers need, with the models built only for the steps that are reached.
-The index is derived data. It is built from the records in the run's tree
-(each one validated by its model), kept in `<git dir>/stepstone/cache/<run>.index`
-with the tree id it describes, and brought up to date by a tree diff, which reads
-only the records that changed. A missing, stale or damaged index only means it
-is rebuilt; an index with a corrupt record in it is never saved.
+the plan and the step records are kept as lists of names, numbers and shared
+tuples: what status, resume and the readers need, with the models built only
+for the steps that are reached. The index is derived data. It is built from
+the records in the run's tree (each one validated by its model), kept in
+`<git dir>/stepstone/cache/<run>.index` (marshal: lists of strings and numbers
+load ten times faster than a tuple per record) with the tree id it describes,
+and brought up to date by a tree diff, which reads only the records that
+changed. A missing, stale or damaged index only means it is rebuilt; an index
+with a corrupt record in it is never saved.
 """
 
 from __future__ import annotations
@@ -18,26 +20,23 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from .models import PlannedStep, StepRecord
-from .store import GitStore, Snapshot, write_derived
+from .store import CACHE_AFTER, GitStore, Snapshot, write_derived
 
-FORMAT = 1  # bump when a row's shape changes: an index of another format is rebuilt
+FORMAT = 2  # bump when the layout changes: an index of another format is rebuilt
+INDEXED = ("plan", "steps")  # the top folders whose records the index holds
 
-# (name, checks, inputs, outputs, source_hash)
-PlanRow = tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None"]
 # (check, kind, value, detail)
 EvidenceRow = tuple[str, str, Any, str]
-# (status, seq, checks, source_hash, error, evidence, finished, world), where
-# `world` says that some evidence must be re-checked against the world
-RecordRow = tuple[
-    str, int, tuple[str, ...], "str | None", "str | None", tuple[EvidenceRow, ...], str, bool
-]
+# a plan entry besides its name: (checks, inputs, outputs, source_hash)
+PlanExtra = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None"]
+NO_EXTRA: PlanExtra = ((), (), (), None)
+# (name, checks, inputs, outputs, source_hash)
+PlanRow = tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None"]
+# what many step records share: (status, checks, source_hash, error, evidence, world),
+# where `world` says that some evidence must be re-checked against the world
+Shape = tuple[str, tuple[str, ...], "str | None", "str | None", tuple[EvidenceRow, ...], bool]
 
 Loader = Callable[[type[Any], dict[str, bytes]], list[Any]]
-
-
-def plan_row(step: PlannedStep) -> PlanRow:
-    """The row of a plan entry."""
-    return (step.name, step.checks, step.inputs, step.outputs, step.source_hash)
 
 
 def evidence_rows(record: StepRecord) -> tuple[EvidenceRow, ...]:
@@ -45,42 +44,112 @@ def evidence_rows(record: StepRecord) -> tuple[EvidenceRow, ...]:
     return tuple((e.check, e.kind, e.value, e.detail) for e in record.evidence)
 
 
-def record_row(record: StepRecord) -> RecordRow:
-    """The row of a step record."""
-    return (
-        record.status,
-        record.seq,
-        record.checks,
-        record.source_hash,
-        record.error,
-        evidence_rows(record),
-        record.finished,
-        any(e.kind != "completed" for e in record.evidence),
-    )
+def plan_extra(step: PlannedStep) -> PlanExtra:
+    """What a plan entry holds besides its number and name."""
+    return (step.checks, step.inputs, step.outputs, step.source_hash)
 
 
-def planned_step(number: int, row: PlanRow) -> PlannedStep:
-    """The plan entry `row` as a model again."""
-    name, checks, inputs, outputs, source = row
-    return PlannedStep(
-        number=number, name=name, checks=checks, inputs=inputs, outputs=outputs, source_hash=source
-    )
+def plan_row(step: PlannedStep) -> PlanRow:
+    """A plan entry without its number."""
+    return (step.name, *plan_extra(step))
 
 
-INDEXED = ("plan", "steps")  # the top folders whose records the index holds
+class RecordTable:
+    """Step records as columns (name, seq, finished time, shape) plus the table of
+    distinct shapes; a removed record leaves an empty slot until the next save."""
 
+    def __init__(
+        self,
+        names: list[str | None] | None = None,
+        seqs: list[int] | None = None,
+        finished: list[str] | None = None,
+        kinds: list[int] | None = None,
+        shapes: list[Shape] | None = None,
+    ):
+        self.names: list[str | None] = names if names is not None else []
+        self.seqs = seqs if seqs is not None else []
+        self.finished = finished if finished is not None else []
+        self.kinds = kinds if kinds is not None else []  # index into `shapes`
+        self.shapes = shapes if shapes is not None else []
+        if not len(self.names) == len(self.seqs) == len(self.finished) == len(self.kinds):
+            raise ValueError("columns of different lengths")
+        self._shape_ids = {shape: i for i, shape in enumerate(self.shapes)}
+        self.at: dict[str | None, int] = dict(zip(self.names, range(len(self.names)), strict=True))
+        self.at.pop(None, None)
 
-def _in_index(top: str) -> bool:
-    return top in INDEXED
+    def put(self, record: StepRecord) -> None:
+        """Add or replace `record`'s row."""
+        evidence = evidence_rows(record)
+        shape: Shape = (
+            record.status,
+            record.checks,
+            record.source_hash,
+            record.error,
+            evidence,
+            any(kind != "completed" for _, kind, _, _ in evidence),
+        )
+        kind = self._shape_ids.get(shape)
+        if kind is None:
+            kind = self._shape_ids[shape] = len(self.shapes)
+            self.shapes.append(shape)
+        at = self.at.get(record.name)
+        if at is None:
+            self.at[record.name] = len(self.names)
+            self.names.append(record.name)
+            self.seqs.append(record.seq)
+            self.finished.append(record.finished)
+            self.kinds.append(kind)
+        else:
+            self.seqs[at] = record.seq
+            self.finished[at] = record.finished
+            self.kinds[at] = kind
+
+    def discard(self, name: str) -> None:
+        at = self.at.pop(name, None)
+        if at is not None:
+            self.names[at] = None
+
+    def status_of(self, name: str) -> str | None:
+        at = self.at.get(name)
+        return None if at is None else self.shapes[self.kinds[at]][0]
+
+    def count(self, status: str) -> int:
+        """How many records have `status`."""
+        wanted = {i for i, shape in enumerate(self.shapes) if shape[0] == status}
+        return sum(1 for at in self.at.values() if self.kinds[at] in wanted)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.at
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in self.at if name is not None)
+
+    def columns(self) -> tuple[list[str | None], list[int], list[str], list[int], list[Shape]]:
+        """The columns without empty slots, and only the shapes still in use."""
+        live = sorted(self.at.values())
+        used = sorted({self.kinds[at] for at in live})
+        renumber = {old: new for new, old in enumerate(used)}
+        return (
+            [self.names[at] for at in live],
+            [self.seqs[at] for at in live],
+            [self.finished[at] for at in live],
+            [renumber[self.kinds[at]] for at in live],
+            [self.shapes[k] for k in used],
+        )
 
 
 @dataclass
 class StepIndex:
-    """The plan (by number) and the step records (by name) of one tree, as rows."""
+    """The plan (names by number, and what else the non-default entries hold) and the
+    step records of one tree."""
 
     tree: str | None = None
-    plan: dict[int, PlanRow] = field(default_factory=dict)
-    records: dict[str, RecordRow] = field(default_factory=dict)
+    plan: list[str | None] = field(default_factory=list)  # by number - 1; None: missing
+    extras: dict[int, PlanExtra] = field(default_factory=dict)  # by number
+    records: RecordTable = field(default_factory=RecordTable)
     legacy_layout: bool = False  # step records at steps/ab/<name>.json (session-1 runs)
     complete: bool = True  # every record in the tree is in it: none was corrupt
 
@@ -89,9 +158,9 @@ class StepIndex:
         validates a folder's records (and notes or raises on a corrupt one)."""
         for path in (*deleted, *changed):  # a changed record that is now corrupt is gone
             if path.startswith("plan/"):
-                self.plan.pop(_plan_number(path), None)
+                self._set_planned(_plan_number(path), None)
             elif path.startswith("steps/"):
-                self.records.pop(_step_name(path), None)
+                self.records.discard(_step_name(path))
         plan_files = {p: d for p, d in changed.items() if p.startswith("plan/")}
         step_files = {p: d for p, d in changed.items() if p.startswith("steps/")}
         planned: list[PlannedStep] = load(PlannedStep, plan_files)
@@ -99,32 +168,44 @@ class StepIndex:
         if len(planned) != len(plan_files) or len(records) != len(step_files):
             self.complete = False
         for step in planned:
-            self.plan[step.number] = plan_row(step)
+            self._set_planned(step.number, step)
+        while self.plan and self.plan[-1] is None:
+            self.plan.pop()
         for record in records:
-            self.records[record.name] = record_row(record)
-        _share_evidence(self.records)
+            self.records.put(record)
         if step_files and not self.legacy_layout:
             self.legacy_layout = any(path.count("/") == 2 for path in step_files)
 
+    def _set_planned(self, number: int, step: PlannedStep | None) -> None:
+        if number < 1:
+            return
+        if step is None:
+            if number <= len(self.plan):
+                self.plan[number - 1] = None
+            self.extras.pop(number, None)
+            return
+        self.plan.extend([None] * (number - len(self.plan)))
+        self.plan[number - 1] = step.name
+        extra = plan_extra(step)
+        if extra != NO_EXTRA:
+            self.extras[number] = extra
+        else:
+            self.extras.pop(number, None)
+
     def dumps(self) -> bytes:
-        return marshal.dumps((FORMAT, self.tree, self.plan, self.records, self.legacy_layout))
+        names = {name: name for name in self.plan}  # one string for a name in both
+        columns = self.records.columns()
+        shared = [names.get(name, name) for name in columns[0]]
+        return marshal.dumps(
+            (FORMAT, self.tree, self.plan, self.extras, shared, *columns[1:], self.legacy_layout)
+        )
 
     @classmethod
     def loads(cls, data: bytes) -> StepIndex:
-        fmt, tree, plan, records, legacy = marshal.loads(data)
-        if fmt != FORMAT or not isinstance(plan, dict) or not isinstance(records, dict):
+        fmt, tree, plan, extras, *columns, legacy = marshal.loads(data)
+        if fmt != FORMAT or not isinstance(plan, list) or not isinstance(extras, dict):
             raise ValueError("an index of another format")
-        return cls(tree, plan, records, bool(legacy))
-
-
-def _share_evidence(records: dict[str, RecordRow]) -> None:
-    """Make equal evidence one object (most steps have the same "completed" evidence):
-    marshal then stores it once, and readers format it once."""
-    shared: dict[tuple[EvidenceRow, ...], tuple[EvidenceRow, ...]] = {}
-    for name, row in records.items():
-        evidence = shared.setdefault(row[5], row[5])
-        if evidence is not row[5]:
-            records[name] = (*row[:5], evidence, *row[6:])
+        return cls(tree, plan, extras, RecordTable(*columns), bool(legacy))
 
 
 def _plan_number(path: str) -> int:
@@ -136,14 +217,23 @@ def _step_name(path: str) -> str:
     return path.rsplit("/", 1)[1].removesuffix(".json")
 
 
-def read_index(store: GitStore, run: str, commit: Snapshot, load: Loader) -> StepIndex:
-    """The step index of `commit`'s tree (a run's latest), from the cached index when
-    there is one, else built from the tree; saved for next time when it is complete."""
+def _in_index(top: str) -> bool:
+    return top in INDEXED
+
+
+def read_index(
+    store: GitStore, run: str, commit: Snapshot, load: Loader, *, cached: bool = True
+) -> StepIndex:
+    """The step index of `commit`'s tree (a run's latest): from the saved index when
+    there is one (and `cached`), else built from the tree by reading every record;
+    saved for next time when it is complete and large enough to be worth it."""
     tree = commit.tree
     if tree is None:
         return StepIndex()
     path = store.cache_path(run, "index")
     try:
+        if not cached:
+            raise ValueError("a full read was asked for")
         index = StepIndex.loads(path.read_bytes())
         changed, deleted = store.tree_changes(index.tree or "", tree, _in_index)
     except Exception:  # derived data: whatever is wrong with it only means a rebuild
@@ -157,19 +247,28 @@ def read_index(store: GitStore, run: str, commit: Snapshot, load: Loader) -> Ste
     index.tree = tree
     index.update(changed, deleted, load)
     if index.complete:
-        write_derived(path, index.dumps())
+        save_index(store, run, index)
     return index
 
 
-class PlanSteps(Sequence[PlannedStep]):
-    """A run's plan as models, each built from its row when it is first asked for."""
+def save_index(store: GitStore, run: str, index: StepIndex) -> None:
+    """Keep `index` (complete, and describing `index.tree`) for the next open. A small
+    run is not worth it: reading all its records also finds a damaged one at once."""
+    if len(index.plan) + len(index.records) >= CACHE_AFTER:
+        write_derived(store.cache_path(run, "index"), index.dumps())
 
-    def __init__(self, rows: list[PlanRow]):
-        self.rows = rows
+
+class PlanSteps(Sequence[PlannedStep]):
+    """A run's plan as models, each built when it is first asked for from its name
+    and (for the entries that have checks, inputs, outputs or a source) its extra."""
+
+    def __init__(self, names: list[str], extras: dict[int, PlanExtra]):
+        self.names = names
+        self.extras = extras
         self._built: dict[int, PlannedStep] = {}
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.names)
 
     @overload
     def __getitem__(self, index: int) -> PlannedStep: ...
@@ -179,36 +278,53 @@ class PlanSteps(Sequence[PlannedStep]):
 
     def __getitem__(self, index: int | slice) -> PlannedStep | list[PlannedStep]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self.rows)))]
+            return [self[i] for i in range(*index.indices(len(self.names)))]
         if index < 0:
-            index += len(self.rows)
+            index += len(self.names)
         step = self._built.get(index)
         if step is None:
-            step = self._built[index] = planned_step(index + 1, self.rows[index])
+            checks, inputs, outputs, source = self.extras.get(index + 1, NO_EXTRA)
+            step = self._built[index] = PlannedStep(
+                number=index + 1,
+                name=self.names[index],
+                checks=checks,
+                inputs=inputs,
+                outputs=outputs,
+                source_hash=source,
+            )
         return step
 
+    def row(self, index: int) -> PlanRow:
+        """Entry `index` (from 0) without its number."""
+        return (self.names[index], *self.extras.get(index + 1, NO_EXTRA))
+
     def __setitem__(self, index: int, step: PlannedStep) -> None:
-        self.rows[index] = plan_row(step)
+        self.names[index] = step.name
+        extra = plan_extra(step)
+        if extra != NO_EXTRA:
+            self.extras[index + 1] = extra
+        else:
+            self.extras.pop(index + 1, None)
         self._built[index] = step
 
     def append(self, step: PlannedStep) -> None:
-        self.rows.append(plan_row(step))
-        self._built[len(self.rows) - 1] = step
+        self.names.append(step.name)
+        self[len(self.names) - 1] = step
 
 
 class RecordBook(Mapping[str, StepRecord]):
-    """A run's step records by name: rows for all of them, and each record validated
-    from the store (by `read`) when it is first asked for."""
+    """A run's step records by name: the table of rows for all of them, and each record
+    validated from the store (by `read`) when it is first asked for."""
 
-    def __init__(self, rows: dict[str, RecordRow], read: Callable[[str], StepRecord | None]):
-        self.rows = rows
+    def __init__(self, table: RecordTable, read: Callable[[str], StepRecord | None]):
+        self.table = table
         self._read = read
         self._built: dict[str, StepRecord] = {}
 
     def __getitem__(self, name: str) -> StepRecord:
         record = self._built.get(name)
         if record is None:
-            if name not in self.rows:
+            if name not in self.table:
                 raise KeyError(name)
             record = self._read(name)
             if record is None:
@@ -217,14 +333,14 @@ class RecordBook(Mapping[str, StepRecord]):
         return record
 
     def __contains__(self, name: object) -> bool:
-        return name in self.rows
+        return name in self.table
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.rows)
+        return iter(self.table)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.table)
 
     def __setitem__(self, name: str, record: StepRecord) -> None:
-        self.rows[name] = record_row(record)
+        self.table.put(record)
         self._built[name] = record

@@ -26,7 +26,8 @@ def now() -> str:
 class Record(BaseModel):
     """Base of every stored file: strict fields and a schema version."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # built on first use: a reader of a run needs only some of the record types
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     schema_version: int = SCHEMA_VERSION
 
 

@@ -29,7 +29,20 @@ from .errors import (
     StepstoneError,
     StoreError,
 )
-from .index import INDEXED, EvidenceRow, PlanRow, PlanSteps, RecordBook, plan_row, read_index
+from .index import (
+    INDEXED,
+    NO_EXTRA,
+    EvidenceRow,
+    PlanExtra,
+    PlanRow,
+    PlanSteps,
+    RecordBook,
+    StepIndex,
+    plan_extra,
+    plan_row,
+    read_index,
+    save_index,
+)
 from .lock import RunLock
 from .models import (
     Decision,
@@ -50,6 +63,7 @@ if TYPE_CHECKING:
     from .remote import BackgroundPusher, LeaseKeeper
 
 _active: Run | None = None
+_SAVE_INDEX_EVERY = 10_000  # commits between saves of the step index by a driver
 
 
 def active_run() -> Run:
@@ -123,6 +137,7 @@ class Run:
         drive: bool = True,
         create: bool = True,
         steal: str | None = None,
+        cached: bool = True,
     ) -> None:
         self.store = store
         self.id = names.run_id(run_id)
@@ -132,6 +147,7 @@ class Run:
         self._lock = RunLock(
             store.git_dir / "stepstone" / "locks" / f"{self.id}.lock", self.id, self.holder
         )
+        self._commits_since_save = 0
         self._state: dict[str, StepState] = {}
         self._last_verified = 0  # no step after this number is verified
         self._current_step: str | None = None
@@ -145,7 +161,8 @@ class Run:
         try:
             if drive:
                 self._recover_locks()
-            self._snap = store.read(self.id, skip=("artifacts", *INDEXED))
+            self._cached = cached
+            self._snap = store.read(self.id, skip=("artifacts", *INDEXED), cached=cached)
             if self._snap.commit is None and not (drive and create):
                 raise RunNotFound(self.id, str(store.path), store.runs())
             self._parse()
@@ -197,7 +214,9 @@ class Run:
         groups: dict[str, dict[str, bytes]] = {}
         for path, data in files.items():
             groups.setdefault(path.split("/", 1)[0], {})[path] = data
-        index = read_index(self.store, self.id, self._snap, self._load_all)
+        index = read_index(self.store, self.id, self._snap, self._load_all, cached=self._cached)
+        self._index_saved_at = self._snap.tree  # the tree the saved index describes
+        self._index_trusted = index.complete  # the rows follow every commit of ours
         self._legacy_layout = index.legacy_layout
         self.records = RecordBook(index.records, self._read_record)
         self.decisions: dict[str, Decision] = {
@@ -209,20 +228,21 @@ class Run:
         self.effects: dict[str, EffectRecord] = {
             e.key: e for e in self._load_all(EffectRecord, groups.get("effects", {}))
         }
-        numbers = sorted(index.plan)
-        problems = [
-            (plan_path(number), f"plan has no step {position}")
-            for position, number in enumerate(numbers, start=1)
-            if number != position
-        ][:1]
-        rows = [index.plan[number] for number in numbers]
-        if len({row[0] for row in rows}) != len(rows):
+        names, extras = index.plan, index.extras
+        problems = []
+        if None in names:
+            missing = names.index(None) + 1
+            problems.append((plan_path(missing), f"plan has no step {missing}"))
+            kept = [n for n, name in enumerate(names, start=1) if name is not None]
+            extras = {new: extras[old] for new, old in enumerate(kept, 1) if old in extras}
+            names = [names[old - 1] for old in kept]
+        self._set_steps(names, extras)  # type: ignore[arg-type]  # no None left
+        if len(self._numbers) != len(names):
             problems.append(("plan/", "two plan steps share a name"))
         for path, problem in problems:
             if not self._tolerant:
                 raise RecordError(self._where(path), problem)
             self.corrupt.append(str(RecordError(self._where(path), problem)))
-        self._set_steps(rows)
         tip_seq = parse_trailers(self._snap.message).get("Stepstone-Seq", ["0"])[0]
         self.seq = max(self.info.seq, int(tip_seq) if tip_seq.isdigit() else 0)
 
@@ -232,9 +252,29 @@ class Run:
         data = self.store.blob(self._snap.tree, path) if self._snap.tree else None
         return None if data is None else self._load(StepRecord, path, data)
 
-    def _set_steps(self, rows: list[PlanRow]) -> None:
-        self.steps = PlanSteps(rows)
-        self._numbers = {row[0]: number for number, row in enumerate(rows, start=1)}
+    def _save_index(self) -> None:
+        """Save the step index of the latest commit, so that the next open need not read
+        the records committed since the last save (after a kill: at most the last
+        `_SAVE_INDEX_EVERY` commits' worth). Between steps, the rows match the commit."""
+        self._commits_since_save = 0
+        if not self._index_trusted or self._snap.tree in (None, self._index_saved_at):
+            return
+        save_index(
+            self.store,
+            self.id,
+            StepIndex(
+                self._snap.tree,
+                list[str | None](self.steps.names),
+                self.steps.extras,
+                self.records.table,
+                self._legacy_layout,
+            ),
+        )
+        self._index_saved_at = self._snap.tree
+
+    def _set_steps(self, names: list[str], extras: dict[int, PlanExtra]) -> None:
+        self.steps = PlanSteps(names, extras)
+        self._numbers = dict(zip(names, range(1, len(names) + 1), strict=True))
 
     # -- committing -------------------------------------------------------------
 
@@ -245,7 +285,12 @@ class Run:
         trailers: list[str],
         *,
         info_changed: bool = False,
+        indexed: bool = False,
     ) -> None:
+        """Commit `writes`; `indexed` says the caller keeps the step index's rows in
+        step with what they write to the plan and the step records."""
+        if not indexed and any(path.split("/", 1)[0] in INDEXED for path in writes):
+            self._index_trusted = False
         # The sequence number travels in the commit message, so a step's commit
         # rewrites only its own record, not run.json.
         self.seq += 1
@@ -259,7 +304,12 @@ class Run:
             f"Stepstone-Holder: {self.holder}",
         ]
         message = f"{subject}\n\n" + "\n".join(_one_line(line) for line in lines) + "\n"
-        self._snap = self.store.commit(self.id, self._snap, writes, message, author=self.holder)
+        try:
+            self._snap = self.store.commit(self.id, self._snap, writes, message, author=self.holder)
+        except BaseException:
+            self._index_trusted = False  # the rows may have moved ahead of the store
+            raise
+        self._commits_since_save += 1
         self._after_commit()
 
     def _take_lease(self, steal: str | None) -> None:
@@ -351,7 +401,8 @@ class Run:
         if len(counts) != len(new):
             dupes = sorted(name for name, count in counts.items() if count > 1)
             raise PlanError(f"duplicate step names in the plan: {names.listing(dupes)}")
-        old_rows, new_rows = self.steps.rows, [plan_row(s) for s in new]
+        old_rows = [self.steps.row(i) for i in range(len(self.steps))]
+        new_rows = [plan_row(s) for s in new]
         changes = _plan_changes(old_rows, new_rows)
         info_changed = (
             mode != self.info.plan_mode
@@ -373,12 +424,16 @@ class Run:
                 "notebook": notebook if notebook is not None else self.info.notebook,
             }
         )
-        self._set_steps(new_rows)
+        self._set_steps(
+            [s.name for s in new],
+            {s.number: plan_extra(s) for s in new if plan_extra(s) != NO_EXTRA},
+        )
         self._commit(
             writes,
             f"plan: {len(new)} steps" + (f" ({'; '.join(changes)})" if changes else ""),
             ["Stepstone-Status: planned", f"Stepstone-Plan: {mode}, {len(new)} steps"],
             info_changed=True,
+            indexed=True,
         )
         self._state.clear()
         return changes
@@ -433,6 +488,7 @@ class Run:
             {plan_path(number): dump(wanted)},
             subject,
             ["Stepstone-Status: planned", f"Stepstone-Step: {number} {name}"],
+            indexed=True,
         )
         return wanted
 
@@ -472,21 +528,43 @@ class Run:
         self._last_verified = 0
         blocked: str | None = None
         latest_pred_seq = 0
-        records = self.records.rows
+        table = self.records.table
+        at, seqs, kinds, shapes, finished_at = (
+            table.at,
+            table.seqs,
+            table.kinds,
+            table.shapes,
+            table.finished,
+        )
+        extras = self.steps.extras
         make = tuple.__new__  # a StepStatus without NamedTuple's slower constructor
         no_evidence: tuple[EvidenceRow, ...] = ()
-        for number, (name, planned_checks, _, _, planned_source) in enumerate(
-            self.steps.rows, start=1
-        ):
-            row = records.get(name)
+        # The common step of a long run: confirmed, planned without checks or source,
+        # its evidence only "completed". Nothing to re-check, so it takes a short path.
+        plain = [s[0] == "confirmed" and not s[1] and not s[5] for s in shapes]
+        if progress is not None:
+            plain = [False] * len(shapes)
+        append = results.append
+        for number, name in enumerate(self.steps.names, start=1):
+            slot = at.get(name)
+            if slot is not None and blocked is None and number not in extras:
+                kind = kinds[slot]
+                if plain[kind] and seqs[slot] >= latest_pred_seq:
+                    latest_pred_seq = seqs[slot]
+                    evidence, finished = shapes[kind][4], finished_at[slot]
+                    append(make(StepStatus, (number, name, "verified", "", evidence, finished)))
+                    continue
+            planned_checks, _, _, planned_source = extras.get(number, NO_EXTRA)
             state: StepState
             reason = ""
             evidence = no_evidence
             finished = ""
-            if row is None:
+            if slot is None:
                 state = "pending"
             else:
-                status, seq, recorded_checks, source, error, evidence, finished, world = row
+                status, recorded_checks, source, error, evidence, world = shapes[kinds[slot]]
+                seq = seqs[slot]
+                finished = finished_at[slot]
                 if status == "failed":
                     state, reason = "failed", error or "failed"
                 elif blocked is not None:
@@ -512,7 +590,7 @@ class Run:
             if state != "verified" and blocked is None:
                 blocked = name
                 self._last_verified = number - 1
-            results.append(make(StepStatus, (number, name, state, reason, evidence, finished)))
+            append(make(StepStatus, (number, name, state, reason, evidence, finished)))
             if progress is not None:
                 progress(1)
         if blocked is None:
@@ -549,6 +627,8 @@ class Run:
         """Decide whether step `name` is skipped (evidence verifies) or must run."""
         self._require_lock()
         names.step_name(name)
+        if self._commits_since_save >= _SAVE_INDEX_EVERY:
+            self._save_index()
         specs = tuple(_parse_all(checks))
         out_names = tuple(outputs)
         for var in out_names:
@@ -593,9 +673,9 @@ class Run:
 
     def _mark_stale(self, planned: PlannedStep, reason: str) -> None:
         """Mark `planned` and every verified step after it stale (it runs again)."""
-        rows = self.steps.rows
-        for index in range(planned.number - 1, min(self._last_verified, len(rows))):
-            name = rows[index][0]
+        names = self.steps.names
+        for index in range(planned.number - 1, min(self._last_verified, len(names))):
+            name = names[index]
             if self._state.get(name) == "verified":
                 self._state[name] = "stale"
                 self._reasons[name] = (
@@ -651,7 +731,9 @@ class Run:
             "Stepstone-Status: confirmed",
             *(f"Stepstone-Evidence: {_evidence_line(ev)}" for ev in evidence),
         ]
-        self._commit(writes, f"step {planned.number} {planned.name}: confirmed", trailers)
+        self._commit(
+            writes, f"step {planned.number} {planned.name}: confirmed", trailers, indexed=True
+        )
         self.records[planned.name] = record
         self._mark_stale(planned, "")
         self._state[planned.name] = "verified"
@@ -673,6 +755,7 @@ class Run:
                 "Stepstone-Status: failed",
                 f"Stepstone-Error: {text.splitlines()[-1][:200] if text else 'failed'}",
             ],
+            indexed=True,
         )
         self.records[planned.name] = record
         self._mark_stale(planned, "failed")
@@ -886,6 +969,7 @@ class Run:
             except StepstoneError as exc:
                 self.notes.append(f"could not release the lease (it expires by itself): {exc}")
         if self._lock.held:
+            self._save_index()
             self.store.collect_garbage_in_background()
         self._lock.release()
         if _active is self:
@@ -935,6 +1019,7 @@ def open_run(
     drive: bool = True,
     create: bool = True,
     steal: str | None = None,
+    cached: bool = True,
 ) -> Run:
     """Open a run (creating it and its store if new) and hold it as its only driver.
 
@@ -943,6 +1028,8 @@ def open_run(
     `drive=False` the run is opened read-only and no lock is taken. When the
     store has a remote, driving also takes the run's lease there; `steal`
     (a reason) takes a live lease from another agent and records that it did.
+    `cached=False` reads every record from Git instead of through the read caches
+    (derived data under `<git dir>/stepstone/cache`), as `stepstone verify` does.
     """
     global _active
     store = GitStore(repo, create=create and drive)
@@ -954,6 +1041,7 @@ def open_run(
         drive=drive,
         create=create,
         steal=steal,
+        cached=cached,
     )
     if drive:
         _active = opened

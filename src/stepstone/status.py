@@ -141,14 +141,19 @@ class RunStatus:
         # most steps end alike ("verified", no reason, the same evidence object)
         endings: dict[tuple[str, str, int], str] = {}
         parts = []
+        last: tuple[object, object, object] = (None, None, None)
+        ending = ""
         for number, name, state, reason, evidence, _ in self.steps:
-            key = (state, reason, id(evidence))
-            ending = endings.get(key)
-            if ending is None:
-                ending = endings[key] = (
-                    f', "state": "{state}", "reason": {encode(reason)}, '
-                    f'"evidence": {json.dumps(_evidence_json(evidence))}}}'
-                )
+            if state is not last[0] or reason is not last[1] or evidence is not last[2]:
+                last = (state, reason, evidence)
+                key = (state, reason, id(evidence))
+                found = endings.get(key)
+                if found is None:
+                    found = endings[key] = (
+                        f', "state": "{state}", "reason": {encode(reason)}, '
+                        f'"evidence": {json.dumps(_evidence_json(evidence))}}}'
+                    )
+                ending = found
             parts.append(f'{{"number": {number}, "name": {encode(name)}{ending}')
         return "[" + ", ".join(parts) + "]"
 

@@ -44,7 +44,7 @@ _TRUSTED_KEY = "stepstone.trusted"
 _FOREIGN_PREFIX = "refs/stepstone/runs/"
 _DEDICATED_PREFIX = "refs/heads/"
 _TAG_PREFIX = "refs/tags/stepstone/"
-_CACHE_AFTER = 200  # files read from Git before the read is worth caching
+CACHE_AFTER = 200  # files read from Git before the read is worth caching
 
 SYNC_ENV = "STEPSTONE_SYNC"
 _fsync_enabled = False
@@ -303,8 +303,11 @@ class GitStore:
 
     # -- reading ----------------------------------------------------------------
 
-    def read(self, run: str, *, skip: tuple[str, ...] = ("artifacts",)) -> Snapshot:
-        """The files of the latest commit of `run` (top folders in `skip` are left out)."""
+    def read(
+        self, run: str, *, skip: tuple[str, ...] = ("artifacts",), cached: bool = True
+    ) -> Snapshot:
+        """The files of the latest commit of `run` (top folders in `skip` are left out);
+        `cached=False` reads every file from Git, not through the read cache."""
         commit_id = self.tip(run)
         if commit_id is None:
             return Snapshot(None, None)
@@ -313,7 +316,10 @@ class GitStore:
             if not isinstance(commit, pygit2.Commit):
                 raise KeyError(f"{commit_id} is not a commit")
             tree = commit.tree
-            files = self._read_cached(run, tree, skip)
+            if cached:
+                files = self._read_cached(run, tree, skip)
+            else:
+                files = self.tree_files(str(tree.id), lambda top: top not in skip)
         except (pygit2.GitError, KeyError, ValueError) as exc:
             raise self.damaged(run, commit_id, exc) from exc
         return Snapshot(commit_id, str(tree.id), files, commit.message)
@@ -363,7 +369,7 @@ class GitStore:
                 files.pop(path, None)
             files.update(changed)
             count = len(changed) + len(deleted)
-        if count >= _CACHE_AFTER:
+        if count >= CACHE_AFTER:
             self._write_cache(cache_file, tree, files, skip)
         return files
 
