@@ -431,7 +431,7 @@ def measure_size(tmp: Path, size: int, gc: bool) -> dict[str, str]:
         "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')),"
         " file=sys.stderr)"
     )
-    for _ in range(3):
+    for _ in range(5):
         start = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, check=True
