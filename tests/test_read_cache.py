@@ -181,3 +181,38 @@ def test_a_small_run_keeps_no_index_and_reads_every_record(workdir: Path):
         run.step("a", lambda: None)
     stepstone.open_run("small", drive=False).status()
     assert not any(cache.exists() for cache in _caches(workdir, "small"))
+
+
+def test_the_short_path_for_plain_steps_agrees_with_the_full_check(workdir: Path):
+    """status() takes a short path for plain confirmed steps; status(progress=...)
+    checks every step the long way. Both must say the same of a mixed run."""
+    Path("f.txt").write_text("one")
+    with stepstone.open_run("mixed") as run:
+        run.set_plan(
+            [f"p{i}" for i in range(220)]
+            + [{"name": "checked", "checks": ["file:f.txt"]}]
+            + [f"q{i}" for i in range(5)]
+            + ["fails", "after", "never"]
+        )
+        for i in range(220):
+            run.step(f"p{i}", lambda: None)
+        run.step("checked", lambda: None)
+        for i in range(5):
+            run.step(f"q{i}", lambda: None)
+        with pytest.raises(ZeroDivisionError):
+            run.step("fails", lambda: 1 / 0)
+        run.step("p3", lambda: None, force=True)  # skipped: verified, nothing redone
+    for change in (None, "f.txt changed", "p100 redone"):
+        if change == "f.txt changed":
+            Path("f.txt").write_text("two")
+        if change == "p100 redone":
+            with stepstone.open_run("mixed") as run:
+                start = run.begin("p100", force=True)
+                run.confirm(start, values={})  # a newer seq than the steps after it
+        reader = stepstone.open_run("mixed", drive=False)
+        short = reader.status()
+        long = reader.status(progress=lambda n: None)
+        assert short == long, change
+        assert json.loads(short.json_text()) == long.to_json()
+    states = [s.state for s in long.steps]
+    assert states[:101] == ["verified"] * 101 and states[101] == "stale"

@@ -15,6 +15,7 @@ with a corrupt record in it is never saved.
 from __future__ import annotations
 
 import marshal
+import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -206,6 +207,28 @@ class StepIndex:
         if fmt != FORMAT or not isinstance(plan, list) or not isinstance(extras, dict):
             raise ValueError("an index of another format")
         return cls(tree, plan, extras, RecordTable(*columns), bool(legacy))
+
+
+def plain_prefix(
+    names: list[str], extras: dict[int, PlanExtra], table: RecordTable
+) -> tuple[list[int], list[int]]:
+    """The record slots and shapes of the leading plan steps that are plain: planned
+    without checks or source, recorded as confirmed without checks and with only
+    "completed" evidence, each recorded after the one before it (seq not falling).
+    Such steps are verified with nothing to re-check; the lists are made with `map`,
+    not a Python loop, as a long run is mostly such steps."""
+    limit = min(min(extras, default=len(names) + 1) - 1, len(names))
+    found = list(map(table.at.get, names[:limit]))
+    slots: list[int] = found[: found.index(None)] if None in found else found  # type: ignore[assignment]
+    plain = [s[0] == "confirmed" and not s[1] and not s[5] for s in table.shapes]
+    kinds = list(map(table.kinds.__getitem__, slots))
+    fits = list(map(plain.__getitem__, kinds))
+    count = fits.index(False) if False in fits else len(fits)
+    seqs = list(map(table.seqs.__getitem__, slots[:count]))
+    rising = list(map(operator.le, seqs, seqs[1:]))
+    if False in rising:
+        count = rising.index(False) + 1
+    return slots[:count], kinds[:count]
 
 
 def _plan_number(path: str) -> int:

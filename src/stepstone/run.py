@@ -13,10 +13,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import artifacts, checks, effects, models, names
+from .bulk import collector_paused
 from .errors import (
     CheckFailed,
     DecisionConflict,
@@ -38,6 +40,7 @@ from .index import (
     PlanSteps,
     RecordBook,
     StepIndex,
+    plain_prefix,
     plan_extra,
     plan_row,
     read_index,
@@ -214,7 +217,8 @@ class Run:
         groups: dict[str, dict[str, bytes]] = {}
         for path, data in files.items():
             groups.setdefault(path.split("/", 1)[0], {})[path] = data
-        index = read_index(self.store, self.id, self._snap, self._load_all, cached=self._cached)
+        with collector_paused():
+            index = read_index(self.store, self.id, self._snap, self._load_all, cached=self._cached)
         self._index_saved_at = self._snap.tree  # the tree the saved index describes
         self._index_trusted = index.complete  # the rows follow every commit of ours
         self._legacy_layout = index.legacy_layout
@@ -524,6 +528,14 @@ class Run:
 
         `progress(1)` is called after each step, for long runs.
         """
+        with collector_paused():
+            return self._status(namespace, progress)
+
+    def _status(
+        self,
+        namespace: Mapping[str, Any] | None,
+        progress: Callable[[int], object] | None,
+    ) -> RunStatus:
         results: list[StepStatus] = []
         self._last_verified = 0
         blocked: str | None = None
@@ -540,12 +552,33 @@ class Run:
         make = tuple.__new__  # a StepStatus without NamedTuple's slower constructor
         no_evidence: tuple[EvidenceRow, ...] = ()
         # The common step of a long run: confirmed, planned without checks or source,
-        # its evidence only "completed". Nothing to re-check, so it takes a short path.
+        # its evidence only "completed". Nothing to re-check, so the leading ones are
+        # made in one pass (`plain_prefix`) and later ones take a short path.
         plain = [s[0] == "confirmed" and not s[1] and not s[5] for s in shapes]
-        if progress is not None:
+        names = self.steps.names
+        start = 0
+        if progress is None:
+            slots, leading = plain_prefix(names, extras, table)
+            start = len(slots)
+            results.extend(
+                map(
+                    make,
+                    repeat(StepStatus),
+                    zip(
+                        range(1, start + 1),
+                        names[:start],
+                        repeat("verified"),
+                        repeat(""),
+                        map([s[4] for s in shapes].__getitem__, leading),
+                        map(finished_at.__getitem__, slots),
+                    ),
+                )
+            )
+            latest_pred_seq = seqs[slots[-1]] if slots else 0
+        else:
             plain = [False] * len(shapes)
         append = results.append
-        for number, name in enumerate(self.steps.names, start=1):
+        for number, name in enumerate(names[start:], start=start + 1):
             slot = at.get(name)
             if slot is not None and blocked is None and number not in extras:
                 kind = kinds[slot]

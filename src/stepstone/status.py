@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from .bulk import collector_paused
 from .models import Decision, Unknown
 
 if TYPE_CHECKING:
@@ -160,7 +161,8 @@ class RunStatus:
     def json_text(self) -> str:
         """`to_json()` as JSON text (steps first), quick for a long run."""
         rest = json.dumps(self.to_json(steps=False))
-        return '{"steps": ' + self.steps_json() + ", " + rest[1:]
+        with collector_paused():
+            return '{"steps": ' + self.steps_json() + ", " + rest[1:]
 
     def render_text(self) -> str:
         """A plain-text status table for a terminal."""
