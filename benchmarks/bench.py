@@ -9,7 +9,10 @@ record), SQLite's durable insert, raw Git bindings committing one small file
 (the measurement behind the choice of pygit2), the peers where they are
 installed (`pip install -e ".[bench]"`: DBOS, LangGraph's SQLite checkpointer),
 and stepstone's step, skip path, effect and decision, each with its ratio to
-the floor. The second: at each run size, the per-step cost, the time to open
+the floor; with `--steps N`, N real steps in a row in one run, timed at step 0,
+1,000 and the end in turns with a step of a fresh store and the floor (this
+disk slows down under sustained writes, so only figures taken in turns compare),
+then again after the run is reopened. The second: at each run size, the per-step cost, the time to open
 and resume the run, `stepstone status --json`, its peak memory, and the
 repository size before and after `git gc`. Runs of 1,000 steps and more are
 built with 1,000 step records per commit (the tree is the same as step by step;
