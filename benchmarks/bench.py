@@ -12,9 +12,9 @@ and stepstone's step, skip path, effect and decision, each with its ratio to
 the floor; with `--steps N`, N real steps in a row in one run, timed at step 0,
 1,000 and the end in turns with a step of a fresh store and the floor (this
 disk slows down under sustained writes, so only figures taken in turns compare),
-then again after the run is reopened. The second: at each run size, the per-step cost, the time to open
-and resume the run, `stepstone status --json`, its peak memory, and the
-repository size before and after `git gc`. Runs of 1,000 steps and more are
+then again after the run is reopened. The second: at each run size, the
+per-step cost, the time to open and resume the run, `stepstone status --json`,
+its peak memory, and the repository size before and after `git gc`. Runs of 1,000 steps and more are
 built with 1,000 step records per commit (the tree is the same as step by step;
 the history is shorter), then 100 real steps are timed on top.
 """
