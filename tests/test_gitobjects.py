@@ -72,6 +72,20 @@ def test_a_commit_written_as_a_pack_is_read_by_libgit2_and_passes_git_fsck(tmp_p
     git("verify-pack", *map(str, (Path(repo.path) / "objects/pack").glob("*.idx")), cwd=repo.path)
 
 
+def test_small_and_large_objects_are_compressed_so_git_reads_them(tmp_path: Path):
+    # small objects get a small zlib window and state, large ones zlib's defaults
+    repo = pygit2.init_repository(tmp_path / "repo", bare=True)
+    writer = _writer(repo)
+    small, large = b'{"step": 1}\n', os.urandom(24 << 10).hex().encode()  # 48 KB
+    commit = _commit(writer, {b"small.json": small, b"large.bin": large}, [])
+    repo.references.create("refs/heads/main", pygit2.Oid(hex=commit))
+    for name, data in ((b"small.json", small), (b"large.bin", large)):
+        path = f"steps/ab/{name.decode()}"
+        assert git("cat-file", "blob", f"main:{path}", cwd=repo.path).encode() == data
+    git("fsck", "--strict", cwd=repo.path)
+    git("verify-pack", *map(str, (Path(repo.path) / "objects/pack").glob("*.idx")), cwd=repo.path)
+
+
 def test_small_packs_are_merged_and_every_object_stays_readable(tmp_path: Path):
     repo = pygit2.init_repository(tmp_path / "repo", bare=True)
     writer = _writer(repo, pack_limit=4)
