@@ -135,6 +135,28 @@ def test_brief_of_a_50_step_run_is_short_and_complete(workdir: Path):
     assert data["goal"] == "Publish the weekly numbers" and len(data["done"]) == 29
 
 
+def test_status_of_a_long_run_is_a_few_lines_and_all_lists_every_step(workdir: Path):
+    with stepstone.open_run("long") as run:
+        run.set_plan([f"s{i}" for i in range(1, 301)])
+        for i in range(1, 251):
+            run.step(f"s{i}", lambda: None)
+    short = cli("status", cwd=workdir)
+    assert short.returncode == 0, short.stderr
+    lines = short.stdout.splitlines()
+    assert len(lines) < 15, short.stdout
+    assert "... 246 more verified (steps 3-248)" in short.stdout
+    assert "... 46 more pending (steps 253-298)" in short.stdout
+    assert [line.split()[0] for line in lines if line.strip().startswith(("249", "251"))] == [
+        "249",
+        "251",
+    ]
+    assert lines[-1] == "next: run step 251 s251 (not run yet)"
+    every = cli("status", "--all", cwd=workdir)
+    assert len(every.stdout.splitlines()) == 1 + 300 + 1
+    html = stepstone.open_run("long", drive=False).status().render_html()
+    assert html.count("<tr>") == 1 + 4 + 1 + 4 + 1
+
+
 def test_schema_describes_every_record_file(workdir: Path):
     schemas = json.loads(cli("schema", cwd=workdir).stdout)
     assert {"RunInfo", "PlannedStep", "StepRecord", "Decision", "Unknown", "EffectRecord"} <= set(

@@ -127,22 +127,23 @@ def run_command(
 @run_option
 @repo_option
 @json_option
+@click.option("--all", "every", is_flag=True, help="List every step (long runs are shortened).")
 @_errors_as_exit_codes
-def status(run_id: str | None, repo: str | None, as_json: bool) -> None:
+def status(run_id: str | None, repo: str | None, as_json: bool, every: bool) -> None:
     """Steps, evidence, decisions, unknowns, effects and the next action."""
     reader = _reader(run_id, repo)
     state = reader.status()
     if as_json:
         click.echo(state.json_text())
     elif sys.stdout.isatty():
-        _rich_status(state)
+        _rich_status(state, every)
     else:
-        click.echo(state.render_text())
+        click.echo(state.render_text(every=every))
     if state.unresolved_effects or reader.corrupt:
         sys.exit(1)
 
 
-def _rich_status(state: RunStatus) -> None:
+def _rich_status(state: RunStatus, every: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -150,12 +151,15 @@ def _rich_status(state: RunStatus) -> None:
     table = Table(title=f"run {state.run} ({state.plan_mode} plan)")
     for column in ("#", "step", "state", "evidence / reason"):
         table.add_column(column)
-    for s in state.steps:
+    for s in state.shown_steps(every=every):
+        if isinstance(s, str):
+            table.add_row("", f"[dim]{s}[/]", "", "")
+            continue
         detail = s.evidence_text if s.state == "verified" else s.reason
         table.add_row(str(s.number), s.name, f"[{colour[s.state]}]{s.state}[/]", detail)
     console = Console()
     console.print(table)
-    for line in state.render_text().splitlines()[1 + len(state.steps) :]:
+    for line in state.footer_lines():
         console.print(line, markup=False, highlight=False)
 
 

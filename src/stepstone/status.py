@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .index import EvidenceRow
 
 StepState = Literal["verified", "stale", "failed", "pending"]
+_SHOWN_EDGE = 2  # steps shown at each end of a long run of steps in one state
 
 
 class StepStatus(NamedTuple):
@@ -164,34 +165,69 @@ class RunStatus:
         with collector_paused():
             return '{"steps": ' + self.steps_json() + ", " + rest[1:]
 
-    def render_text(self) -> str:
-        """A plain-text status table for a terminal."""
+    def shown_steps(self, *, every: bool = False) -> list[StepStatus | str]:
+        """The steps to show a person: with `every` all of them, else each run of more
+        than five steps in the same state as its first two, a line saying how many
+        are left out, and its last two (a 100,000-step run is a few lines)."""
+        if every or len(self.steps) <= _SHOWN_EDGE * 2 + 1:
+            return list(self.steps)
+        shown: list[StepStatus | str] = []
+        start = 0
+        while start < len(self.steps):
+            state = self.steps[start].state
+            end = start
+            while end < len(self.steps) and self.steps[end].state == state:
+                end += 1
+            group = self.steps[start:end]
+            if len(group) <= _SHOWN_EDGE * 2 + 1:
+                shown.extend(group)
+            else:
+                left_out = group[_SHOWN_EDGE:-_SHOWN_EDGE]
+                shown.extend(group[:_SHOWN_EDGE])
+                shown.append(
+                    f"... {len(left_out):,} more {state} "
+                    f"(steps {left_out[0].number:,}-{left_out[-1].number:,})"
+                )
+                shown.extend(group[-_SHOWN_EDGE:])
+            start = end
+        return shown
+
+    def footer_lines(self) -> list[str]:
+        """Decisions, open unknowns, effects, notes and the next action, a line each."""
+        lines = [f"  decided {d.key}={d.value}  ({d.why})" for d in self.decisions]
+        lines += [f"  unknown {u.id}: {u.question}" for u in self.open_unknowns]
+        lines += [
+            f"  effect {e['key']} ({e['step']}/{e['name']}): {e['state']}; next: {e['next_action']}"
+            for e in self.effects
+        ]
+        lines += [f"  note: {note}" for note in self.notes]
+        lines.append(f"next: {self.next_action}")
+        return lines
+
+    def render_text(self, *, every: bool = False) -> str:
+        """A plain-text status table for a terminal (long runs shortened, see
+        `shown_steps`)."""
         lines = [f"run {self.run} ({self.plan_mode} plan)"]
-        width = max((len(s.name) for s in self.steps), default=4)
-        for s in self.steps:
+        shown = self.shown_steps(every=every)
+        width = max((len(s.name) for s in shown if isinstance(s, StepStatus)), default=4)
+        for s in shown:
+            if isinstance(s, str):
+                lines.append(f"  {s}")
+                continue
             detail = s.evidence_text if s.state == "verified" else s.reason
             lines.append(f"  {s.number:>3}  {s.name:<{width}}  {s.state:<8}  {detail}".rstrip())
-        for d in self.decisions:
-            lines.append(f"  decided {d.key}={d.value}  ({d.why})")
-        for u in self.open_unknowns:
-            lines.append(f"  unknown {u.id}: {u.question}")
-        for e in self.effects:
-            lines.append(
-                f"  effect {e['key']} ({e['step']}/{e['name']}): {e['state']}; "
-                f"next: {e['next_action']}"
-            )
-        lines.extend(f"  note: {note}" for note in self.notes)
-        lines.append(f"next: {self.next_action}")
-        return "\n".join(lines)
+        return "\n".join(lines + self.footer_lines())
 
     def render_html(self) -> str:
-        """An HTML status table for Jupyter."""
+        """An HTML status table for Jupyter (long runs shortened, see `shown_steps`)."""
         from html import escape
 
         rows = "".join(
             f"<tr><td>{s.number}</td><td>{escape(s.name)}</td><td>{s.state}</td>"
             f"<td>{escape(s.evidence_text if s.state == 'verified' else s.reason)}</td></tr>"
-            for s in self.steps
+            if isinstance(s, StepStatus)
+            else f'<tr><td colspan="4"><i>{escape(s)}</i></td></tr>'
+            for s in self.shown_steps()
         )
         extra = (
             "".join(
