@@ -1,5 +1,6 @@
 """kill -9 at named points, then resume: at most one step repeats, nothing is lost."""
 
+import json
 import os
 import random
 import signal
@@ -201,3 +202,38 @@ def test_kill_at_random_instants_during_pack_merges_never_loses_an_object(workdi
         fsck(workdir / ".stepstone")
         with stepstone.open_run("loop", drive=False) as reader:
             assert len(reader.decisions) == 7  # every record of the tip reads back
+
+
+INDEXED_LOOP = textwrap.dedent(
+    """
+    import stepstone, stepstone.run
+
+    stepstone.run._SAVE_INDEX_EVERY = 3  # save the step index often, to be killed while at it
+    with stepstone.open_run("long") as run:
+        if not run.steps:
+            run.set_plan([f"s{i}" for i in range(400)])
+        for i in range(len(run.records), 400):
+            run.step(f"s{i}", lambda: None)
+    """
+)
+
+
+def test_kills_while_the_step_index_is_saved_leave_reads_equal_to_git(workdir: Path):
+    """The step index is derived data a driver rewrites as it goes: after kills at random
+    instants, a read through it says exactly what a read of every record from Git says."""
+    (workdir / "loop.py").write_text(INDEXED_LOOP)
+    rng = random.Random(7)
+    for _ in range(6):
+        proc = subprocess.Popen([sys.executable, "loop.py"], cwd=workdir)
+        time.sleep(rng.uniform(0.8, 2.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        cached = stepstone.open_run("long", drive=False).status()
+        full = stepstone.open_run("long", drive=False, cached=False).status()
+        assert cached == full
+        assert json.loads(cached.json_text()) == full.to_json()
+    done = subprocess.run([sys.executable, "loop.py"], cwd=workdir, timeout=120)
+    assert done.returncode == 0
+    status = stepstone.open_run("long", drive=False).status()
+    assert [s.state for s in status.steps] == ["verified"] * 400
+    fsck(workdir / ".stepstone")
