@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +33,11 @@ from .errors import (
 from .index import (
     INDEXED,
     NO_EXTRA,
-    EvidenceRow,
     PlanExtra,
     PlanRow,
     PlanSteps,
     RecordBook,
     StepIndex,
-    plain_prefix,
     plan_extra,
     plan_row,
     read_index,
@@ -59,8 +56,9 @@ from .models import (
     now,
 )
 from .redaction import error_text, redact
-from .status import RunStatus, StepState, StepStatus
+from .status import RunStatus, StepState
 from .store import GitStore, holder_identity, parse_trailers
+from .verdicts import step_states
 
 if TYPE_CHECKING:
     from .remote import BackgroundPusher, LeaseKeeper
@@ -536,98 +534,12 @@ class Run:
         namespace: Mapping[str, Any] | None,
         progress: Callable[[int], object] | None,
     ) -> RunStatus:
-        results: list[StepStatus] = []
-        self._last_verified = 0
-        blocked: str | None = None
-        latest_pred_seq = 0
-        table = self.records.table
-        at, seqs, kinds, shapes, finished_at = (
-            table.at,
-            table.seqs,
-            table.kinds,
-            table.shapes,
-            table.finished,
+        results, self._last_verified = step_states(
+            self.steps,
+            self.records.table,
+            lambda number: self._recheck(number, namespace),
+            progress,
         )
-        extras = self.steps.extras
-        make = tuple.__new__  # a StepStatus without NamedTuple's slower constructor
-        no_evidence: tuple[EvidenceRow, ...] = ()
-        # The common step of a long run: confirmed, planned without checks or source,
-        # its evidence only "completed". Nothing to re-check, so the leading ones are
-        # made in one pass (`plain_prefix`) and later ones take a short path.
-        plain = [s[0] == "confirmed" and not s[1] and not s[5] for s in shapes]
-        names = self.steps.names
-        start = 0
-        if progress is None:
-            slots, leading = plain_prefix(names, extras, table)
-            start = len(slots)
-            results.extend(
-                map(
-                    make,
-                    repeat(StepStatus),
-                    zip(
-                        range(1, start + 1),
-                        names[:start],
-                        repeat("verified"),
-                        repeat(""),
-                        map([s[4] for s in shapes].__getitem__, leading),
-                        map(finished_at.__getitem__, slots),
-                    ),
-                )
-            )
-            latest_pred_seq = seqs[slots[-1]] if slots else 0
-        else:
-            plain = [False] * len(shapes)
-        append = results.append
-        for number, name in enumerate(names[start:], start=start + 1):
-            slot = at.get(name)
-            if slot is not None and blocked is None and number not in extras:
-                kind = kinds[slot]
-                if plain[kind] and seqs[slot] >= latest_pred_seq:
-                    latest_pred_seq = seqs[slot]
-                    evidence, finished = shapes[kind][4], finished_at[slot]
-                    append(make(StepStatus, (number, name, "verified", "", evidence, finished)))
-                    continue
-            planned_checks, _, _, planned_source = extras.get(number, NO_EXTRA)
-            state: StepState
-            reason = ""
-            evidence = no_evidence
-            finished = ""
-            if slot is None:
-                state = "pending"
-            else:
-                status, recorded_checks, source, error, evidence, world = shapes[kinds[slot]]
-                seq = seqs[slot]
-                finished = finished_at[slot]
-                if status == "failed":
-                    state, reason = "failed", error or "failed"
-                elif blocked is not None:
-                    state, reason = "stale", f"it runs again after step {blocked}"
-                elif seq < latest_pred_seq:
-                    state, reason = "stale", "an earlier step was redone after it"
-                elif (
-                    not world
-                    and planned_checks == recorded_checks
-                    and not (planned_source and source and planned_source != source)
-                ):
-                    state = "verified"  # nothing to re-check against the world
-                else:
-                    record = self.records.get(name)
-                    problem = (
-                        self._verify_step(self.steps[number - 1], record, namespace)
-                        if record is not None
-                        else "its record cannot be read"
-                    )
-                    state, reason = ("stale", problem) if problem else ("verified", "")
-                if seq > latest_pred_seq:
-                    latest_pred_seq = seq
-            if state != "verified" and blocked is None:
-                blocked = name
-                self._last_verified = number - 1
-            append(make(StepStatus, (number, name, state, reason, evidence, finished)))
-            if progress is not None:
-                progress(1)
-        if blocked is None:
-            self._last_verified = len(results)
         self._state = {s.name: s.state for s in results}
         self._reasons = {s.name: s.reason for s in results if s.reason}
         return RunStatus(
@@ -643,6 +555,14 @@ class Run:
             finished=self.info.finished,
             notes=tuple(self.notes + self.corrupt),
         )
+
+    def _recheck(self, number: int, namespace: Mapping[str, Any] | None) -> str | None:
+        """Why step `number` no longer verifies against the world, or None."""
+        planned = self.steps[number - 1]
+        record = self.records.get(planned.name)
+        if record is None:
+            return "its record cannot be read"
+        return self._verify_step(planned, record, namespace)
 
     # -- steps ------------------------------------------------------------------
 

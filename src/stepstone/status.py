@@ -209,13 +209,17 @@ class RunStatus:
         `shown_steps`)."""
         lines = [f"run {self.run} ({self.plan_mode} plan)"]
         shown = self.shown_steps(every=every)
-        width = max((len(s.name) for s in shown if isinstance(s, StepStatus)), default=4)
+        steps = [s for s in shown if isinstance(s, StepStatus)]
+        width = max((len(s.name) for s in steps), default=4)
+        digits = max((len(str(s.number)) for s in steps), default=3)
         for s in shown:
             if isinstance(s, str):
                 lines.append(f"  {s}")
                 continue
             detail = s.evidence_text if s.state == "verified" else s.reason
-            lines.append(f"  {s.number:>3}  {s.name:<{width}}  {s.state:<8}  {detail}".rstrip())
+            lines.append(
+                f"  {s.number:>{digits}}  {s.name:<{width}}  {s.state:<8}  {detail}".rstrip()
+            )
         return "\n".join(lines + self.footer_lines())
 
     def render_html(self) -> str:

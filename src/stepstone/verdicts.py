@@ -1,0 +1,117 @@
+"""Each planned step's state now, from the step index: verified, stale, failed, pending.
+
+A step is verified while its record is confirmed, its checks and source are
+those planned, it was recorded after every step before it (an earlier step
+redone makes the later ones stale) and its evidence re-checks against the
+world; the first step that is not verified makes every recorded step after it
+stale. Steps with nothing to re-check (only "completed" evidence) are decided
+from the index alone, the leading run of them in one pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import repeat
+
+from .index import NO_EXTRA, EvidenceRow, PlanSteps, RecordTable, plain_prefix
+from .status import StepState, StepStatus
+
+
+def step_states(
+    steps: PlanSteps,
+    table: RecordTable,
+    recheck: Callable[[int], str | None],
+    progress: Callable[[int], object] | None = None,
+) -> tuple[list[StepStatus], int]:
+    """Every planned step's status, and the number of the last step of the verified
+    run that starts the plan (0 when the first step is not verified). `recheck(n)`
+    re-checks step n's evidence against the world: why it fails, or None.
+    `progress(1)` is called after each step (every step then takes the long path).
+    """
+    results: list[StepStatus] = []
+    last_verified = 0
+    blocked: str | None = None
+    latest_pred_seq = 0
+    at, seqs, kinds, shapes, finished_at = (
+        table.at,
+        table.seqs,
+        table.kinds,
+        table.shapes,
+        table.finished,
+    )
+    extras = steps.extras
+    make = tuple.__new__  # a StepStatus without NamedTuple's slower constructor
+    no_evidence: tuple[EvidenceRow, ...] = ()
+    # The common step of a long run: confirmed, planned without checks or source,
+    # its evidence only "completed". Nothing to re-check, so the leading ones are
+    # made in one pass (`plain_prefix`) and later ones take a short path.
+    plain = [s[0] == "confirmed" and not s[1] and not s[5] for s in shapes]
+    names = steps.names
+    start = 0
+    if progress is None:
+        slots, leading = plain_prefix(names, extras, table)
+        start = len(slots)
+        results.extend(
+            map(
+                make,
+                repeat(StepStatus),
+                zip(
+                    range(1, start + 1),
+                    names[:start],
+                    repeat("verified"),
+                    repeat(""),
+                    map([s[4] for s in shapes].__getitem__, leading),
+                    map(finished_at.__getitem__, slots),
+                ),
+            )
+        )
+        latest_pred_seq = seqs[slots[-1]] if slots else 0
+    else:
+        plain = [False] * len(shapes)
+    append = results.append
+    for number, name in enumerate(names[start:], start=start + 1):
+        slot = at.get(name)
+        if slot is not None and blocked is None and number not in extras:
+            kind = kinds[slot]
+            if plain[kind] and seqs[slot] >= latest_pred_seq:
+                latest_pred_seq = seqs[slot]
+                evidence, finished = shapes[kind][4], finished_at[slot]
+                append(make(StepStatus, (number, name, "verified", "", evidence, finished)))
+                continue
+        planned_checks, _, _, planned_source = extras.get(number, NO_EXTRA)
+        state: StepState
+        reason = ""
+        evidence = no_evidence
+        finished = ""
+        if slot is None:
+            state = "pending"
+        else:
+            status, recorded_checks, source, error, evidence, world = shapes[kinds[slot]]
+            seq = seqs[slot]
+            finished = finished_at[slot]
+            if status == "failed":
+                state, reason = "failed", error or "failed"
+            elif blocked is not None:
+                state, reason = "stale", f"it runs again after step {blocked}"
+            elif seq < latest_pred_seq:
+                state, reason = "stale", "an earlier step was redone after it"
+            elif (
+                not world
+                and planned_checks == recorded_checks
+                and not (planned_source and source and planned_source != source)
+            ):
+                state = "verified"  # nothing to re-check against the world
+            else:
+                problem = recheck(number)
+                state, reason = ("stale", problem) if problem else ("verified", "")
+            if seq > latest_pred_seq:
+                latest_pred_seq = seq
+        if state != "verified" and blocked is None:
+            blocked = name
+            last_verified = number - 1
+        append(make(StepStatus, (number, name, state, reason, evidence, finished)))
+        if progress is not None:
+            progress(1)
+    if blocked is None:
+        last_verified = len(results)
+    return results, last_verified
