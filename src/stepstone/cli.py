@@ -196,8 +196,8 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
 def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | None) -> None:
     """The run's history from Git, newest first (read from the commit trailers)."""
     reader = _reader(run_id, repo)
-    if step_name is not None and step_name not in {s.name for s in reader.steps}:
-        known = names.listing([s.name for s in reader.steps])
+    if step_name is not None and step_name not in reader.steps.names:
+        known = names.listing(reader.steps.names)
         raise InvalidInput(f"run {reader.id!r} has no step {step_name!r} (steps: {known})")
     entries = []
     for commit in reader.store.history(reader.id):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from .models import PlannedStep, StepRecord
-from .store import CACHE_AFTER, GitStore, Snapshot, write_derived
+from .store import CACHE_AFTER, READ_ERRORS, GitStore, Snapshot, write_derived
 
 FORMAT = 2  # bump when the layout changes: an index of another format is rebuilt
 INDEXED = ("plan", "steps")  # the top folders whose records the index holds
@@ -110,9 +110,10 @@ class RecordTable:
         if at is not None:
             self.names[at] = None
 
-    def status_of(self, name: str) -> str | None:
-        at = self.at.get(name)
-        return None if at is None else self.shapes[self.kinds[at]][0]
+    def plain_kinds(self) -> list[bool]:
+        """For each shape: confirmed, recorded without checks, its evidence only
+        "completed" (nothing in the world to re-check)."""
+        return [s[0] == "confirmed" and not s[1] and not s[5] for s in self.shapes]
 
     def count(self, status: str) -> int:
         """How many records have `status`."""
@@ -220,7 +221,7 @@ def plain_prefix(
     limit = min(min(extras, default=len(names) + 1) - 1, len(names))
     found = list(map(table.at.get, names[:limit]))
     slots: list[int] = found[: found.index(None)] if None in found else found  # type: ignore[assignment]
-    plain = [s[0] == "confirmed" and not s[1] and not s[5] for s in table.shapes]
+    plain = table.plain_kinds()
     kinds = list(map(table.kinds.__getitem__, slots))
     fits = list(map(plain.__getitem__, kinds))
     count = fits.index(False) if False in fits else len(fits)
@@ -263,7 +264,7 @@ def read_index(
         index = StepIndex()
         try:
             changed, deleted = store.tree_files(tree, _in_index), []
-        except store.read_errors() as exc:
+        except READ_ERRORS as exc:
             raise store.damaged(run, commit.commit or "", exc) from exc
     if index.tree == tree:
         return index

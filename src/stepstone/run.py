@@ -454,7 +454,7 @@ class Run:
     ) -> PlannedStep:
         existing = self._planned(name)
         if existing is None and self.info.plan_mode == "explicit":
-            listing = names.listing([s.name for s in self.steps])
+            listing = names.listing(self.steps.names)
             raise PlanError(
                 f"step {name!r} is not in the plan of run {self.id!r} (steps: {listing}); "
                 f"add it to the plan, or use a new run"

@@ -45,6 +45,7 @@ _FOREIGN_PREFIX = "refs/stepstone/runs/"
 _DEDICATED_PREFIX = "refs/heads/"
 _TAG_PREFIX = "refs/tags/stepstone/"
 CACHE_AFTER = 200  # files read from Git before the read is worth caching
+READ_ERRORS = (pygit2.GitError, KeyError, ValueError)  # what reading a damaged object raises
 
 SYNC_ENV = "STEPSTONE_SYNC"
 _fsync_enabled = False
@@ -320,7 +321,7 @@ class GitStore:
                 files = self._read_cached(run, tree, skip)
             else:
                 files = self.tree_files(str(tree.id), lambda top: top not in skip)
-        except (pygit2.GitError, KeyError, ValueError) as exc:
+        except READ_ERRORS as exc:
             raise self.damaged(run, commit_id, exc) from exc
         return Snapshot(commit_id, str(tree.id), files, commit.message)
 
@@ -332,10 +333,6 @@ class GitStore:
             f"damaged. `stepstone repair --run {run}` moves the run back to its last "
             f"readable commit and keeps the damaged one on record",
         )
-
-    def read_errors(self) -> tuple[type[Exception], ...]:
-        """What reading a damaged object raises."""
-        return (pygit2.GitError, KeyError, ValueError)
 
     def cache_path(self, run: str, kind: str = "json") -> Path:
         """Where derived data about `run` is kept (never authoritative: Git is)."""

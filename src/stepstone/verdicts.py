@@ -45,7 +45,7 @@ def step_states(
     # The common step of a long run: confirmed, planned without checks or source,
     # its evidence only "completed". Nothing to re-check, so the leading ones are
     # made in one pass (`plain_prefix`) and later ones take a short path.
-    plain = [s[0] == "confirmed" and not s[1] and not s[5] for s in shapes]
+    plain = table.plain_kinds()
     names = steps.names
     start = 0
     if progress is None:
