@@ -164,8 +164,17 @@ class Run:
                 self._recover_locks()
             self._cached = cached
             self._snap = store.read(self.id, skip=("artifacts", *INDEXED), cached=cached)
-            if self._snap.commit is None and not (drive and create):
-                raise RunNotFound(self.id, str(store.path), store.runs())
+            if self._snap.commit is None:
+                traces = store.traces(self.id)
+                if traces:  # never start afresh a run whose history is damaged or hidden
+                    raise StoreError(
+                        str(store.path),
+                        f"run {self.id!r} has history here ({'; '.join(traces)}) but no "
+                        f"readable ref, so it is not started afresh. `stepstone repair --run "
+                        f"{self.id}` points it at its newest readable commit",
+                    )
+                if not (drive and create):
+                    raise RunNotFound(self.id, str(store.path), store.runs())
             self._parse()
             if drive and self._snap.commit is None:
                 self._commit({}, f"run {self.id}: created", ["Stepstone-Status: created"])

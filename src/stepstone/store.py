@@ -1,18 +1,23 @@
 """The Git store: each run is a ref whose commits hold the run's files.
 
-A store is any Git repository. One that stepstone created (the embedded default
-`.stepstone/`, a bare repository) keeps each run on a branch, and points HEAD
-at the run driven last, so `git -C .stepstone log` shows it. Any other
-repository, the notebook's own project included, keeps runs under
-`refs/stepstone/runs/` and is never touched elsewhere: not its branches, index
-or work tree.
+A store is any Git repository whose refs hold runs. What makes a ref a run
+travels with the repository: a run's commits carry a `Stepstone-Run:` trailer,
+so any copy (`git clone`, bare or with a work tree, `cp -r`, a tarball) is read
+as the same store with the same runs. A run lives in one of two places:
+`refs/stepstone/runs/<run>` (any repository, the notebook's own project
+included, which is never touched elsewhere: not its branches, index or work
+tree) or the branch `refs/heads/<run>` (a store of stepstone's own, such as the
+embedded default `.stepstone/`, where HEAD names the run driven last so that
+`git -C .stepstone log` shows it). In a work-tree clone of such a store, a run
+that is only on a remote-tracking branch (`refs/remotes/origin/<run>`) is read
+from there and continues on its local branch, as `git checkout` would.
 
 A commit's objects are written straight to the object database as one pack
 (`gitobjects`, `packs`: git's own formats), flushed together with the ref's
 lock file, and the ref then moves by compare-and-swap through git's lock-file
-protocol (`durable`). Reading goes
-through libgit2 (pygit2). A crash leaves either the old commit or the new one
-as the tip; objects of an unfinished commit are unreachable and harmless.
+protocol (`durable`). Reading goes through libgit2 (pygit2). A crash leaves
+either the old commit or the new one as the tip; objects of an unfinished
+commit are unreachable and harmless.
 """
 
 from __future__ import annotations
@@ -41,9 +46,10 @@ STORE_ENV = "STEPSTONE_REPO"
 RUN_ENV = "STEPSTONE_RUN"
 _DEDICATED_KEY = "stepstone.dedicated"
 _TRUSTED_KEY = "stepstone.trusted"
-_FOREIGN_PREFIX = "refs/stepstone/runs/"
-_DEDICATED_PREFIX = "refs/heads/"
-_TAG_PREFIX = "refs/tags/stepstone/"
+RUN_REFS = "refs/stepstone/runs/"  # runs in any repository
+BRANCH_REFS = "refs/heads/"  # runs in a store of stepstone's own
+_REMOTE_REFS = "refs/remotes/"
+TAG_REFS = "refs/tags/stepstone/"
 CACHE_AFTER = 200  # files read from Git before the read is worth caching
 READ_ERRORS = (pygit2.GitError, KeyError, ValueError)  # what reading a damaged object raises
 
@@ -148,8 +154,8 @@ class GitStore:
         self.path = resolve_store_path(path)
         _enable_fsync()
         self.repo = self._open(create)
-        self.dedicated = self._is_dedicated()
-        self.prefix = _DEDICATED_PREFIX if self.dedicated else _FOREIGN_PREFIX
+        self._run_refs: dict[str, str] = {}  # run -> the local ref that holds it, once found
+        self._dedicated: bool | None = None
         self._object_writer: gitobjects.ObjectWriter | None = None
         self._next_gc = 0.0
         self._commits_since_free = 0
@@ -204,9 +210,6 @@ class GitStore:
             shutil.rmtree(tmp, ignore_errors=True)
             raise StoreError(str(self.path), f"cannot create a repository here ({exc})") from exc
 
-    def _is_dedicated(self) -> bool:
-        return self._flag(_DEDICATED_KEY)
-
     def _flag(self, key: str) -> bool:
         try:
             return bool(self.repo.config.get_bool(key))
@@ -230,19 +233,94 @@ class GitStore:
 
     # -- refs -------------------------------------------------------------------
 
+    @property
+    def dedicated(self) -> bool:
+        """Whether this is a store of stepstone's own: runs on branches, HEAD on a run.
+
+        Known from the refs (a branch holds a run), so that it travels with any copy;
+        the `stepstone.dedicated` setting of a store stepstone made says it before the
+        first run exists.
+        """
+        if self._dedicated is None:
+            self._dedicated = self._flag(_DEDICATED_KEY) or any(
+                ref.startswith((BRANCH_REFS, _REMOTE_REFS)) for ref in self._run_refs_found()
+            )
+        return self._dedicated
+
+    def _ref_names(self) -> set[str]:
+        """Every ref libgit2 lists, and the loose ref files where runs live that it skips
+        because they cannot be read (a damaged ref is still a run's history)."""
+        found = set(self.repo.references)
+        for prefix in (RUN_REFS, BRANCH_REFS):
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(self.git_dir / prefix):
+                    if entry.is_file() and not entry.name.endswith(".lock"):
+                        found.add(prefix + entry.name)
+        return found
+
+    def _holds_run(self, ref: str, run: str) -> bool | None:
+        """Whether `ref`'s tip is a commit of `run`; None when the ref cannot be read."""
+        try:
+            reference = self.repo.references.get(ref)
+            if reference is None:
+                return False
+            commit = self.repo[reference.resolve().target]
+        except (pygit2.GitError, KeyError, ValueError):
+            return None
+        if not isinstance(commit, pygit2.Commit):
+            return False
+        return parse_trailers(commit.message).get("Stepstone-Run") == [run]
+
+    def _run_refs_found(self) -> dict[str, str]:
+        """Ref -> run for every ref holding a run: under `refs/stepstone/runs/`, on a
+        branch, or on a remote-tracking branch of a work-tree clone (damaged ones too
+        where the place says it is a run)."""
+        found: dict[str, str] = {}
+        for ref in self._ref_names():
+            if ref.startswith(RUN_REFS):
+                run = ref[len(RUN_REFS) :]
+                holds: bool | None = True
+            elif ref.startswith(BRANCH_REFS):
+                run = ref[len(BRANCH_REFS) :]
+                holds = self._holds_run(ref, run)
+                if holds is None:  # unreadable: a run's branch if this is a store
+                    holds = self._flag(_DEDICATED_KEY) or (self.git_dir / "stepstone").is_dir()
+            elif ref.startswith(_REMOTE_REFS) and ref.count("/") == 3:
+                run = ref.rsplit("/", 1)[1]
+                holds = run != "HEAD" and bool(self._holds_run(ref, run))
+            else:
+                continue
+            if holds and "/" not in run:
+                found[ref] = run
+        return found
+
     def ref(self, run: str) -> str:
-        """The ref that holds `run`'s history."""
-        return self.prefix + names.run_id(run)
+        """The local ref that holds `run`'s history (or will, for a new run)."""
+        run = names.run_id(run)
+        known = self._run_refs.get(run)
+        if known is not None:
+            return known
+        refs = self._run_refs_found()
+        for place in (RUN_REFS + run, BRANCH_REFS + run):
+            if place in refs:
+                self._run_refs[run] = place
+                return place
+        if self._upstream(run, refs) is not None:
+            return BRANCH_REFS + run  # a work-tree clone: the run continues on its branch
+        return (BRANCH_REFS if self.dedicated else RUN_REFS) + run
+
+    def _upstream(self, run: str, refs: Mapping[str, str] | None = None) -> str | None:
+        """A remote-tracking ref holding `run` (origin's first), for a run with no local ref."""
+        refs = self._run_refs_found() if refs is None else refs
+        tracking = sorted(
+            (ref for ref, name in refs.items() if name == run and ref.startswith(_REMOTE_REFS)),
+            key=lambda ref: (not ref.startswith(_REMOTE_REFS + "origin/"), ref),
+        )
+        return tracking[0] if tracking else None
 
     def runs(self) -> list[str]:
         """The ids of the runs in this store, sorted."""
-        found = []
-        for ref in self.repo.references:
-            if ref.startswith(self.prefix):
-                rest = ref[len(self.prefix) :]
-                if "/" not in rest:
-                    found.append(rest)
-        return sorted(found)
+        return sorted(set(self._run_refs_found().values()))
 
     def pick_run(self, run: str | None = None) -> str:
         """`run`, else `STEPSTONE_RUN`, else this store's only run; else say how to choose."""
@@ -262,20 +340,63 @@ class GitStore:
         )
 
     def tip(self, run: str) -> str | None:
-        """The id of the latest commit of `run`, or None when it has none."""
+        """The id of the latest commit of `run`, or None when it has none.
+
+        A run with no local ref starts from its remote-tracking branch, if any.
+        """
+        ref = self.ref(run)
         try:
-            ref = self.repo.references.get(self.ref(run))
+            reference = self.repo.references.get(ref)
         except pygit2.GitError as exc:
-            raise StoreError(str(self.path), f"cannot read the ref of run {run!r} ({exc})") from exc
-        if ref is None:
+            raise self.damaged_ref(run, ref, exc) from exc
+        if reference is not None:
+            return str(reference.target)
+        upstream = self._upstream(run)
+        if upstream is None:
             return None
-        return str(ref.target)
+        return str(self.repo.references[upstream].resolve().target)
+
+    def damaged_ref(self, run: str, ref: str, exc: Exception) -> StoreError:
+        """The error for a run whose ref cannot be read."""
+        return StoreError(
+            str(self.path),
+            f"the ref {ref} of run {run!r} is damaged ({exc}); nothing was changed. "
+            f"`stepstone repair --run {run}` points it at the run's newest readable commit",
+        )
+
+    def traces(self, run: str) -> list[str]:
+        """Where this repository shows that `run` has history, although no ref of it can
+        be read: ref files, packed refs, its archive tag, notes of an earlier repair."""
+        run = names.run_id(run)
+        found = [
+            f"ref file {place}"
+            for place in (RUN_REFS + run, BRANCH_REFS + run)
+            if (self.git_dir / place).exists()
+        ]
+        with contextlib.suppress(OSError):
+            packed = (self.git_dir / "packed-refs").read_text(errors="replace").split()
+            found += [
+                f"packed ref {place}"
+                for place in (RUN_REFS + run, BRANCH_REFS + run)
+                if place in packed
+            ]
+        with contextlib.suppress(pygit2.GitError):
+            if self.repo.references.get(TAG_REFS + run) is not None:
+                found.append(f"its archive tag {TAG_REFS + run}")
+        with contextlib.suppress(OSError):
+            found += [
+                f"a repair note {note.name}"
+                for note in (self.git_dir / "stepstone" / "damaged").glob(f"{run}-*.txt")
+            ]
+        return found
 
     def point_head_at(self, run: str) -> None:
-        """In a store stepstone created, make HEAD the run's branch (for plain `git log`)."""
-        if not self.dedicated:
+        """In a bare store of stepstone's own, make HEAD the run's branch (for `git log`)."""
+        if not self.dedicated or not self.repo.is_bare:
             return
         target = self.ref(run)
+        if not target.startswith(BRANCH_REFS):
+            return
         head = self.repo.references.get("HEAD")
         if (
             head is not None
@@ -287,7 +408,7 @@ class GitStore:
 
     def tag(self, run: str, commit: str) -> str:
         """Tag `commit` as `stepstone/<run>` (the archive of a finished run)."""
-        name = _TAG_PREFIX + names.run_id(run)
+        name = TAG_REFS + names.run_id(run)
         self.repo.references.create(name, pygit2.Oid(hex=commit), force=True)
         if batch_sync():
             durable.sync_filesystem(self.git_dir)
@@ -608,12 +729,21 @@ class GitStore:
     def repair(self, run: str, *, force: bool = False) -> tuple[str | None, str, list[str]]:
         """Move a damaged run back to its newest fully readable commit.
 
-        Returns (old tip, new tip, what was dropped). Refuses when a dropped
-        commit recorded an effect (its intent would be forgotten) or cannot be
+        Returns (old tip, new tip, the commits dropped from the run). Works when the
+        tip or a record cannot be read, and when the ref itself is damaged or gone
+        (the commits are found by their `Stepstone-Run` trailer). Refuses when a
+        dropped commit recorded an effect (its intent would be forgotten) or cannot be
         read, unless `force`. Nothing is deleted: the old tip is noted in
         `<git dir>/stepstone/damaged/`.
         """
-        old = self.tip(run)
+        damaged_ref = "(a damaged ref)"
+        try:
+            old = self.tip(run)
+        except StoreError:
+            old = None
+            current = damaged_ref
+        else:
+            current = old or ""
         if old is not None and self._readable(old):
             raise StoreError(str(self.path), f"run {run!r} reads fine; nothing to repair")
         candidates = self._commits_of(run)
@@ -632,7 +762,8 @@ class GitStore:
             keys = parse_trailers(message).get("Stepstone-Key")
             if keys:
                 risky.append(f"{cid[:10]} recorded effect {keys[0]}")
-        if old is not None and not any(old == cid for cid in dropped):
+        if old is not None and old not in dropped and old != target:
+            dropped.insert(0, old)
             risky.append(f"the tip {old[:10]} itself cannot be read")
         if risky and not force:
             raise StoreError(
@@ -643,10 +774,17 @@ class GitStore:
         note = self.git_dir / "stepstone" / "damaged" / f"{run}-{int(time.time())}.txt"
         note.parent.mkdir(parents=True, exist_ok=True)
         note.write_text(
-            f"run {run}\ndamaged tip {old}\nmoved to {target}\n"
+            f"run {run}\ndamaged tip {old or current}\nmoved to {target}\n"
             + "".join(f"dropped {cid}\n" for cid in dropped)
         )
-        durable.update_ref(self.git_dir, self.ref(run), target, old, lambda: self.tip(run))
+
+        def now_at() -> str:
+            try:
+                return self.tip(run) or ""
+            except StoreError:
+                return damaged_ref
+
+        durable.update_ref(self.git_dir, self.ref(run), target, current, now_at)
         for kind in ("json", "index"):
             self.cache_path(run, kind).unlink(missing_ok=True)
         return old, target, dropped

@@ -1,0 +1,137 @@
+"""The promise at the seams: a store handed over by any copy, and a damaged one, never
+repeats a step or an effect (real Git, real kernels, a loopback receiver)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import fsck, git
+from conftest import stepstone_cli as cli
+from jobs import executions, write_job
+from receiver import Receiver
+
+
+@pytest.fixture
+def receiver(tmp_path: Path) -> Iterator[Receiver]:
+    with Receiver(tmp_path / "receiver.db") as r:
+        yield r
+
+
+def run_job(folder: Path, receiver: Receiver, *args: str) -> subprocess.CompletedProcess[str]:
+    return cli("run", "job.ipynb", *args, cwd=folder, RECEIVER=receiver.url)
+
+
+def _finished_job(folder: Path, receiver: Receiver) -> None:
+    folder.mkdir()
+    write_job(folder)
+    done = run_job(folder, receiver)
+    assert done.returncode == 0, done.stderr
+    assert executions(folder) == ["make", "total", "notify"]
+    assert list(receiver.applied("blind").values()) == [1]
+
+
+def _copy_work_files(a: Path, b: Path) -> None:
+    """What agent B gets besides the store: the notebook and the files it made."""
+    shutil.copytree(a, b, ignore=shutil.ignore_patterns(".stepstone"))
+
+
+def _hand_over(how: str, a: Path, b: Path) -> None:
+    if how == "cp -r":
+        shutil.copytree(a, b, symlinks=True)
+    elif how == "tar":
+        archive = a.parent / "handoff.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(a, arcname="b")
+        with tarfile.open(archive) as tar:
+            tar.extractall(b.parent, filter="tar")
+    else:
+        _copy_work_files(a, b)
+        source = str(a / ".stepstone")
+        if how == "git clone --bare":
+            git("clone", "-q", "--bare", source, str(b / ".stepstone"), cwd=b)
+        elif how == "git clone":
+            git("clone", "-q", source, str(b / ".stepstone"), cwd=b)
+        else:
+            done = cli("clone", source, ".stepstone", cwd=b)
+            assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "how", ["git clone --bare", "git clone", "cp -r", "tar", "stepstone clone"]
+)
+def test_a_finished_run_handed_over_by_any_copy_executes_nothing_again(
+    tmp_path: Path, receiver: Receiver, how: str
+):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _finished_job(a, receiver)
+    _hand_over(how, a, b)
+    before = executions(b)
+
+    status = cli("status", "--json", "--repo", str(b / ".stepstone"), cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    done = run_job(b, receiver)
+    assert done.returncode == 0, done.stderr
+    assert executions(b) == before  # nothing ran again on B
+    assert list(receiver.applied("blind").values()) == [1]  # and nothing was sent twice
+    log = git("log", "--format=%s", "job", cwd=b / ".stepstone")
+    assert "step 3 notify: confirmed" in log
+
+
+def test_a_store_whose_settings_were_lost_still_holds_its_runs(tmp_path: Path, receiver):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    (a / ".stepstone" / "config").write_text("")  # truncated: stepstone.dedicated is gone
+    status = cli("status", cwd=a)
+    assert status.returncode == 0, status.stderr
+    assert "notify  verified" in status.stdout
+    assert run_job(a, receiver).returncode == 0
+    assert executions(a) == ["make", "total", "notify"]
+    assert list(receiver.applied("blind").values()) == [1]
+
+
+def test_a_damaged_ref_stops_the_run_and_names_the_repair(tmp_path: Path, receiver):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    store = a / ".stepstone"
+    tip = git("rev-parse", "job", cwd=store).strip()
+    (store / "refs" / "heads" / "job").write_text("")  # a torn ref file
+
+    status = cli("status", cwd=a)
+    assert status.returncode == 2
+    assert "refs/heads/job" in status.stderr and "stepstone repair --run job" in status.stderr
+    refused = run_job(a, receiver)
+    assert refused.returncode != 0
+    assert "stepstone repair --run job" in refused.stderr
+    assert executions(a) == ["make", "total", "notify"]  # no new run was started
+    assert list(receiver.applied("blind").values()) == [1]
+
+    repaired = cli("repair", cwd=a)
+    assert repaired.returncode == 0, repaired.stderr
+    assert git("rev-parse", "job", cwd=store).strip() == tip
+    assert run_job(a, receiver).returncode == 0
+    assert executions(a) == ["make", "total", "notify"]
+    assert list(receiver.applied("blind").values()) == [1]
+    fsck(store)
+
+
+def test_a_run_whose_ref_is_gone_but_whose_archive_tag_remains_is_not_started_afresh(
+    tmp_path: Path, receiver
+):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    assert cli("finish", cwd=a).returncode == 0
+    store = a / ".stepstone"
+    (store / "refs" / "heads" / "job").unlink()
+    refused = run_job(a, receiver)
+    assert refused.returncode != 0
+    assert "stepstone/job" in refused.stderr and "repair" in refused.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+    assert cli("repair", cwd=a, STEPSTONE_RUN="job").returncode == 0
+    assert run_job(a, receiver).returncode == 0
+    assert executions(a) == ["make", "total", "notify"]
+    assert list(receiver.applied("blind").values()) == [1]
