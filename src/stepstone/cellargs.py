@@ -3,14 +3,48 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from .errors import InvalidInput
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    """argparse for a magic line: errors are `InvalidInput`, an unknown option is named first."""
+
+    _number = re.compile(r"-\d+$|-\d*\.\d+$")  # argparse reads these as values, not options
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.options: list[str] = []  # first: the constructor may add -h
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.options.extend(action.option_strings)
+        return action
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        unknown = []
+        for arg in args or ():
+            if arg == "--":
+                break
+            option = arg.partition("=")[0]
+            if arg[:1] != "-" or arg == "-" or " " in arg or self._number.match(arg):
+                continue
+            if option not in self.options:
+                unknown.append(option)
+        if unknown:
+            known = ", ".join(self.options)
+            what = "is not an option" if len(unknown) == 1 else "are not options"
+            self.error(f"unrecognized arguments: {', '.join(unknown)} {what} (options: {known})")
+        return super().parse_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
         raise InvalidInput(f"{self.prog}: {message}")
 
 
@@ -21,6 +55,7 @@ def _step_parser() -> _Parser:
     parser.add_argument("--out", action="append", default=[])
     parser.add_argument("--in", dest="inputs", action="append", default=[])
     parser.add_argument("--force", action="store_true")
+    parser.add_argument("--was", metavar="OLD_NAME")
     return parser
 
 
@@ -33,6 +68,7 @@ class StepLine:
     outputs: tuple[str, ...]
     inputs: tuple[str, ...]
     force: bool
+    was: str | None = None  # the step's earlier name: its effects keep their keys
 
 
 def split(line: str) -> list[str]:
@@ -44,7 +80,7 @@ def split(line: str) -> list[str]:
 
 
 def parse_step_line(line: str) -> StepLine:
-    """Parse `NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--force]`."""
+    """Parse `NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--force] [--was OLD]`."""
     args = _step_parser().parse_args(split(line))
     return StepLine(
         name=args.name,
@@ -52,6 +88,7 @@ def parse_step_line(line: str) -> StepLine:
         outputs=tuple(args.out),
         inputs=tuple(args.inputs),
         force=args.force,
+        was=args.was,
     )
 
 

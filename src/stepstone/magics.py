@@ -240,13 +240,19 @@ def register(ipython: Any) -> None:
         return
     magics = StepstoneMagics(ipython)
     ipython.register_magics(magics)
+    from . import inputs  # lines ending in `?` stay magic lines, not help requests
+
+    inputs.install(ipython)
     _registered[id(ipython)] = magics
     atexit.register(magics.close)  # a kernel shut down normally hands its lease back
 
 
 def unregister(ipython: Any) -> None:
     """Release the run held by a shell's magics."""
+    from . import inputs
+
     magics = _registered.pop(id(ipython), None)
+    inputs.uninstall(ipython)
     if magics is not None:
         atexit.unregister(magics.close)
         magics.close()
