@@ -3,14 +3,23 @@
 `stepstone run` executes the notebook in a real kernel with nbclient. The
 kernel runs in the notebook's folder with `STEPSTONE_RUN`, `STEPSTONE_REPO` and
 `STEPSTONE_NOTEBOOK` set, so `%resume` opens the right run and commits the
-plan read from the notebook before any step runs.
+plan read from the notebook before any step runs. Ctrl-C or SIGTERM interrupts
+the running cell (its step is recorded as failed and runs again on resume),
+starts no further cell and shuts the kernel down.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import math
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +27,8 @@ from typing import Any
 from . import names
 from .cellargs import parse_step_line, split_cell
 from .errors import InvalidInput, PlanError, StepstoneError
-from .models import PlannedStep
-from .run import source_hash
+from .models import PlannedStep, StepRecord
+from .run import open_run, source_hash
 
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
 
@@ -69,6 +78,7 @@ def plan_from_notebook(path: Path) -> list[PlannedStep]:
                 inputs=parsed.inputs,
                 outputs=parsed.outputs,
                 source_hash=source_hash(body),
+                renamed_from=(parsed.was,) if parsed.was else (),
             )
         )
     return steps
@@ -83,13 +93,166 @@ def goal_of(path: Path) -> str:
     return ""
 
 
+INTERRUPT_GRACE = 5.0
+"""Seconds a cell has to stop after SIGINT or SIGTERM before its kernel is killed."""
+_GIVE_UP = 10.0  # seconds to wait for nbclient's cleanup after the kernel was killed
+_RESUME_HINT = "run the same command again to resume"
+
+
 @dataclass(frozen=True)
 class NotebookOutcome:
-    """How a headless run ended."""
+    """How a headless run ended; `signal` is the signal that interrupted it, if one did."""
 
     ok: bool
     message: str
     output: Path
+    signal: int | None = None
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised by `interrupts_raised` outside a notebook's execution."""
+
+    message = f"interrupted between steps; {_RESUME_HINT}"
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _signal_handlers(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Handle SIGINT and SIGTERM with `handler`, then restore the previous handlers.
+
+    Only the main thread can set handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+
+
+@contextmanager
+def interrupts_raised() -> Iterator[None]:
+    """Make SIGINT and SIGTERM raise `Interrupted` (`execute` handles them itself meanwhile)."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signum)
+
+    with _signal_handlers(handler):
+        yield
+
+
+class _Stopped(Exception):
+    """Raised from an nbclient hook to start no further cell after a signal."""
+
+
+class _Stopper:
+    """SIGINT and SIGTERM while a notebook runs: interrupt the kernel's cell, start no
+    further cell, and kill the kernel on a second signal or once the cell has not
+    stopped within `INTERRUPT_GRACE`. Nothing is raised inside nbclient's event loop."""
+
+    def __init__(self) -> None:
+        self.client: Any = None  # the NotebookClient, once running
+        self.signum: int | None = None
+        self.step: str | None = None  # the step whose cell the kernel is running
+        self.where = "between steps"
+        self.deadline = math.inf
+        self.killed = False
+
+    def on_signal(self, signum: int, _frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if self.step is not None:
+                self.where = f"during step {self.step}"
+            self.deadline = time.monotonic() + INTERRUPT_GRACE
+            self._signal_kernel(signal.SIGINT)  # the cell raises KeyboardInterrupt
+        elif not self.killed:
+            self.kill()
+
+    def kill(self) -> None:
+        self.killed = True
+        self._signal_kernel(signal.SIGKILL)
+
+    def _signal_kernel(self, signum: int) -> None:
+        provisioner = getattr(getattr(self.client, "km", None), "provisioner", None)
+        process = getattr(provisioner, "process", None)
+        if process is None or process.returncode is not None:
+            return
+        pgid = getattr(provisioner, "pgid", None)
+        try:
+            # jupyter_client starts the kernel in a session of its own, out of reach of
+            # a terminal's Ctrl-C; its group holds the processes its cells started.
+            if pgid and pgid != os.getpgrp():
+                os.killpg(pgid, signum)
+            else:
+                os.kill(process.pid, signum)
+        except OSError:
+            pass  # it has exited
+
+    def check(self, **_: Any) -> None:
+        """An nbclient hook before each cell: none starts after a signal."""
+        if self.signum is not None:
+            raise _Stopped
+
+    def run(self, client: Any) -> BaseException | None:
+        """Execute `client`'s notebook in a thread while this one waits; its error, if any.
+
+        In a thread other than the main one nbclient installs no signal handlers of its
+        own (they would shut the kernel down under the running cell), so `on_signal`,
+        set in the main thread, sees them.
+        """
+        self.client = client
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                asyncio.run(self.client.async_execute())
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=target, name="stepstone-notebook", daemon=True)
+        thread.start()
+        give_up = math.inf
+        while thread.is_alive():
+            thread.join(0.1)
+            now = time.monotonic()
+            if now >= self.deadline and not self.killed:
+                self.kill()
+            if self.killed:
+                give_up = min(give_up, now + _GIVE_UP)
+            if now >= give_up:
+                atexit.unregister(self.client._cleanup_kernel)
+                break
+        return errors[0] if errors else None
+
+
+def _stored(run_id: str, repo: Path, name: str) -> tuple[int, StepRecord | None]:
+    """The run's sequence number and step `name`'s record, read-only ((0, None): no run)."""
+    try:
+        with open_run(run_id, repo=repo, drive=False, create=False) as reader:
+            return reader.seq, reader.records.get(name)
+    except StepstoneError:
+        return 0, None
+
+
+@contextmanager
+def _kernel_environment(variables: dict[str, str]) -> Iterator[None]:
+    """Set `variables` for the kernel to inherit, then restore the environment."""
+    before = {k: os.environ.get(k) for k in (*variables, "STEPSTONE_STEAL")}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def execute(
@@ -102,69 +265,82 @@ def execute(
     progress: Callable[[str], None] | None = None,
     steal: str | None = None,
 ) -> NotebookOutcome:
-    """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`."""
+    """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`.
+
+    Each step cell's outcome is read from the store. SIGINT or SIGTERM interrupts
+    the running cell, shuts the kernel down and ends the run with `signal` set.
+    """
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     nb = read_notebook(path)
-    total = sum(1 for c in nb.cells if c.cell_type == "code" and split_cell(c.source))
-    seen = 0
-    failed_step: list[str] = []
-
-    def on_cell_executed(cell: Any, cell_index: int, execute_reply: Any, **_: Any) -> None:
-        nonlocal seen
+    steps: dict[int, tuple[int, str]] = {}  # cell index -> step number and name
+    for index, cell in enumerate(nb.cells):
         parts = split_cell(cell.source) if cell.cell_type == "code" else None
-        if parts is None:
-            return
-        seen += 1
-        name = parts[0].split()[0] if parts[0] else "?"
-        status = execute_reply.get("content", {}).get("status", "ok")
-        skipped = any(
-            "skipped" in out.get("text", "") for out in cell.get("outputs", []) if "text" in out
-        )
-        if status != "ok":
-            failed_step.append(name)
-        if progress is not None:
-            state = "failed" if status != "ok" else ("skipped" if skipped else "done")
-            progress(f"[{seen}/{total}] {name}: {state}")
+        if parts is not None:
+            steps[index] = (len(steps) + 1, parts[0].split()[0] if parts[0] else "?")
+    seq_before = 0
+    failed_step: list[str] = []
+    stopper = _Stopper()
 
-    names = ("STEPSTONE_RUN", "STEPSTONE_REPO", NOTEBOOK_ENV, "STEPSTONE_STEAL")
-    env_before = {k: os.environ.get(k) for k in names}
-    os.environ.update(
-        {"STEPSTONE_RUN": run_id, "STEPSTONE_REPO": str(repo), NOTEBOOK_ENV: str(path)}
-    )
+    def on_cell_execute(cell_index: int, **_: Any) -> None:
+        nonlocal seq_before
+        stopper.step = steps[cell_index][1] if cell_index in steps else None
+        stopper.check()
+        if stopper.step is not None:
+            seq_before = _stored(run_id, repo, stopper.step)[0]
+
+    def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
+        stopper.step = None
+        if cell_index not in steps:
+            return
+        number, name = steps[cell_index]
+        record = _stored(run_id, repo, name)[1]
+        if record is not None and record.seq > seq_before:
+            state = "done" if record.status == "confirmed" else "failed"
+        elif execute_reply.get("content", {}).get("status", "ok") != "ok":
+            state = "failed"
+        else:
+            state = "skipped"
+        if state == "failed":
+            failed_step.append(name)
+        elif stopper.signum is not None:
+            stopper.where = "between steps"  # the step finished before the interrupt reached it
+        if progress is not None and not (state == "failed" and stopper.signum is not None):
+            progress(f"[{number}/{len(steps)}] {name}: {state}")
+
+    variables = {"STEPSTONE_RUN": run_id, "STEPSTONE_REPO": str(repo), NOTEBOOK_ENV: str(path)}
     if steal:
-        os.environ["STEPSTONE_STEAL"] = steal
+        variables["STEPSTONE_STEAL"] = steal
     client = NotebookClient(
         nb,
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
+        on_cell_start=stopper.check,
+        on_cell_execute=on_cell_execute,
         on_cell_executed=on_cell_executed,
     )
-    try:
-        client.execute()
-        outcome = NotebookOutcome(True, "ok", output)
-    except CellExecutionError as exc:
+    expected = (CellExecutionError, DeadKernelError)
+    with _kernel_environment(variables), _signal_handlers(stopper.on_signal):
+        error = stopper.run(client)
+        if error is not None and stopper.signum is None and not isinstance(error, expected):
+            raise error
+        try:
+            nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
+        except OSError as exc:
+            raise StepstoneError(f"cannot write the executed notebook to {output}: {exc}") from exc
+    if stopper.signum is not None:
+        message = f"interrupted {stopper.where}; {_RESUME_HINT}"
+        return NotebookOutcome(False, message, output, stopper.signum)
+    if isinstance(error, CellExecutionError):
         where = f"step {failed_step[-1]}" if failed_step else "a cell"
-        summary = f"{exc.ename}: {exc.evalue}".strip()
-        outcome = NotebookOutcome(False, f"{where} failed: {summary}", output)
-    except DeadKernelError:
-        outcome = NotebookOutcome(
-            False, "the kernel died; run the same command again to resume", output
-        )
-    finally:
-        for key, value in env_before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    try:
-        nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
-    except OSError as exc:
-        raise StepstoneError(f"cannot write the executed notebook to {output}: {exc}") from exc
-    return outcome
+        summary = f"{error.ename}: {error.evalue}".strip()
+        return NotebookOutcome(False, f"{where} failed: {summary}", output)
+    if isinstance(error, DeadKernelError):
+        return NotebookOutcome(False, f"the kernel died; {_RESUME_HINT}", output)
+    return NotebookOutcome(True, "ok", output)
 
 
 def default_progress(line: str) -> None:
