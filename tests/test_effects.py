@@ -169,8 +169,13 @@ def test_a_changed_payload_under_the_same_name_is_refused(workdir: Path):
     with stepstone.open_run("demo") as run:
         run.step("mail", lambda: stepstone.effect("send", lambda k: 1, payload={"n": 1}))
         run.set_plan([{"name": "mail", "checks": ["expr:True"]}])
-        with pytest.raises(stepstone.EffectChanged, match="new name"):
-            run.step("mail", lambda: stepstone.effect("send", lambda k: 1, payload={"n": 2}))
+    with (
+        stepstone.open_run("demo") as run,
+        pytest.raises(stepstone.EffectChanged, match="already happened") as caught,
+    ):
+        run.step("mail", lambda: stepstone.effect("send", lambda k: 1, payload={"n": 2}))
+    # a new name would charge twice: the message says to record a correction instead
+    assert "correction" in str(caught.value) and "second time" in str(caught.value)
 
 
 def test_a_failed_request_stays_submitted_with_its_error(workdir: Path):

@@ -201,7 +201,10 @@ def test_divergence_is_detected_shown_and_nothing_is_lost(tmp_path, origin):
     store_a = GitStore(a)
     # agent A worked offline meanwhile (its lease could not be checked)
     remote.set_remote(store_a, str(tmp_path / "unreachable.git"))
-    with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
+    with (
+        pytest.warns(stepstone.StepstoneWarning, match="may be repeated"),
+        stepstone.open_run("job", repo=a, workdir=a.parent) as run,
+    ):
         assert any("unreachable" in n for n in run.notes)
         run.step("from-a", lambda: 1)
     old_a = store_a.tip("job")
@@ -223,7 +226,10 @@ def test_an_unreachable_remote_leaves_the_run_usable_and_the_next_push_catches_u
     store = GitStore(a)
     remote.set_remote(store, str(tmp_path / "gone.git"))
     store.repo.config["stepstone.autopush"] = True
-    with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
+    with (
+        pytest.warns(stepstone.StepstoneWarning, match="cannot be reached"),
+        stepstone.open_run("job", repo=a, workdir=a.parent) as run,
+    ):
         run.step("offline", lambda: 1)
     failed = cli("push", "--repo", str(a), cwd=tmp_path)
     assert failed.returncode == 2 and "gone.git" in failed.stderr

@@ -201,6 +201,7 @@ def test_the_short_path_for_plain_steps_agrees_with_the_full_check(workdir: Path
             run.step(f"q{i}", lambda: None)
         with pytest.raises(ZeroDivisionError):
             run.step("fails", lambda: 1 / 0)
+    with stepstone.open_run("mixed") as run:
         run.step("p3", lambda: None, force=True)  # skipped: verified, nothing redone
     for change in (None, "f.txt changed", "p100 redone"):
         if change == "f.txt changed":

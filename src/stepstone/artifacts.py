@@ -48,6 +48,12 @@ def encode(name: str, value: Any) -> tuple[str, bytes]:
     try:
         return "pickle", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
+        if name == "return":
+            raise InvalidInput(
+                f"the step's return value ({type(value).__name__}) cannot be saved: {exc}. "
+                f"Return a plain value, an array or a DataFrame (or None, writing the "
+                f"value to a file the step's check names)"
+            ) from exc
         raise InvalidInput(
             f"output {name!r} ({type(value).__name__}) cannot be saved: {exc}. Drop it from "
             f"--out, or convert it to a plain value, an array or a DataFrame"

@@ -20,9 +20,9 @@ import click
 from . import names
 from . import notebook as nbrun
 from .errors import InvalidInput, StepstoneError
-from .run import Run, open_run
+from .run import Run, holding, open_run
 from .status import RunStatus
-from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, resolve_store_path
+from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, holder_identity, resolve_store_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,33 +89,40 @@ def run_command(
     """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes."""
     from . import names
 
-    notebook = notebook.absolute()
-    plan = nbrun.plan_from_notebook(notebook)  # a malformed plan fails here, before any kernel
-    run_id = run_id or os.environ.get(RUN_ENV) or names.from_filename(notebook.stem)
-    store = Path(repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE).absolute()
-    output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
-    click.echo(
-        f"running {notebook.name} as run {run_id} ({len(plan)} steps, store {store})", err=True
-    )
-    try:
-        outcome = nbrun.execute(
-            notebook,
-            run_id=run_id,
-            repo=store,
-            output=output,
-            timeout=timeout,
-            progress=nbrun.default_progress,
-            steal=steal,
-        )
-    except KeyboardInterrupt:
-        click.echo("stepstone: interrupted; run the same command again to resume", err=True)
-        sys.exit(130)
-    if not outcome.ok:
-        click.echo(f"stepstone: {outcome.message} (executed notebook: {output})", err=True)
-        sys.exit(1)
-    status = open_run(
-        run_id, repo=store, workdir=notebook.parent, drive=False, create=False
-    ).status()
+    with nbrun.interrupts_raised():
+        try:
+            notebook = notebook.absolute()
+            plan = nbrun.plan_from_notebook(notebook)  # a malformed plan fails before any kernel
+            run_id = run_id or os.environ.get(RUN_ENV) or names.from_filename(notebook.stem)
+            store = Path(
+                repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE
+            ).absolute()
+            output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
+            click.echo(
+                f"running {notebook.name} as run {run_id} ({len(plan)} steps, store {store})",
+                err=True,
+            )
+            outcome = nbrun.execute(
+                notebook,
+                run_id=run_id,
+                repo=store,
+                output=output,
+                timeout=timeout,
+                progress=nbrun.default_progress,
+                steal=steal,
+            )
+            if outcome.signal is not None:
+                click.echo(f"stepstone: {outcome.message}", err=True)
+                sys.exit(128 + outcome.signal)
+            if not outcome.ok:
+                click.echo(f"stepstone: {outcome.message} (executed notebook: {output})", err=True)
+                sys.exit(1)
+            status = open_run(
+                run_id, repo=store, workdir=notebook.parent, drive=False, create=False
+            ).status()
+        except nbrun.Interrupted as exc:
+            click.echo(f"stepstone: {exc.message}", err=True)
+            sys.exit(128 + exc.signum)
     undone = [s for s in status.steps if s.state != "verified"]
     if undone or status.unresolved_effects:
         click.echo(f"stepstone: not done: {status.next_action}", err=True)
@@ -351,8 +358,8 @@ def repair(run_id: str | None, repo: str | None, force: bool) -> None:
     run_id = store.pick_run(run_id)
     old, new, dropped = store.repair(run_id, force=force)
     click.echo(
-        f"run {run_id}: moved from {(old or 'nothing')[:10]} to {new[:10]}; "
-        f"{len(dropped)} commit(s) dropped from the run (their steps will run again)"
+        f"run {run_id}: moved from {old[:10] if old else 'a damaged or missing ref'} to "
+        f"{new[:10]}; {len(dropped)} commit(s) dropped from the run (their steps will run again)"
     )
 
 
@@ -395,9 +402,14 @@ def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None
 
     store = GitStore(repo, create=False)
     run_name = store.pick_run(run_id)
-    with open_run(run_name, repo=repo, workdir=_workdir(repo)):
-        result = remote.pull(store, run_name, keep=keep)
+    with holding(store, run_name):
+        result = remote.pull(store, run_name, keep=keep, holder=holder_identity())
     extra = f"; the other history is kept at {result.preserved}" if result.preserved else ""
+    if result.carried:
+        extra += (
+            f"; {len(result.carried)} effect(s) it performed were carried over, so they are "
+            f"never performed again"
+        )
     click.echo(f"run {run_name}: {result.state}{extra}")
 
 

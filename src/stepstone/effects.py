@@ -15,13 +15,29 @@ like credentials are replaced by "[redacted]" before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
+import enum
 import hashlib
 import json
+import math
+import os
 import re
+import uuid
 from collections.abc import Callable
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from .errors import EffectChanged, InvalidInput, StepstoneError, UnresolvedEffect
+from .deadline import call_within
+from .errors import (
+    EffectChanged,
+    EffectRenamed,
+    EffectTimedOut,
+    InvalidInput,
+    StepstoneError,
+    UnresolvedEffect,
+)
 from .models import EffectRecord, Resolution, dump, now
 from .redaction import error_text, redact
 
@@ -29,14 +45,60 @@ if TYPE_CHECKING:
     from .run import Run
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=@/-]{0,199}")
+TIMEOUT_ENV = "STEPSTONE_EFFECT_TIMEOUT"
+DEFAULT_TIMEOUT = 600.0  # seconds a write may take before it is left in doubt
+MAYBE_HAPPENED = ("submitted", "confirmed", "unresolved")
+
+
+def canonical(value: Any) -> Any:
+    """`value` as plain JSON data that is the same in every process: sets sorted, tuples
+    as lists, dates, decimals, UUIDs, paths and enums as their text or value, bytes as
+    their sha256; anything else is refused rather than turned into `str()` text that may
+    differ between processes (a set's order changes with `PYTHONHASHSEED`)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [canonical(v) for v in value]
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            text = key if isinstance(key, str) else json.dumps(canonical(key), sort_keys=True)
+            out[text] = canonical(item)
+        return out
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"sha256": hashlib.sha256(bytes(value)).hexdigest()}
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (decimal.Decimal, uuid.UUID)):
+        return str(value)
+    if isinstance(value, PurePath):
+        return value.as_posix()
+    if isinstance(value, enum.Enum):
+        return canonical(value.value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return canonical(dataclasses.asdict(value))
+    dump_model = getattr(value, "model_dump", None)
+    if callable(dump_model):
+        return canonical(dump_model(mode="json"))
+    raise InvalidInput(
+        f"an effect payload holds a {type(value).__name__}, which has no stable form: pass "
+        f"JSON-like data (dicts, lists, strings, numbers, sets, dates), or a fingerprint "
+        f"of your own, for example payload=order.id"
+    )
 
 
 def fingerprint(payload: Any) -> str | None:
     """The sha256 of a payload's canonical JSON (credentials redacted), or None."""
     if payload is None:
         return None
-    canonical = json.dumps(redact(payload), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    data = redact(canonical(payload), environment=False)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def derive_key(run: str, step: str, name: str) -> str:
@@ -59,6 +121,14 @@ def _check_name(name: str) -> str:
     return name
 
 
+def default_timeout() -> float:
+    """Seconds a write may take: `STEPSTONE_EFFECT_TIMEOUT`, else ten minutes."""
+    try:
+        return float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
 def perform(
     run: Run,
     name: str,
@@ -67,6 +137,9 @@ def perform(
     keyed: bool = False,
     lookup: Callable[[str], Any] | None = None,
     payload: Any = None,
+    was: str | None = None,
+    new: bool = False,
+    timeout: float | None = None,
 ) -> Any:
     """Perform effect `name` of the current step at most once; return its receipt."""
     step = run.current_step
@@ -76,48 +149,132 @@ def perform(
             f"%%step cell or a function run by run.step"
         )
     _check_name(name)
-    key = derive_key(run.id, step, name)
+    if was is not None:
+        _check_name(was)
+    identity = run.identity_of(step)
+    key = derive_key(run.id, identity, was or name)
     print_ = fingerprint(payload)
-    record = run.effects.get(key)
-    if record is not None and record.payload_sha256 != print_ and record.state != "planned":
-        raise EffectChanged(step, name, key)
-    if record is not None and record.state == "confirmed":
-        return record.receipt
-    if record is None or record.state == "planned":
-        attempts = record.attempts + 1 if record is not None else 1
-        record = EffectRecord(
-            key=key,
-            step=step,
-            name=name,
-            state="submitted",
-            payload_sha256=print_,
-            intent=now(),
-            attempts=attempts,
-            receiver="keyed" if keyed else ("lookup" if lookup is not None else "blind"),
-        )
-        _save(run, record, f"effect {name}: submitted")
-        return _do(run, record, do)
+    seconds = default_timeout() if timeout is None else timeout
+    with run.guard:
+        if run.attempted(key):
+            raise InvalidInput(
+                f"effect {name!r} was already performed by this run of step {step!r}: an "
+                f"effect name stands for one write, so a second call would return the "
+                f"first one's receipt and send nothing. Name each effect for what it writes, "
+                f"for example f'{name}/{{recipient}}'"
+            )
+        record = run.effects.get(key)
+        if record is None:
+            _refuse_a_second_name(run, step, identity, name, new)
+        if record is not None and record.payload_sha256 != print_ and record.state != "planned":
+            raise EffectChanged(step, name, key, record.state, record.receipt)
+        if record is not None and record.state == "confirmed":
+            return record.receipt
+        if record is None or record.state == "planned":
+            attempts = record.attempts + 1 if record is not None else 1
+            record = EffectRecord(
+                key=key,
+                step=identity,
+                name=was or name,
+                state="submitted",
+                payload_sha256=print_,
+                intent=now(),
+                attempts=attempts,
+                receiver="keyed" if keyed else ("lookup" if lookup is not None else "blind"),
+            )
+            _save(run, record, f"effect {record.name}: submitted")
+            _fence(run, record, fresh=True)
+            return _do(run, record, do, seconds)
     # submitted or unresolved: the write may or may not have landed
     if lookup is not None:
-        found = lookup(key)
+        found = _looked_up(record, lookup(key))
         if found is not None:
             return _confirm(run, record, found, "found by lookup")
-        return _do(run, record.model_copy(update={"attempts": record.attempts + 1}), do)
-    if keyed:
-        return _do(run, record.model_copy(update={"attempts": record.attempts + 1}), do)
+    if lookup is not None or keyed:
+        _fence(run, record, fresh=False)
+        return _do(run, record.model_copy(update={"attempts": record.attempts + 1}), do, seconds)
     if record.state != "unresolved":
         record = record.model_copy(update={"state": "unresolved"})
-        _save(run, record, f"effect {name}: unresolved")
+        _save(run, record, f"effect {record.name}: unresolved")
     raise UnresolvedEffect(run.id, step, key, record.intent)
 
 
-def _do(run: Run, record: EffectRecord, do: Callable[[str], Any]) -> Any:
+def _refuse_a_second_name(run: Run, step: str, identity: str, name: str, new: bool) -> None:
+    """Refuse a new effect that looks like one which happened under another key: the
+    same effect name performed by a step that left the plan (renamed or removed), or a
+    step performing a new effect while one it performed before is not performed again."""
+    plan = run.identities()
+    for other in run.effects_named(name):
+        if other.state in MAYBE_HAPPENED and other.step not in plan:
+            raise EffectRenamed(
+                step,
+                name,
+                other.key,
+                f"an effect of that name was {other.state} at {other.intent} by step "
+                f"{other.step!r}, which is no longer in the plan",
+                f"If {step!r} is {other.step!r} renamed, say so (`%%step {step} --was "
+                f"{other.step}`, or run.step(..., was={other.step!r})) and it is not sent "
+                f"again; if this is another effect, give it a name of its own",
+            )
+    if new:
+        return
+    done = run.attempted_keys()
+    earlier = [
+        r for r in run.effects_of_step(identity) if r.state in MAYBE_HAPPENED and r.key not in done
+    ]
+    if earlier:
+        first = earlier[0]
+        raise EffectRenamed(
+            step,
+            name,
+            first.key,
+            f"an earlier run of this step performed effect {first.name!r} ({first.state} at "
+            f"{first.intent}), which this run has not performed before asking for {name!r}",
+            f"If {name!r} is {first.name!r} renamed, pass was={first.name!r} and it is not "
+            f"sent again; if it is another effect, perform {first.name!r} first as before, "
+            f"or pass new=True",
+        )
+
+
+def _fence(run: Run, record: EffectRecord, *, fresh: bool) -> None:
+    """Make sure this driver still holds the run before the write (see `Run.fence`); a
+    new intent that is not performed goes back to planned, saying why."""
     try:
-        receipt = do(record.key)
+        run.fence()
+    except StepstoneError as exc:
+        if fresh:
+            back = record.model_copy(
+                update={"state": "planned", "error": f"not performed: {error_text(exc, limit=300)}"}
+            )
+            _save(run, back, f"effect {record.name}: not performed")
+        raise
+
+
+def _looked_up(record: EffectRecord, found: Any) -> Any:
+    """A lookup's answer as a receipt, or None for "not found" (None or False). Any other
+    empty answer is refused: it must never confirm an effect that did not happen."""
+    if found is None or found is False:
+        return None
+    if not found:
+        raise InvalidInput(
+            f"effect {record.name!r}: lookup({record.key!r}) returned {found!r}. Return None "
+            f"when the effect does not exist, or a receipt that identifies it (an id, a "
+            f"dict); the effect stays submitted"
+        )
+    return found
+
+
+def _do(run: Run, record: EffectRecord, do: Callable[[str], Any], seconds: float) -> Any:
+    try:
+        finished, receipt = call_within(seconds, do, record.key)
     except Exception as exc:
         failed = record.model_copy(update={"error": error_text(exc, limit=500)})
         _save(run, failed, f"effect {record.name}: request failed")
         raise
+    if not finished:
+        late = record.model_copy(update={"error": f"no answer within {seconds:g} s"})
+        _save(run, late, f"effect {record.name}: timed out")
+        raise EffectTimedOut(run.current_step or record.step, record.name, record.key, seconds)
     return _confirm(run, record, receipt, "")
 
 
@@ -139,18 +296,18 @@ def _confirm(run: Run, record: EffectRecord, receipt: Any, how: str) -> Any:
 
 
 def _save(run: Run, record: EffectRecord, subject: str) -> None:
-    run.commit_record(
+    run.commit_effect(
+        record,
         effect_path(record.key),
         dump(record),
         subject,
         [
-            f"Stepstone-Step: {record.step}",
+            f"Stepstone-Step: {run.step_label(run.current_step or record.step)}",
             f"Stepstone-Status: {record.state}",
             f"Stepstone-Key: {record.key}",
             f"Stepstone-Effect: {record.name}",
         ],
     )
-    run.effects[record.key] = record
 
 
 def resolve(
@@ -220,15 +377,35 @@ def effect(
     keyed: bool = False,
     lookup: Callable[[str], Any] | None = None,
     payload: Any = None,
+    was: str | None = None,
+    new: bool = False,
+    timeout: float | None = None,
 ) -> Any:
     """Perform an external write at most once and return its receipt.
 
     `do(key)` performs the write with the idempotency key and returns a
     JSON-serialisable receipt. `keyed=True`: the receiver honours the key, so
     an unconfirmed attempt is retried with it. `lookup(key)` returns the
-    receipt if the effect already exists, else None. With neither, an intent
-    found without a confirmation raises `UnresolvedEffect`.
+    receipt if the effect already exists, else None (or False). With neither,
+    an intent found without a confirmation raises `UnresolvedEffect`.
+    `payload` is fingerprinted (never stored): the same key with another
+    payload raises `EffectChanged`. `was` is the effect's earlier name when it
+    was renamed (it keeps its key); `new=True` says a new effect of a step is
+    not a renamed one (see `EffectRenamed`). `do` may take `timeout` seconds
+    (default `STEPSTONE_EFFECT_TIMEOUT`, else 600) before it is interrupted and
+    the effect left in doubt with `EffectTimedOut` (on the main thread; `do`
+    always runs in the caller's thread).
     """
     from .run import active_run
 
-    return perform(active_run(), name, do, keyed=keyed, lookup=lookup, payload=payload)
+    return perform(
+        active_run(),
+        name,
+        do,
+        keyed=keyed,
+        lookup=lookup,
+        payload=payload,
+        was=was,
+        new=new,
+        timeout=timeout,
+    )

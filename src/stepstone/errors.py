@@ -10,12 +10,15 @@
     ├── RunNotFound             no such run in the store
     ├── RunLocked               another process drives the run
     │   └── LeaseHeld           another agent holds the run's lease on the remote
+    │       └── LeaseLost       this driver's lease was taken: it stops before any write
     ├── Diverged                two copies of a run advanced apart
     ├── StepOrderError          a step's predecessor is not confirmed
     ├── CheckFailed             a step ran but its completion check did not pass
     ├── DecisionConflict        a decision would be reopened
     ├── UnresolvedEffect        an effect's outcome is unknown and cannot be asked
-    └── EffectChanged           a confirmed effect is asked again with another payload
+    ├── EffectChanged           a confirmed effect is asked again with another payload
+    ├── EffectRenamed           an effect that happened would be sent again under a new key
+    └── EffectTimedOut          an effect's write did not return in time (it stays in doubt)
 
 Each error carries structured fields and a message that says what to do next.
 """
@@ -163,14 +166,53 @@ class UnresolvedEffect(StepstoneError):
 class EffectChanged(StepstoneError):
     """An effect already submitted or confirmed is asked again with a different payload."""
 
-    def __init__(self, step: str, name: str, key: str) -> None:
+    def __init__(self, step: str, name: str, key: str, state: str, receipt: object = None) -> None:
         self.step = step
         self.name = name
         self.key = key
+        self.state = state
+        self.receipt = receipt
+        if state == "confirmed":
+            advice = (
+                f"already happened (receipt {receipt!r}) and is not performed again. A new "
+                f"name would perform it a second time: to change what happened, perform a "
+                f"correction (a refund, a follow-up message) as an effect of its own, or "
+                f"give this one its original payload back"
+            )
+        else:
+            advice = (
+                f"is {state}: it may have happened. Settle it first (`stepstone resolve "
+                f"{key} --happened` or `--not-happened`), or give it its original payload back"
+            )
         super().__init__(
-            f"effect {name!r} of step {step!r} (key {key}) was already submitted with a "
-            f"different payload; a key stands for one payload. Give the changed effect a new "
-            f"name (for example {name}-v2)"
+            f"effect {name!r} of step {step!r} (key {key}) was recorded with a different "
+            f"payload; a key stands for one payload. It {advice}"
+        )
+
+
+class EffectRenamed(StepstoneError):
+    """An effect that happened (or may have) would be performed again under a new key:
+    its step or its name changed."""
+
+    def __init__(self, step: str, name: str, earlier: str, problem: str, advice: str) -> None:
+        self.step = step
+        self.name = name
+        self.earlier = earlier
+        super().__init__(f"effect {name!r} of step {step!r} was not performed: {problem}. {advice}")
+
+
+class EffectTimedOut(StepstoneError):
+    """An effect's write did not return within its timeout; its outcome is unknown."""
+
+    def __init__(self, step: str, name: str, key: str, seconds: float) -> None:
+        self.step = step
+        self.name = name
+        self.key = key
+        self.seconds = seconds
+        super().__init__(
+            f"effect {name!r} of step {step!r} (key {key}) did not return within "
+            f"{seconds:g} s; it stays submitted, so the next try asks the receiver with the "
+            f"same key (or stops as unresolved). Raise the bound with timeout=SECONDS"
         )
 
 
@@ -195,3 +237,23 @@ class Diverged(StepstoneError):
         self.run = run
         self.detail = detail
         super().__init__(f"run {run!r}: {detail}")
+
+
+class LeaseLost(LeaseHeld):
+    """Another agent took this driver's lease (or moved the run on the remote): this
+    driver stops before its next write."""
+
+    def __init__(self, run: str, holder: str) -> None:
+        StepstoneError.__init__(
+            self,
+            f"run {run!r} is now driven by {holder}: this process lost its lease and stopped "
+            f"before performing anything more (nothing was sent). Its work is kept in this "
+            f"copy; `stepstone pull` shows how the copies differ",
+        )
+        self.run = run
+        self.holder = holder
+        self.expires = ""
+
+
+class StepstoneWarning(UserWarning):
+    """Something the user should see although the run goes on (an unreachable remote)."""

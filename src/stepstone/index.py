@@ -23,16 +23,18 @@ from typing import Any, overload
 from .models import PlannedStep, StepRecord
 from .store import CACHE_AFTER, READ_ERRORS, GitStore, Snapshot, write_derived
 
-FORMAT = 2  # bump when the layout changes: an index of another format is rebuilt
+FORMAT = 3  # bump when the layout changes: an index of another format is rebuilt
 INDEXED = ("plan", "steps")  # the top folders whose records the index holds
 
 # (check, kind, value, detail)
 EvidenceRow = tuple[str, str, Any, str]
-# a plan entry besides its name: (checks, inputs, outputs, source_hash)
-PlanExtra = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None"]
-NO_EXTRA: PlanExtra = ((), (), (), None)
-# (name, checks, inputs, outputs, source_hash)
-PlanRow = tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None"]
+# a plan entry besides its name: (checks, inputs, outputs, source_hash, renamed_from)
+PlanExtra = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None", tuple[str, ...]]
+NO_EXTRA: PlanExtra = ((), (), (), None, ())
+# (name, checks, inputs, outputs, source_hash, renamed_from)
+PlanRow = tuple[
+    str, tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None", tuple[str, ...]
+]
 # what many step records share: (status, checks, source_hash, error, evidence, world),
 # where `world` says that some evidence must be re-checked against the world
 Shape = tuple[str, tuple[str, ...], "str | None", "str | None", tuple[EvidenceRow, ...], bool]
@@ -47,7 +49,7 @@ def evidence_rows(record: StepRecord) -> tuple[EvidenceRow, ...]:
 
 def plan_extra(step: PlannedStep) -> PlanExtra:
     """What a plan entry holds besides its number and name."""
-    return (step.checks, step.inputs, step.outputs, step.source_hash)
+    return (step.checks, step.inputs, step.outputs, step.source_hash, step.renamed_from)
 
 
 def plan_row(step: PlannedStep) -> PlanRow:
@@ -307,7 +309,7 @@ class PlanSteps(Sequence[PlannedStep]):
             index += len(self.names)
         step = self._built.get(index)
         if step is None:
-            checks, inputs, outputs, source = self.extras.get(index + 1, NO_EXTRA)
+            checks, inputs, outputs, source, renamed_from = self.extras.get(index + 1, NO_EXTRA)
             step = self._built[index] = PlannedStep(
                 number=index + 1,
                 name=self.names[index],
@@ -315,6 +317,7 @@ class PlanSteps(Sequence[PlannedStep]):
                 inputs=inputs,
                 outputs=outputs,
                 source_hash=source,
+                renamed_from=renamed_from,
             )
         return step
 

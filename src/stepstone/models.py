@@ -53,6 +53,12 @@ class PlannedStep(Record):
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     source_hash: str | None = None
+    renamed_from: tuple[str, ...] = ()  # the names it had before, oldest first
+
+    @property
+    def identity(self) -> str:
+        """The name its effects are keyed by: its first name, kept across renames."""
+        return self.renamed_from[0] if self.renamed_from else self.name
 
 
 class Evidence(Record):

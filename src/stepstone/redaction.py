@@ -26,23 +26,27 @@ def _environment_secrets() -> list[str]:
     ]
 
 
-def redact(value: Any) -> Any:
-    """A copy of `value` with credential-looking fields and strings replaced."""
+def redact(value: Any, *, environment: bool = True) -> Any:
+    """A copy of `value` with credential-looking fields and strings replaced; with
+    `environment`, also the values of credential-looking environment variables (which
+    makes the result depend on the environment: fingerprints leave it out)."""
     if isinstance(value, dict):
         return {
-            k: REDACTED if isinstance(k, str) and _SECRET_KEY.search(k) else redact(v)
+            k: REDACTED
+            if isinstance(k, str) and _SECRET_KEY.search(k)
+            else redact(v, environment=environment)
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
+        return [redact(v, environment=environment) for v in value]
     if isinstance(value, str):
         text = _SECRET_TEXT.sub(lambda m: m.group(1) + REDACTED, value)
-        for secret in _environment_secrets():
+        for secret in _environment_secrets() if environment else ():
             text = text.replace(secret, REDACTED)
         return text
     if value is None or isinstance(value, (bool, int, float)):
         return value
-    return redact(str(value))
+    return redact(str(value), environment=environment)
 
 
 def error_text(exc: BaseException, *, limit: int = 2000) -> str:

@@ -5,7 +5,10 @@ SSH and proxies work as they do for the user). Run history moves as branches
 of the dedicated store. The lease is a ref per run on the remote,
 `refs/stepstone/leases/<run>`, whose commits say who holds the run until when;
 it moves only by compare-and-swap (`git push --force-with-lease`), so two
-agents can never both take it.
+agents can never both take it. A driver that takes the lease first brings the
+remote's newer history of the run in (or stops when the copies diverged), and
+before each effect it pushes the run with the lease in one atomic push: a
+driver whose lease was stolen fails there, before it writes anything.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pygit2
 
 from . import durable
-from .errors import Diverged, LeaseHeld, StoreError
-from .store import GitStore, make_dedicated
+from .errors import Diverged, LeaseHeld, LeaseLost, StoreError
+from .store import BRANCH_REFS, GitStore, Snapshot, make_dedicated, parse_trailers
 
 REMOTE_KEY = "stepstone.remote"
 LEASE_SECONDS_KEY = "stepstone.leaseSeconds"
@@ -138,7 +142,49 @@ def push(store: GitStore, run: str, *, force_over: str | None = None) -> str:
                 run, "the remote has commits this copy does not: run `stepstone pull` first"
             ) from exc
         raise
+    _name_remote_head(store, name, ref)
     return store.tip(run) or ""
+
+
+def _local_path(url: str) -> Path | None:
+    """The folder of a remote on this machine (a path or a file:// URL), else None."""
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if parsed.scheme or (":" in url and not url.startswith(("/", "."))):
+        return None  # https://, ssh://, host:path
+    return Path(url)
+
+
+def _name_remote_head(store: GitStore, name: str, ref: str) -> None:
+    """On a bare remote on this machine whose HEAD names no branch yet (as `git init
+    --bare` leaves it), point HEAD at the run's branch, so `git log` works there."""
+    if not ref.startswith(BRANCH_REFS):
+        return
+    url = store.repo.remotes[name].url
+    path = _local_path(url) if url else None
+    if path is None:
+        return
+    try:
+        head = (path / "HEAD").read_text().strip()
+        branch = head.removeprefix("ref: ")
+        if branch == head or (path / branch).exists() or _packed(path, branch):
+            return
+    except OSError:
+        return
+    subprocess.run(
+        ["git", "--git-dir", str(path), "symbolic-ref", "HEAD", ref],
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+
+
+def _packed(git_dir: Path, ref: str) -> bool:
+    try:
+        return ref in (git_dir / "packed-refs").read_text().split()
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -149,6 +195,7 @@ class PullResult:
     local: str | None
     remote: str | None
     preserved: str | None = None
+    carried: tuple[str, ...] = ()  # effects of the history not kept, carried onto the kept one
 
 
 def _fetch_run(store: GitStore, run: str) -> str | None:
@@ -171,12 +218,16 @@ def _subjects(store: GitStore, tip: str, base: str | None) -> list[str]:
     return out
 
 
-def pull(store: GitStore, run: str, *, keep: str | None = None) -> PullResult:
+def pull(
+    store: GitStore, run: str, *, keep: str | None = None, holder: str = "stepstone"
+) -> PullResult:
     """Bring the remote's history of `run` here; never merge diverged records silently.
 
     When both copies advanced, raise `Diverged` showing both histories, unless
     `keep` is "local" or "remote": the kept side becomes the run, the other is
-    preserved on `refs/stepstone/diverged/<run>/...`.
+    preserved on `refs/stepstone/diverged/<run>/...`, and the effects that the
+    other side performed (or may have) are carried onto the kept one, since they
+    happened: a later run never performs them again. The caller holds the run.
     """
     remote = _fetch_run(store, run)
     local = store.tip(run)
@@ -212,13 +263,65 @@ def pull(store: GitStore, run: str, *, keep: str | None = None) -> PullResult:
         preserved = f"{_DIVERGED}{run}/local-{stamp}"
         store.repo.references.create(preserved, pygit2.Oid(hex=local), force=True)
         durable.update_ref(store.git_dir, store.ref(run), remote, local, lambda: store.tip(run))
-        return PullResult("kept remote", local, remote, preserved)
+        carried = carry_effects(store, run, kept=remote, other=local, holder=holder)
+        return PullResult("kept remote", local, remote, preserved, carried)
     preserved = f"{_DIVERGED}{run}/remote-{stamp}"
     store.repo.references.create(preserved, pygit2.Oid(hex=remote), force=True)
     name = _require_remote(store)
     git(store, "push", "--quiet", name, f"{preserved}:{preserved}")
+    carried = carry_effects(store, run, kept=local, other=remote, holder=holder)
     push(store, run, force_over=remote)
-    return PullResult("kept local", local, remote, preserved)
+    return PullResult("kept local", local, remote, preserved, carried)
+
+
+_RANK = {"planned": 0, "submitted": 1, "unresolved": 2, "confirmed": 3}
+
+
+def _seq(store: GitStore, commit: str) -> int:
+    obj = store.repo[commit]
+    message = obj.message if isinstance(obj, pygit2.Commit) else ""
+    seq = parse_trailers(message).get("Stepstone-Seq", ["0"])[0]
+    return int(seq) if seq.isdigit() else 0
+
+
+def _effect_files(store: GitStore, commit: str) -> dict[str, bytes]:
+    obj = store.repo[commit]
+    assert isinstance(obj, pygit2.Commit)
+    return store.tree_files(str(obj.tree_id), lambda top: top == "effects")
+
+
+def _effect_state(data: bytes) -> int:
+    try:
+        return _RANK.get(json.loads(data).get("state"), -1)
+    except (ValueError, AttributeError):
+        return -1
+
+
+def carry_effects(
+    store: GitStore, run: str, *, kept: str, other: str, holder: str
+) -> tuple[str, ...]:
+    """Commit onto `kept` (the run's tip) every effect record of `other` that is further
+    along there (submitted, unresolved or confirmed where `kept` has it planned, less
+    far, or not at all); return their paths."""
+    theirs = _effect_files(store, other)
+    ours = _effect_files(store, kept)
+    writes = {
+        path: data
+        for path, data in theirs.items()
+        if _effect_state(data) > max(_effect_state(ours.get(path, b"{}")), 0)
+    }
+    if not writes:
+        return ()
+    tip = store.repo[kept]
+    assert isinstance(tip, pygit2.Commit)
+    seq = max(_seq(store, kept), _seq(store, other)) + 1
+    message = (
+        f"pull: carried over {len(writes)} effect(s) from the history not kept\n\n"
+        f"Stepstone-Run: {run}\nStepstone-Status: carried\nStepstone-From: {other}\n"
+        f"Stepstone-Seq: {seq}\nStepstone-Holder: {holder}\n"
+    )
+    store.commit(run, Snapshot(kept, str(tip.tree_id)), writes, message, author=holder)
+    return tuple(sorted(writes))
 
 
 def _require_remote(store: GitStore) -> str:
@@ -271,11 +374,19 @@ def _dead_here(holder: str, me: str) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    try:  # a zombie has exited; only its parent has not read its status yet
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 class LeaseKeeper:
-    """Takes, renews and releases a run's lease on the remote."""
+    """Takes, renews, checks and releases a run's lease on the remote.
+
+    Each lease commit's parent is the lease's last steal (or none), so the lease ref
+    keeps every steal with its reason and does not grow with each open.
+    """
 
     def __init__(self, store: GitStore, run: str, holder: str) -> None:
         self.store = store
@@ -288,6 +399,7 @@ class LeaseKeeper:
         except (KeyError, ValueError):
             self.seconds = DEFAULT_LEASE_SECONDS
         self._ours: str | None = None
+        self._base: str | None = None  # the last steal, parent of our lease commits
         self._renewed = 0.0
 
     def current(self) -> tuple[Lease | None, str | None]:
@@ -317,11 +429,15 @@ class LeaseKeeper:
             if steal is None and not _dead_here(lease.holder, self.holder):
                 raise LeaseHeld(self.run, lease.holder, lease.expires)
             stolen_from = lease.holder if steal is not None else None
+        if oid is not None:
+            commit = self.store.repo[oid]
+            assert isinstance(commit, pygit2.Commit)
+            self._base = oid if lease is not None and lease.stolen_from else _first_parent(commit)
         return self._write(oid, released=False, stolen_from=stolen_from, why=steal or "")
 
-    def _write(
-        self, parent: str | None, *, released: bool, stolen_from: str | None = None, why: str = ""
-    ) -> Lease:
+    def _new_commit(
+        self, *, released: bool, stolen_from: str | None, why: str
+    ) -> tuple[str, Lease]:
         expires = (
             (datetime.now(timezone.utc) + timedelta(seconds=self.seconds))
             .isoformat(timespec="seconds")
@@ -333,19 +449,35 @@ class LeaseKeeper:
         repo = self.store.repo
         signature = pygit2.Signature("stepstone", "stepstone@localhost")
         tree = repo.TreeBuilder().write()
-        commit = repo.create_commit(
-            None, signature, signature, message, tree, [pygit2.Oid(hex=parent)] if parent else []
-        )
-        local = _TRACKING_LEASES + self.run
-        repo.references.create(local, commit, force=True)
+        parents = [pygit2.Oid(hex=self._base)] if self._base else []
+        commit = str(repo.create_commit(None, signature, signature, message, tree, parents))
+        if stolen_from:
+            self._base = commit  # a steal stays in the lease's history
+        repo.references.create(_TRACKING_LEASES + self.run, pygit2.Oid(hex=commit), force=True)
+        return commit, lease
+
+    def _write(
+        self, expected: str | None, *, released: bool, stolen_from: str | None = None, why: str = ""
+    ) -> Lease:
+        commit, lease = self._new_commit(released=released, stolen_from=stolen_from, why=why)
+        self._push(expected, commit)
+        self._ours = commit
+        self._renewed = time.monotonic()
+        return lease
+
+    def _push(self, expected: str | None, commit: str, *also: str) -> None:
+        """Move the remote's lease from `expected` to `commit` (and push `also` refspecs
+        in the same atomic push), or raise `LeaseHeld` naming who holds it now."""
         try:
             git(
                 self.store,
                 "push",
                 "--quiet",
-                f"--force-with-lease={self.ref}:{parent or ''}",
+                "--atomic",
+                f"--force-with-lease={self.ref}:{expected or ''}",
                 self.remote,
-                f"{local}:{self.ref}",
+                f"{commit}:{self.ref}",
+                *also,
             )
         except GitFailed as exc:
             if "stale info" in exc.stderr or "rejected" in exc.stderr:
@@ -353,14 +485,33 @@ class LeaseKeeper:
                 holder = current.holder if current else "another agent"
                 raise LeaseHeld(self.run, holder, current.expires if current else "?") from exc
             raise
-        self._ours = str(commit)
-        self._renewed = time.monotonic()
-        return lease
 
     def renew_if_due(self) -> None:
         """Renew the lease when half of it has run out (called after each commit)."""
         if self._ours is not None and time.monotonic() - self._renewed > self.seconds / 2:
             self._write(self._ours, released=False)
+
+    def fence(self, tip: str | None) -> None:
+        """Before an effect: push the run up to `tip` (its intent) together with the lease,
+        atomically. Raises `LeaseLost` when another agent took the lease (or moved the
+        run) since, so that nothing is written; the pushed intent lets the next holder
+        see that the effect may have happened."""
+        if self._ours is None:
+            return
+        ref = self.store.ref(self.run)
+        due = time.monotonic() - self._renewed > self.seconds / 2
+        commit = (
+            self._new_commit(released=False, stolen_from=None, why="")[0] if due else self._ours
+        )
+        also = [f"{tip}:{ref}"] if tip else []
+        try:
+            self._push(self._ours, commit, *also)
+        except LeaseHeld as exc:
+            self._ours = None
+            raise LeaseLost(self.run, exc.holder) from exc
+        if due:
+            self._ours = commit
+            self._renewed = time.monotonic()
 
     def release(self) -> None:
         """Let go of the lease so another agent can drive the run at once."""
@@ -368,6 +519,19 @@ class LeaseKeeper:
             ours, self._ours = self._ours, None
             self._write(ours, released=True)
             self._ours = None
+
+
+def _first_parent(commit: pygit2.Commit) -> str | None:
+    return str(commit.parent_ids[0]) if commit.parent_ids else None
+
+
+def sync(store: GitStore, run: str) -> str:
+    """Before a driver's first step: bring the remote's newer history of `run` here.
+
+    Returns what happened ("up to date", "fast-forwarded", "created", "ahead"); raises
+    `Diverged` when both copies advanced (nothing is changed then).
+    """
+    return pull(store, run).state
 
 
 class BackgroundPusher:

@@ -7,11 +7,15 @@ is one commit; a step is skipped only while its evidence still verifies.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import threading
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +32,7 @@ from .errors import (
     SchemaTooNew,
     StepOrderError,
     StepstoneError,
+    StepstoneWarning,
     StoreError,
 )
 from .index import (
@@ -64,16 +69,40 @@ if TYPE_CHECKING:
     from .remote import BackgroundPusher, LeaseKeeper
 
 _active: Run | None = None
+_stepping: ContextVar[Run | None] = ContextVar("stepstone_stepping", default=None)
 _SAVE_INDEX_EVERY = 10_000  # commits between saves of the step index by a driver
+RETURN = "return"  # the output that holds a Python-API step's return value
 
 
 def active_run() -> Run:
-    """The run this process drives now (opened last and not closed)."""
+    """The run whose step is running in this context, else the run this process drives
+    now (opened last and not closed)."""
+    stepping = _stepping.get()
+    if stepping is not None:
+        return stepping
     if _active is None:
         raise StepstoneError(
             "no run is open in this process: call stepstone.open_run(...) or run %resume first"
         )
     return _active
+
+
+def run_lock(store: GitStore, run: str, holder: str) -> RunLock:
+    """The lock that lets one process at a time drive `run` in `store`."""
+    return RunLock(store.git_dir / "stepstone" / "locks" / f"{run}.lock", run, holder)
+
+
+@contextmanager
+def holding(store: GitStore, run: str) -> Iterator[None]:
+    """Hold `run` (as its driver would) without opening it: for moving its ref."""
+    lock = run_lock(store, names.run_id(run), holder_identity())
+    lock.acquire()
+    try:
+        for stale in store.stale_ref_locks(run):
+            stale.unlink(missing_ok=True)
+        yield
+    finally:
+        lock.release()
 
 
 def plan_path(number: int) -> str:
@@ -145,13 +174,17 @@ class Run:
         self.workdir = workdir
         self.holder = holder_identity()
         self.notes: list[str] = []
-        self._lock = RunLock(
-            store.git_dir / "stepstone" / "locks" / f"{self.id}.lock", self.id, self.holder
-        )
+        self._lock = run_lock(store, self.id, self.holder)
         self._commits_since_save = 0
         self._state: dict[str, StepState] = {}
         self._last_verified = 0  # no step after this number is verified
         self._current_step: str | None = None
+        # One step at a time, begun and ended by one thread; commits are serialised, so
+        # a step's effects may be performed from several threads at once.
+        self._guard = threading.RLock()
+        self._claim: tuple[int, str] | None = None  # (thread, step) of the step under way
+        self._attempt_keys: set[str] = set()  # effects performed by the running step
+        self._stepped: set[str] = set()  # steps `step` completed or skipped in this process
         self._lease: LeaseKeeper | None = None
         self._pusher: BackgroundPusher | None = None
         self._tolerant = not drive
@@ -162,6 +195,7 @@ class Run:
         try:
             if drive:
                 self._recover_locks()
+                self._join_remote(steal)
             self._cached = cached
             self._snap = store.read(self.id, skip=("artifacts", *INDEXED), cached=cached)
             if self._snap.commit is None:
@@ -180,9 +214,8 @@ class Run:
                 self._commit({}, f"run {self.id}: created", ["Stepstone-Status: created"])
             if drive:
                 store.point_head_at(self.id)
-                self._take_lease(steal)
         except BaseException:
-            self._lock.release()
+            self._let_go()
             raise
 
     # -- loading ----------------------------------------------------------------
@@ -239,6 +272,11 @@ class Run:
         self.effects: dict[str, EffectRecord] = {
             e.key: e for e in self._load_all(EffectRecord, groups.get("effects", {}))
         }
+        self._effects_by_name: dict[str, dict[str, EffectRecord]] = {}
+        self._effects_by_step: dict[str, dict[str, EffectRecord]] = {}
+        for e in self.effects.values():
+            self._effects_by_name.setdefault(e.name, {})[e.key] = e
+            self._effects_by_step.setdefault(e.step, {})[e.key] = e
         names, extras = index.plan, index.extras
         problems = []
         if None in names:
@@ -284,6 +322,7 @@ class Run:
         self._index_saved_at = self._snap.tree
 
     def _set_steps(self, names: list[str], extras: dict[int, PlanExtra]) -> None:
+        self._identities: set[str] | None = None
         self.steps = PlanSteps(names, extras)
         self._numbers = dict(zip(names, range(1, len(names) + 1), strict=True))
 
@@ -300,30 +339,36 @@ class Run:
     ) -> None:
         """Commit `writes`; `indexed` says the caller keeps the step index's rows in
         step with what they write to the plan and the step records."""
-        if not indexed and any(path.split("/", 1)[0] in INDEXED for path in writes):
-            self._index_trusted = False
-        # The sequence number travels in the commit message, so a step's commit
-        # rewrites only its own record, not run.json.
-        self.seq += 1
-        if info_changed or self._snap.commit is None:
-            self.info = self.info.model_copy(update={"seq": self.seq, "updated": now()})
-            writes = {"run.json": dump(self.info), **writes}
-        lines = [
-            f"Stepstone-Run: {self.id}",
-            *trailers,
-            f"Stepstone-Seq: {self.seq}",
-            f"Stepstone-Holder: {self.holder}",
-        ]
-        message = f"{subject}\n\n" + "\n".join(_one_line(line) for line in lines) + "\n"
-        try:
-            self._snap = self.store.commit(self.id, self._snap, writes, message, author=self.holder)
-        except BaseException:
-            self._index_trusted = False  # the rows may have moved ahead of the store
-            raise
-        self._commits_since_save += 1
-        self._after_commit()
+        with self._guard:
+            if not indexed and any(path.split("/", 1)[0] in INDEXED for path in writes):
+                self._index_trusted = False
+            # The sequence number travels in the commit message, so a step's commit
+            # rewrites only its own record, not run.json.
+            self.seq += 1
+            if info_changed or self._snap.commit is None:
+                self.info = self.info.model_copy(update={"seq": self.seq, "updated": now()})
+                writes = {"run.json": dump(self.info), **writes}
+            lines = [
+                f"Stepstone-Run: {self.id}",
+                *trailers,
+                f"Stepstone-Seq: {self.seq}",
+                f"Stepstone-Holder: {self.holder}",
+            ]
+            message = f"{subject}\n\n" + "\n".join(_one_line(line) for line in lines) + "\n"
+            try:
+                self._snap = self.store.commit(
+                    self.id, self._snap, writes, message, author=self.holder
+                )
+            except BaseException:
+                self._index_trusted = False  # the rows may have moved ahead of the store
+                raise
+            self._commits_since_save += 1
+            self._after_commit()
 
-    def _take_lease(self, steal: str | None) -> None:
+    def _join_remote(self, steal: str | None) -> None:
+        """With a remote: take the run's lease there, then bring in the remote's newer
+        history of the run before anything runs (a copy that diverged is not driven).
+        An unreachable remote is warned about: this copy may be behind."""
         from . import remote
 
         if remote.remote_name(self.store) is None:
@@ -332,11 +377,35 @@ class Run:
         try:
             keeper.take(steal=steal)
         except remote.GitFailed as exc:
-            self.notes.append(f"remote unreachable, lease not taken; working locally ({exc})")
+            message = (
+                f"the remote of run {self.id!r} cannot be reached ({exc.problem}): driving "
+                f"this copy without its lease. If another agent drove the run since this copy "
+                f"last pulled, its steps and effects may be repeated; stop unless you know "
+                f"this copy is current"
+            )
+            self.notes.append(message)
+            warnings.warn(message, StepstoneWarning, stacklevel=4)
         else:
             self._lease = keeper
+            brought = remote.sync(self.store, self.id)
+            if brought in ("fast-forwarded", "created"):
+                self.notes.append(f"brought in the remote's newer history of the run ({brought})")
         if self.store.autopush:
             self._pusher = remote.BackgroundPusher(self.store, self.id)
+
+    def fence(self) -> None:
+        """Before an effect's write: with a lease, push the run (its intent included) with
+        the lease, atomically; raises `LeaseLost` when another agent took the run."""
+        if self._lease is not None:
+            with self._guard:
+                self._lease.fence(self._snap.commit)
+
+    def _let_go(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            with contextlib.suppress(StepstoneError):
+                lease.release()
+        self._lock.release()
 
     def _after_commit(self) -> None:
         if self._lease is not None:
@@ -348,24 +417,94 @@ class Run:
             self._pusher.poke()
 
     def commit_record(self, path: str, data: bytes, subject: str, trailers: list[str]) -> None:
-        """Commit one record file of this run (used by effects)."""
+        """Commit one record file of this run as it is (a hand edit, a tool's repair)."""
         self._require_lock()
         self._commit({path: data}, subject, trailers)
+
+    def commit_effect(
+        self, record: EffectRecord, path: str, data: bytes, subject: str, trailers: list[str]
+    ) -> None:
+        """Commit an effect's record (used by effects) and keep it as the effect's state."""
+        self._require_lock()
+        with self._guard:
+            self._commit({path: data}, subject, trailers)
+            self.effects[record.key] = record
+            self._effects_by_name.setdefault(record.name, {})[record.key] = record
+            self._effects_by_step.setdefault(record.step, {})[record.key] = record
+
+    def effects_named(self, name: str) -> list[EffectRecord]:
+        """The recorded effects called `name`, in any step."""
+        return list(self._effects_by_name.get(name, {}).values())
+
+    def effects_of_step(self, identity: str) -> list[EffectRecord]:
+        """The recorded effects of the step keyed by `identity`, oldest intent first."""
+        return sorted(self._effects_by_step.get(identity, {}).values(), key=lambda r: r.intent)
+
+    def step_label(self, name: str) -> str:
+        """`N name` for a step of the plan (as commit trailers write it), else `name`."""
+        number = self._numbers.get(name)
+        if number is None:
+            number = next(
+                (s.number for s in self.steps if s.renamed_from and s.identity == name), None
+            )
+        return f"{number} {name}" if number is not None else name
 
     @property
     def current_step(self) -> str | None:
         """The name of the step running now, if any."""
         return self._current_step
 
+    @property
+    def guard(self) -> threading.RLock:
+        """Held while the run's state changes (commits, effects' bookkeeping)."""
+        return self._guard
+
     @contextmanager
     def running(self, start: StepStart) -> Iterator[None]:
         """Mark `start`'s step as the one running (effects belong to it)."""
         previous = self._current_step
         self._current_step = start.planned.name
+        self._attempt_keys = set()
+        token = _stepping.set(self)
         try:
             yield
         finally:
+            _stepping.reset(token)
             self._current_step = previous
+
+    def attempted(self, key: str) -> bool:
+        """Whether the running step performed (or replayed) effect `key` already; marks
+        it as performed. Call with `guard` held."""
+        if key in self._attempt_keys:
+            return True
+        self._attempt_keys.add(key)
+        return False
+
+    def attempted_keys(self) -> frozenset[str]:
+        """The effects the running step has performed or replayed so far."""
+        return frozenset(self._attempt_keys)
+
+    def _take_step(self, name: str) -> None:
+        """Claim the run for step `name` on this thread; refuse a nested or concurrent step."""
+        me = threading.get_ident()
+        if self._claim is not None:
+            thread, running = self._claim
+            if thread == me:
+                raise StepstoneError(
+                    f"step {name!r} was started inside step {running!r}: steps do not nest. "
+                    f"Call {name!r}'s code as a plain function inside {running!r}, or run it "
+                    f"as its own step after {running!r} ends; the plan was not changed"
+                )
+            raise StepstoneError(
+                f"step {name!r} was started from another thread while step {running!r} runs: "
+                f"a run drives one step at a time. Run the steps one after another, or give "
+                f"each thread a run of its own (effects inside one step may use threads)"
+            )
+        self._claim = (me, name)
+
+    def _end_step(self, name: str) -> None:
+        if self._claim is not None and self._claim[1] == name:
+            self._claim = None
 
     def _require_lock(self) -> None:
         if not self._lock.held:
@@ -412,6 +551,7 @@ class Run:
         if len(counts) != len(new):
             dupes = sorted(name for name, count in counts.items() if count > 1)
             raise PlanError(f"duplicate step names in the plan: {names.listing(dupes)}")
+        new = self._carry_renames(new)
         old_rows = [self.steps.row(i) for i in range(len(self.steps))]
         new_rows = [plan_row(s) for s in new]
         changes = _plan_changes(old_rows, new_rows)
@@ -449,6 +589,58 @@ class Run:
         self._state.clear()
         return changes
 
+    def _carry_renames(self, new: list[PlannedStep]) -> list[PlannedStep]:
+        """`new` with each step's earlier names: kept from the plan for a step it has,
+        extended by `--was OLD`, or found for a new step whose source is that of a step
+        that left the plan (a clear rename). A renamed step's effects keep their keys,
+        so what it already sent is never sent again."""
+        old = {step.name: step for step in self.steps}
+        staying = {step.name for step in new}
+        gone_by_source: dict[str, list[PlannedStep]] = {}
+        for step in old.values():
+            if step.name not in staying and step.source_hash:
+                gone_by_source.setdefault(step.source_hash, []).append(step)
+        carried = []
+        for step in new:
+            before: PlannedStep | None = None
+            if step.name in old:
+                renamed_from = old[step.name].renamed_from
+            elif step.renamed_from:
+                if step.renamed_from[-1] in staying:
+                    raise PlanError(
+                        f"step {step.name!r} says it was {step.renamed_from[-1]!r} (--was), "
+                        f"but {step.renamed_from[-1]!r} is still in the plan: two steps "
+                        f"cannot share one step's effects; drop --was or the other step"
+                    )
+                before = old.get(step.renamed_from[-1])
+                renamed_from = step.renamed_from
+            else:
+                twins = gone_by_source.get(step.source_hash or "", [])
+                before = twins[0] if len(twins) == 1 else None
+                renamed_from = ()
+            if before is not None:
+                renamed_from = (*before.renamed_from, before.name)
+            if renamed_from != step.renamed_from:
+                step = step.model_copy(update={"renamed_from": renamed_from})
+            carried.append(step)
+        return carried
+
+    def identity_of(self, name: str) -> str:
+        """The name step `name`'s effects are keyed by (its first, across renames)."""
+        planned = self._planned(name)
+        return planned.identity if planned is not None else name
+
+    def identities(self) -> set[str]:
+        """The names the plan's steps key their effects by."""
+        if self._identities is None:
+            found = set(self.steps.names)
+            for number, extra in self.steps.extras.items():
+                if extra[4]:
+                    found.discard(self.steps.names[number - 1])
+                    found.add(extra[4][0])
+            self._identities = found
+        return self._identities
+
     def _planned(self, name: str) -> PlannedStep | None:
         number = self._numbers.get(name)
         return None if number is None else self.steps[number - 1]
@@ -460,6 +652,7 @@ class Run:
         inputs: tuple[str, ...],
         outputs: tuple[str, ...],
         source: str | None,
+        was: str | None = None,
     ) -> PlannedStep:
         existing = self._planned(name)
         if existing is None and self.info.plan_mode == "explicit":
@@ -469,12 +662,17 @@ class Run:
                 f"add it to the plan, or use a new run"
             )
         number = existing.number if existing else len(self.steps) + 1
+        renamed_from: tuple[str, ...] = ()
         if existing is not None:
             # what the caller leaves out, the plan supplies
             specs = specs or existing.checks
             inputs = inputs or existing.inputs
             outputs = outputs or existing.outputs
             source = source or existing.source_hash
+            renamed_from = existing.renamed_from
+        elif was is not None:
+            before = self._planned(was)
+            renamed_from = (*before.renamed_from, was) if before is not None else (was,)
         wanted = PlannedStep(
             number=number,
             name=name,
@@ -482,6 +680,7 @@ class Run:
             inputs=inputs,
             outputs=outputs,
             source_hash=source,
+            renamed_from=renamed_from,
         )
         if existing == wanted:
             return existing
@@ -494,6 +693,7 @@ class Run:
             self.steps.append(wanted)
         else:
             self.steps[number - 1] = wanted
+        self._identities = None
         self._numbers[name] = number
         self._commit(
             {plan_path(number): dump(wanted)},
@@ -516,7 +716,7 @@ class Run:
         scope = dict(namespace or {})
         if any(ev.kind == "expr" for ev in record.evidence):
             try:
-                scope.update(self._load_outputs(record))
+                scope = _check_scope(namespace, self._load_outputs(record))
             except StepstoneError as exc:
                 return str(exc)
         for ev in record.evidence:
@@ -585,10 +785,36 @@ class Run:
         source: str | None = None,
         force: bool = False,
         namespace: Mapping[str, Any] | None = None,
+        was: str | None = None,
     ) -> StepStart:
-        """Decide whether step `name` is skipped (evidence verifies) or must run."""
+        """Decide whether step `name` is skipped (evidence verifies) or must run.
+
+        Unless it is skipped, the step holds the run until `confirm` or `fail`.
+        """
         self._require_lock()
         names.step_name(name)
+        with self._guard:
+            self._take_step(name)
+            try:
+                start = self._begin(name, checks, inputs, outputs, source, force, namespace, was)
+            except BaseException:
+                self._end_step(name)
+                raise
+            if start.skip:
+                self._end_step(name)
+            return start
+
+    def _begin(
+        self,
+        name: str,
+        checks: Iterable[checks.CheckLike],
+        inputs: Iterable[str],
+        outputs: Iterable[str],
+        source: str | None,
+        force: bool,
+        namespace: Mapping[str, Any] | None,
+        was: str | None,
+    ) -> StepStart:
         if self._commits_since_save >= _SAVE_INDEX_EVERY:
             self._save_index()
         specs = tuple(_parse_all(checks))
@@ -602,6 +828,7 @@ class Run:
             tuple(inputs),
             out_names,
             source_hash(source) if source is not None else None,
+            was,
         )
         specs = tuple(_parse_all(planned.checks))
         if not self._state:
@@ -658,20 +885,33 @@ class Run:
         A check that does not pass records the step as failed and raises `CheckFailed`.
         """
         self._require_lock()
+        try:
+            with self._guard:
+                return self._confirm(start, values, facts, namespace)
+        finally:
+            self._end_step(start.planned.name)
+
+    def _confirm(
+        self,
+        start: StepStart,
+        values: Mapping[str, Any] | None,
+        facts: Mapping[str, Any] | None,
+        namespace: Mapping[str, Any] | None,
+    ) -> StepRecord:
         planned = start.planned
         values = dict(values or {})
         missing = [var for var in planned.outputs if var not in values]
         if missing:
             problem = f"--out {', '.join(missing)} not defined by step {planned.name!r}"
-            self.fail(start, problem)
+            self._fail(start, problem)
             raise InvalidInput(problem + "; define it in the step or drop --out")
-        scope = {**(namespace or {}), **values}
+        scope = _check_scope(namespace, values)
         evidence: list[models.Evidence] = []
         for spec in start.check_specs:
             try:
                 evidence.append(checks.run(spec, workdir=self.workdir, namespace=scope))
             except checks.CheckNotPassed as exc:
-                self.fail(start, f"check {spec.text} did not pass: {exc}")
+                self._fail(start, f"check {spec.text} did not pass: {exc}")
                 raise CheckFailed(planned.name, spec.text, str(exc)) from None
         if not evidence:
             evidence.append(models.Evidence(check="completed", kind="completed", value=True))
@@ -681,7 +921,7 @@ class Run:
             try:
                 fmt, data = artifacts.encode(var, value)
             except InvalidInput as exc:
-                self.fail(start, str(exc))
+                self._fail(start, str(exc))
                 raise
             digest = artifacts.sha256(data)
             writes[artifacts.path_for(digest, fmt)] = data
@@ -706,6 +946,13 @@ class Run:
     def fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
         """Commit the step as failed (not confirmed); later steps will run again."""
         self._require_lock()
+        try:
+            with self._guard:
+                return self._fail(start, error)
+        finally:
+            self._end_step(start.planned.name)
+
+    def _fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
         planned = start.planned
         text = error_text(error) if isinstance(error, BaseException) else str(redact(error))
         record = self._record(start, "failed", error=text)
@@ -771,21 +1018,33 @@ class Run:
         checks: Iterable[checks.CheckLike] = (),
         inputs: Iterable[str] = (),
         force: bool = False,
+        was: str | None = None,
     ) -> StepResult:
         """Run `fn` as step `name`, or skip it while its evidence verifies.
 
-        `fn`'s return value is saved and returned again when the step is skipped.
+        `fn`'s return value is saved and returned again when the step is skipped;
+        `expr:` checks name it `result`. `was` is the step's earlier name, when it was
+        renamed: its effects keep their keys and are not performed again. A name is
+        run once per process: a second `step` with it is an error, not a silent skip.
         """
-        start = self.begin(name, checks=checks, inputs=inputs, force=force)
+        if name in self._stepped:
+            raise InvalidInput(
+                f"step {name!r} was already run by this process: a step name stands for one "
+                f"piece of work, so a second run.step({name!r}, ...) would skip or repeat "
+                f"it. Give each call its own name, for example f'{name}-{{item}}'"
+            )
+        start = self.begin(name, checks=checks, inputs=inputs, force=force, was=was)
         if start.skip and start.record is not None:
-            return StepResult(name, True, start.values.get("return"), start.record)
+            self._stepped.add(name)
+            return StepResult(name, True, start.values.get(RETURN), start.record)
         try:
             with self.running(start):
                 value = fn()
         except BaseException as exc:
             self.fail(start, exc)
             raise
-        record = self.confirm(start, values={"return": value} if value is not None else None)
+        record = self.confirm(start, values={RETURN: value} if value is not None else None)
+        self._stepped.add(name)
         return StepResult(name, False, value, record)
 
     # -- decisions and unknowns -------------------------------------------------
@@ -864,10 +1123,23 @@ class Run:
         keyed: bool = False,
         lookup: Callable[[str], Any] | None = None,
         payload: Any = None,
+        was: str | None = None,
+        new: bool = False,
+        timeout: float | None = None,
     ) -> Any:
         """Perform an external write of the running step at most once (see `stepstone.effect`)."""
         self._require_lock()
-        return effects.perform(self, name, do, keyed=keyed, lookup=lookup, payload=payload)
+        return effects.perform(
+            self,
+            name,
+            do,
+            keyed=keyed,
+            lookup=lookup,
+            payload=payload,
+            was=was,
+            new=new,
+            timeout=timeout,
+        )
 
     def resolve_effect(
         self, key: str, *, happened: bool, receipt: Any = None, why: str = ""
@@ -944,6 +1216,15 @@ class Run:
         self.close()
 
 
+def _check_scope(namespace: Mapping[str, Any] | None, values: Mapping[str, Any]) -> dict[str, Any]:
+    """What `expr:` checks see: the namespace, the step's outputs, its return value as
+    `result`."""
+    scope = {**(namespace or {}), **values}
+    if RETURN in values:
+        scope["result"] = values[RETURN]
+    return scope
+
+
 def _parse_all(specs: Iterable[checks.CheckLike]) -> list[checks.CheckSpec]:
     if isinstance(specs, str):
         specs = [specs]
@@ -960,8 +1241,14 @@ def _evidence_line(ev: models.Evidence) -> str:
 def _plan_changes(old: Sequence[PlanRow], new: Sequence[PlanRow]) -> list[str]:
     before = {row[0]: (number, row) for number, row in enumerate(old, start=1)}
     after = {row[0]: (number, row) for number, row in enumerate(new, start=1)}
-    changes = [f"added {n}" for n in after if n not in before]
-    changes += [f"removed {n}" for n in before if n not in after]
+    renamed = {
+        row[5][-1]: name
+        for name, (_, row) in after.items()
+        if name not in before and row[5] and row[5][-1] in before and row[5][-1] not in after
+    }
+    changes = [f"renamed {old_name} -> {name}" for old_name, name in renamed.items()]
+    changes += [f"added {n}" for n in after if n not in before and n not in renamed.values()]
+    changes += [f"removed {n}" for n in before if n not in after and n not in renamed]
     for name, (number, row) in after.items():
         prior = before.get(name)
         if prior is None:

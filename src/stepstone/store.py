@@ -259,17 +259,20 @@ class GitStore:
         return found
 
     def _holds_run(self, ref: str, run: str) -> bool | None:
-        """Whether `ref`'s tip is a commit of `run`; None when the ref cannot be read."""
+        """Whether `ref`'s tip is a commit of `run` (its trailer says so, or, after a
+        commit made by hand, its tree has a `run.json`); None when it cannot be read."""
         try:
             reference = self.repo.references.get(ref)
             if reference is None:
                 return False
             commit = self.repo[reference.resolve().target]
+            if not isinstance(commit, pygit2.Commit):
+                return False
+            if parse_trailers(commit.message).get("Stepstone-Run") == [run]:
+                return True
+            return "run.json" in commit.tree
         except (pygit2.GitError, KeyError, ValueError):
             return None
-        if not isinstance(commit, pygit2.Commit):
-            return False
-        return parse_trailers(commit.message).get("Stepstone-Run") == [run]
 
     def _run_refs_found(self) -> dict[str, str]:
         """Ref -> run for every ref holding a run: under `refs/stepstone/runs/`, on a

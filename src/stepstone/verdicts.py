@@ -78,7 +78,7 @@ def step_states(
                 evidence, finished = shapes[kind][4], finished_at[slot]
                 append(make(StepStatus, (number, name, "verified", "", evidence, finished)))
                 continue
-        planned_checks, _, _, planned_source = extras.get(number, NO_EXTRA)
+        planned_checks, _, _, planned_source, _ = extras.get(number, NO_EXTRA)
         state: StepState
         reason = ""
         evidence = no_evidence
