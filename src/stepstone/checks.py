@@ -18,16 +18,32 @@ import builtins
 import csv
 import hashlib
 import json
+import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from .deadline import call_within
 from .errors import InvalidInput, UnknownCheck
 from .models import Evidence
 
 KINDS = ["file", "sha256", "cmd", "expr", "call"]
+COMMANDS = ("cmd", "call")  # checks that run code: read-only commands do not re-run them
+TIMEOUT_ENV = "STEPSTONE_CHECK_TIMEOUT"
+DEFAULT_TIMEOUT = 300.0  # seconds a cmd: or call: check may take
+
+
+def timeout() -> float:
+    """Seconds a `cmd:` or `call:` check may take: `STEPSTONE_CHECK_TIMEOUT`, else 300."""
+    try:
+        return float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
 CheckFn: TypeAlias = Callable[[], Any]
 CheckLike: TypeAlias = "str | CheckFn"
 
@@ -196,15 +212,10 @@ def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None =
             detail=f"{kind}, {path.stat().st_size} bytes",
         )
     if spec.kind == "cmd":
-        try:
-            done = subprocess.run(
-                spec.arg, shell=True, cwd=workdir, capture_output=True, text=True, check=False
-            )
-        except OSError as exc:
-            raise CheckNotPassed(f"cannot run {spec.arg!r}: {exc}") from exc
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-            raise CheckNotPassed(f"{spec.arg!r} exited {done.returncode} {tail[0]}".rstrip())
+        code, output = _command(spec.arg, workdir)
+        if code != 0:
+            tail = output.strip().splitlines()[-1:] or [""]
+            raise CheckNotPassed(f"{spec.arg!r} exited {code} {tail[0]}".rstrip())
         return Evidence(check=spec.text, kind="cmd", value=0, detail="exit status 0")
     if spec.kind == "expr":
         result = _eval(spec.arg, namespace)
@@ -216,21 +227,63 @@ def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None =
         raise CheckNotPassed(
             f"no check registered as {spec.arg!r}; register it with @stepstone.check before use"
         )
+    seconds = timeout()
     try:
-        result = fn()
+        finished, result = call_within(seconds, fn)
     except Exception as exc:
         raise CheckNotPassed(f"{spec.arg} raised {type(exc).__name__}: {exc}") from exc
+    if not finished:
+        raise CheckNotPassed(f"{spec.arg}() did not return within {seconds:g} s ({TIMEOUT_ENV})")
     if not result:
         raise CheckNotPassed(f"{spec.arg}() returned {result!r}")
     return Evidence(check=spec.text, kind="call", value=_identifier(result))
 
 
+def _command(command: str, workdir: Path) -> tuple[int, str]:
+    """Run a shell command in its own process group, bounded by `timeout()`: (exit status,
+    its output). On timeout the whole group is killed, so no child keeps it waiting."""
+    seconds = timeout()
+    try:
+        process = subprocess.Popen(
+            command,
+            shell=True,
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise CheckNotPassed(f"cannot run {command!r}: {exc}") from exc
+    try:
+        output, _ = process.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise CheckNotPassed(
+            f"{command!r} did not finish within {seconds:g} s ({TIMEOUT_ENV})"
+        ) from None
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    return process.returncode, output
+
+
 def verify(
-    evidence: Evidence, *, workdir: Path, namespace: Mapping[str, Any] | None = None
+    evidence: Evidence,
+    *,
+    workdir: Path,
+    namespace: Mapping[str, Any] | None = None,
+    run_commands: bool = True,
 ) -> Verdict:
-    """Re-check recorded evidence against the real state now."""
+    """Re-check recorded evidence against the real state now; with `run_commands` False,
+    `cmd:` and `call:` evidence is not re-run (a verdict that is not `checkable`)."""
     if evidence.kind == "completed":
         return Verdict(True, "the cell completed")
+    if evidence.kind in COMMANDS and not run_commands:
+        return Verdict(True, f"{evidence.check} was not re-run", checkable=False)
     try:
         spec = parse(evidence.check)
     except InvalidInput as exc:

@@ -31,6 +31,9 @@ run_option = click.option(
 )
 repo_option = click.option("--repo", help="Store (default: $STEPSTONE_REPO, else .stepstone).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+recheck_option = click.option(
+    "--recheck", is_flag=True, help="Also run cmd: and call: checks again (reading runs no code)."
+)
 
 
 def _errors_as_exit_codes(fn: F) -> F:
@@ -135,11 +138,12 @@ def run_command(
 @repo_option
 @json_option
 @click.option("--all", "every", is_flag=True, help="List every step (long runs are shortened).")
+@recheck_option
 @_errors_as_exit_codes
-def status(run_id: str | None, repo: str | None, as_json: bool, every: bool) -> None:
+def status(run_id: str | None, repo: str | None, as_json: bool, every: bool, recheck: bool) -> None:
     """Steps, evidence, decisions, unknowns, effects and the next action."""
     reader = _reader(run_id, repo)
-    state = reader.status()
+    state = reader.status(recheck=recheck)
     if as_json:
         click.echo(state.json_text())
     elif sys.stdout.isatty():
@@ -181,9 +185,9 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
     reader = _reader(run_id, repo, cached=False)
     if sys.stderr.isatty() and len(reader.steps) > 20:
         with click.progressbar(length=len(reader.steps), label="verifying", file=sys.stderr) as bar:
-            state = reader.status(progress=bar.update)
+            state = reader.status(progress=bar.update, recheck=True)
     else:
-        state = reader.status()
+        state = reader.status(recheck=True)
     bad = [s for s in state.steps if s.state in ("stale", "failed")]
     if as_json:
         head = json.dumps({"run": state.run, "ok": not bad})
@@ -319,13 +323,14 @@ def resolve(
 @run_option
 @repo_option
 @json_option
+@recheck_option
 @_errors_as_exit_codes
-def brief(run_id: str | None, repo: str | None, as_json: bool) -> None:
+def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) -> None:
     """A short Markdown hand-off brief for a person or an agent whose context was reset."""
     from . import brief as briefing
 
     reader = _reader(run_id, repo)
-    state = reader.status()
+    state = reader.status(recheck=recheck)
     args = {
         "goal": reader.info.goal,
         "notebook": reader.info.notebook,

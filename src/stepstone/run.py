@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import artifacts, checks, effects, models, names
 from .bulk import collector_paused
+from .effects import MAYBE_HAPPENED
 from .errors import (
     CheckFailed,
     DecisionConflict,
@@ -61,7 +62,7 @@ from .models import (
     now,
 )
 from .redaction import error_text, redact
-from .status import RunStatus, StepState
+from .status import RunStatus, StepState, StepStatus
 from .store import GitStore, holder_identity, parse_trailers
 from .verdicts import step_states
 
@@ -190,6 +191,8 @@ class Run:
         self._tolerant = not drive
         self.corrupt: list[str] = []
         self._reasons: dict[str, str] = {}
+        self._run_commands = drive
+        self._not_rerun: list[str] = []
         if drive:
             self._lock.acquire()
         try:
@@ -720,7 +723,11 @@ class Run:
             except StepstoneError as exc:
                 return str(exc)
         for ev in record.evidence:
-            verdict = checks.verify(ev, workdir=self.workdir, namespace=scope)
+            verdict = checks.verify(
+                ev, workdir=self.workdir, namespace=scope, run_commands=self._run_commands
+            )
+            if not verdict.checkable:
+                self._not_rerun.append(f"{planned.name} ({ev.check})")
             if not verdict.ok:
                 return verdict.reason
         return None
@@ -730,11 +737,17 @@ class Run:
         *,
         namespace: Mapping[str, Any] | None = None,
         progress: Callable[[int], object] | None = None,
+        recheck: bool | None = None,
     ) -> RunStatus:
         """Verify every recorded step against the real state now and say what is next.
 
-        `progress(1)` is called after each step, for long runs.
+        `progress(1)` is called after each step, for long runs. `recheck` says whether
+        `cmd:` and `call:` checks are run again: by default a driver does (it is about to
+        skip steps on their word) and a read-only run does not (looking must not run
+        code); the status notes the checks that were not re-run.
         """
+        self._run_commands = self.driving if recheck is None else recheck
+        self._not_rerun = []
         with collector_paused():
             return self._status(namespace, progress)
 
@@ -749,8 +762,16 @@ class Run:
             lambda number: self._recheck(number, namespace),
             progress,
         )
+        results = self._interrupted(results)
         self._state = {s.name: s.state for s in results}
         self._reasons = {s.name: s.reason for s in results if s.reason}
+        notes = list(self.notes)
+        if self._not_rerun:
+            notes.append(
+                f"{len(self._not_rerun)} cmd:/call: check(s) were not re-run, as reading a "
+                f"run runs no code: {names.listing(self._not_rerun, 5)} (`stepstone verify`, "
+                f"or --recheck, re-runs them)"
+            )
         return RunStatus(
             run=self.id,
             plan_mode=self.info.plan_mode,
@@ -762,8 +783,27 @@ class Run:
                 for e in sorted(self.effects.values(), key=lambda e: (e.intent, e.key))
             ),
             finished=self.info.finished,
-            notes=tuple(self.notes + self.corrupt),
+            notes=tuple(notes + self.corrupt),
         )
+
+    def _interrupted(self, results: list[StepStatus]) -> list[StepStatus]:
+        """Pending steps that performed effects were interrupted partway: say so."""
+        if not self.effects:
+            return results
+        names, extras = self.steps.names, self.steps.extras
+        renamed = {names[n - 1]: extra[4][0] for n, extra in extras.items() if extra[4]}
+        for number, status in enumerate(results):
+            if status.state != "pending":
+                continue
+            done = self.effects_of_step(renamed.get(status.name, status.name))
+            if not done:
+                continue
+            counts = Counter[str](r.state for r in done)
+            said = ", ".join(
+                f"{counts[state]} effect(s) {state}" for state in MAYBE_HAPPENED if counts[state]
+            )
+            results[number] = status._replace(reason=f"interrupted partway; {said}")
+        return results
 
     def _recheck(self, number: int, namespace: Mapping[str, Any] | None) -> str | None:
         """Why step `number` no longer verifies against the world, or None."""

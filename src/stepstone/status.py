@@ -90,7 +90,7 @@ class RunStatus:
         step = self.next_step
         if step is not None:
             why = {
-                "pending": "not run yet",
+                "pending": step.reason or "not run yet",
                 "failed": f"failed last time: {step.reason}",
                 "stale": step.reason,
             }[step.state]
