@@ -24,13 +24,24 @@ POST = (
 )
 
 
-def step_cell(name: str, body: str, options: str = "") -> str:
-    """A `%%step` cell that logs its execution, then runs `body`."""
-    return f"%%step {name}{options}\n" + LOG.format(name=name) + body
+def step_cell(name: str, body: str, options: str = "", *, label: str | None = None) -> str:
+    """A `%%step` cell that logs its execution (as `label`, default its name), then runs
+    `body`."""
+    return f"%%step {name}{options}\n" + LOG.format(name=label or name) + body
 
 
-def write_job(folder: Path, *, notify_name: str = "notify", extra_cells: list[str] = ()) -> Path:
-    """`job.ipynb` in `folder`: make a file, sum it into a restored value, announce it."""
+def write_job(
+    folder: Path,
+    *,
+    notify_name: str = "notify",
+    notify_options: str = "",
+    notify_body: str = "",
+    effect_args: str = "'announce', post",
+    extra_cells: tuple[str, ...] = (),
+) -> Path:
+    """`job.ipynb` in `folder`: make a file, sum it into a restored value, announce it.
+    The announcing step logs itself as `notify` whatever its name, so renaming it alone
+    leaves its source as it was."""
     cells = [
         new_markdown_cell("# Hand-off job"),
         new_code_cell("%load_ext stepstone\n%resume"),
@@ -52,8 +63,10 @@ def write_job(folder: Path, *, notify_name: str = "notify", extra_cells: list[st
         new_code_cell(
             step_cell(
                 notify_name,
-                POST + "import stepstone\nreceipt = stepstone.effect('announce', post)\n"
-                "assert total == 6",
+                POST + f"import stepstone\nreceipt = stepstone.effect({effect_args})\n"
+                "assert total == 6" + notify_body,
+                notify_options,
+                label="notify",
             )
         ),
         *(new_code_cell(source) for source in extra_cells),

@@ -135,3 +135,50 @@ def test_a_run_whose_ref_is_gone_but_whose_archive_tag_remains_is_not_started_af
     assert run_job(a, receiver).returncode == 0
     assert executions(a) == ["make", "total", "notify"]
     assert list(receiver.applied("blind").values()) == [1]
+
+
+def test_a_renamed_step_with_the_same_source_does_not_send_its_effect_again(
+    tmp_path: Path, receiver: Receiver
+):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    write_job(a, notify_name="notify-team")  # renamed, the cell's body as it was
+    done = run_job(a, receiver)
+    assert done.returncode == 0, done.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+    executed = (a / "job.out.ipynb").read_text()
+    assert "renamed notify -> notify-team" in executed
+
+
+def test_a_renamed_and_edited_step_is_refused_until_it_says_what_it_was(
+    tmp_path: Path, receiver: Receiver
+):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    write_job(a, notify_name="notify-team", notify_body="\nprint('edited')")
+    refused = run_job(a, receiver)
+    assert refused.returncode == 1
+    assert "--was notify" in refused.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+
+    write_job(
+        a, notify_name="notify-team", notify_body="\nprint('edited')", notify_options=" --was notify"
+    )
+    done = run_job(a, receiver)
+    assert done.returncode == 0, done.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+    assert run_job(a, receiver).returncode == 0  # --was stays in the line: nothing changes
+
+
+def test_a_renamed_effect_is_refused_until_it_says_what_it_was(tmp_path: Path, receiver):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    write_job(a, effect_args="'announce-team', post")
+    refused = run_job(a, receiver)
+    assert refused.returncode == 1
+    assert "was='announce'" in refused.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+    write_job(a, effect_args="'announce-team', post, was='announce'")
+    done = run_job(a, receiver)
+    assert done.returncode == 0, done.stderr
+    assert list(receiver.applied("blind").values()) == [1]

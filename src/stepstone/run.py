@@ -597,26 +597,30 @@ class Run:
         extended by `--was OLD`, or found for a new step whose source is that of a step
         that left the plan (a clear rename). A renamed step's effects keep their keys,
         so what it already sent is never sent again."""
-        old = {step.name: step for step in self.steps}
         staying = {step.name for step in new}
         gone_by_source: dict[str, list[PlannedStep]] = {}
-        for step in old.values():
-            if step.name not in staying and step.source_hash:
-                gone_by_source.setdefault(step.source_hash, []).append(step)
+        for number, extra in self.steps.extras.items():
+            if extra[3] and self.steps.names[number - 1] not in staying:
+                gone_by_source.setdefault(extra[3], []).append(self.steps[number - 1])
         carried = []
         for step in new:
             before: PlannedStep | None = None
-            if step.name in old:
-                renamed_from = old[step.name].renamed_from
-            elif step.renamed_from:
-                if step.renamed_from[-1] in staying:
-                    raise PlanError(
-                        f"step {step.name!r} says it was {step.renamed_from[-1]!r} (--was), "
-                        f"but {step.renamed_from[-1]!r} is still in the plan: two steps "
-                        f"cannot share one step's effects; drop --was or the other step"
-                    )
-                before = old.get(step.renamed_from[-1])
-                renamed_from = step.renamed_from
+            declared = step.renamed_from[-1] if step.renamed_from else None
+            if declared is not None and declared in staying:
+                raise PlanError(
+                    f"step {step.name!r} says it was {declared!r} (--was), but {declared!r} "
+                    f"is still in the plan: two steps cannot share one step's effects; drop "
+                    f"--was or the other step"
+                )
+            planned = self._planned(step.name)
+            if planned is not None:
+                renamed_from = planned.renamed_from
+                if declared is not None and renamed_from[-1:] != (declared,):
+                    before = self._planned(declared)  # --was added to a step the plan has
+                    renamed_from = (declared,)
+            elif declared is not None:
+                before = self._planned(declared)
+                renamed_from = (declared,)
             else:
                 twins = gone_by_source.get(step.source_hash or "", [])
                 before = twins[0] if len(twins) == 1 else None
