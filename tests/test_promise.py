@@ -1,0 +1,490 @@
+"""The promise across agents, threads and names (the second trial of the Python API and
+hand-off): real stores, real remotes, real processes, a loopback receiver."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, fsck, git
+from conftest import stepstone_cli as cli
+from receiver import Receiver
+
+import stepstone
+from stepstone import remote
+from stepstone.store import GitStore
+
+
+@pytest.fixture
+def receiver(tmp_path: Path) -> Iterator[Receiver]:
+    with Receiver(tmp_path / "receiver.db") as r:
+        yield r
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> str:
+    path = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(path), cwd=tmp_path)
+    return str(path)
+
+
+def post(url: str, kind: str, key: str) -> dict[str, int]:
+    body = json.dumps({"ref": key}).encode()
+    headers = {"Idempotency-Key": key} if kind == "keyed" else {}
+    request = urllib.request.Request(f"{url}/{kind}", data=body, headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return dict(json.load(response))
+
+
+def find(url: str, key: str) -> dict[str, int] | None:
+    try:
+        with urllib.request.urlopen(f"{url}/lookup/{key}", timeout=30) as response:
+            return dict(json.load(response))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+def publish(url: str) -> object:
+    return stepstone.effect(
+        "publish", lambda k: post(url, "lookup", k), lookup=lambda k: find(url, k)
+    )
+
+
+def announce(url: str) -> object:
+    return stepstone.effect("announce", lambda k: post(url, "blind", k))
+
+
+def as_agent(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv("STEPSTONE_AGENT", name)
+
+
+def two_copies(tmp_path: Path, origin: str) -> tuple[Path, Path]:
+    """Copy A made the run and pushed it; copy B is a clone of the remote."""
+    a, b = tmp_path / "a" / ".stepstone", tmp_path / "b" / ".stepstone"
+    with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
+        run.step("start", lambda: 0)
+        remote.set_remote(run.store, origin)
+        remote.push(run.store, "job")
+    remote.clone(origin, b)
+    return a, b
+
+
+# -- effects sent twice ---------------------------------------------------------------
+
+
+def test_a_copy_behind_the_remote_brings_it_in_before_it_drives(
+    tmp_path: Path, origin: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+):
+    a, b = two_copies(tmp_path, origin)
+    as_agent(monkeypatch, "agent-b")
+    with stepstone.open_run("job", repo=b, workdir=b.parent) as run:
+        run.step("publish", lambda: publish(receiver.url))
+    handed = cli("handoff", "--repo", str(b), cwd=tmp_path, STEPSTONE_AGENT="agent-b")
+    assert handed.returncode == 0, handed.stderr
+
+    as_agent(monkeypatch, "agent-a")  # A never pulled, and runs its script again
+    with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
+        assert any("brought in" in note for note in run.notes)
+        assert run.step("publish", lambda: publish(receiver.url)).skipped
+    assert list(receiver.applied("lookup").values()) == [1]
+
+
+def test_a_copy_that_diverged_from_the_remote_is_not_driven(
+    tmp_path: Path, origin: str, monkeypatch: pytest.MonkeyPatch
+):
+    a, b = two_copies(tmp_path, origin)
+    as_agent(monkeypatch, "agent-b")
+    with stepstone.open_run("job", repo=b, workdir=b.parent) as run:
+        run.step("from-b", lambda: 2)
+        remote.push(run.store, "job")
+    store_a = GitStore(a)
+    remote.set_remote(store_a, str(tmp_path / "unreachable.git"))
+    as_agent(monkeypatch, "agent-a")
+    with (
+        pytest.warns(stepstone.StepstoneWarning),
+        stepstone.open_run("job", repo=a, workdir=a.parent) as run,
+    ):
+        run.step("from-a", lambda: 1)
+    remote.set_remote(store_a, origin)
+    with pytest.raises(stepstone.Diverged, match="--keep"):
+        stepstone.open_run("job", repo=a, workdir=a.parent)
+    # refused before anything: the run is not held, its lease is free again
+    with stepstone.open_run("job", repo=b, workdir=b.parent) as run:
+        assert run.driving
+
+
+def test_pull_keep_remote_carries_over_the_effects_of_the_side_not_kept(
+    tmp_path: Path, origin: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+):
+    a, b = two_copies(tmp_path, origin)
+    as_agent(monkeypatch, "agent-b")
+    with stepstone.open_run("job", repo=b, workdir=b.parent) as run:
+        run.step("from-b", lambda: 2)
+        remote.push(run.store, "job")
+    store_a = GitStore(a)
+    remote.set_remote(store_a, str(tmp_path / "unreachable.git"))
+    as_agent(monkeypatch, "agent-a")
+    with (
+        pytest.warns(stepstone.StepstoneWarning),
+        stepstone.open_run("job", repo=a, workdir=a.parent) as run,
+    ):
+        run.step("announce", lambda: announce(receiver.url))  # A's announce happened
+    remote.set_remote(store_a, origin)
+    kept = cli("pull", "--repo", str(a), "--keep", "remote", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stderr
+    assert "carried over" in kept.stdout
+
+    with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
+        run.step("from-b", lambda: 2)
+        run.step("announce", lambda: announce(receiver.url))  # runs again, sends nothing
+    assert list(receiver.applied("blind").values()) == [1]
+
+
+CAROL = textwrap.dedent(
+    """
+    import json, os, pathlib, sys, time, urllib.request
+    import stepstone
+
+    store, url, ready, go = sys.argv[1:5]
+
+    def post(kind, key):
+        request = urllib.request.Request(
+            f"{url}/{kind}", data=json.dumps({"ref": key}).encode()
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)
+
+    def lookup(key):
+        try:
+            with urllib.request.urlopen(f"{url}/lookup/{key}", timeout=30) as response:
+                return json.load(response)
+        except urllib.error.HTTPError:
+            return None
+
+    run = stepstone.open_run("job", repo=store)
+    run.step("publish", lambda: stepstone.effect("publish", lambda k: post("lookup", k),
+                                                 lookup=lookup))
+    pathlib.Path(ready).write_text("")
+    while not pathlib.Path(go).exists():
+        time.sleep(0.05)
+    try:
+        run.step("announce", lambda: stepstone.effect("announce", lambda k: post("blind", k)))
+    except stepstone.LeaseLost as exc:
+        print("LOST", exc)
+        sys.exit(3)
+    """
+)
+
+
+def test_a_steal_starts_from_the_newest_history_and_fences_the_old_holder(
+    tmp_path: Path, origin: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+):
+    a, b = two_copies(tmp_path, origin)  # B is cloned now: behind Carol's coming work
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    carol = subprocess.Popen(
+        [sys.executable, "-c", CAROL, str(a), receiver.url, str(ready), str(go)],
+        env=clean_env(STEPSTONE_AGENT="carol"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert carol.poll() is None, carol.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        as_agent(monkeypatch, "dave")
+        with stepstone.open_run("job", repo=b, workdir=b.parent, steal="carol is stuck") as run:
+            run.step("publish", lambda: publish(receiver.url))  # found by lookup, not sent
+            run.step("announce", lambda: announce(receiver.url))
+        go.write_text("")
+        out, err = carol.communicate(timeout=60)
+    finally:
+        carol.kill()
+        carol.wait()
+    assert carol.returncode == 3, out + err
+    assert "LOST" in out and "dave" in out
+    assert list(receiver.applied("lookup").values()) == [1]
+    assert list(receiver.applied("blind").values()) == [1]
+
+
+def test_pull_of_a_run_only_on_the_remote_brings_it_in_whole(
+    tmp_path: Path, origin: str, monkeypatch: pytest.MonkeyPatch
+):
+    a, b = two_copies(tmp_path, origin)
+    with stepstone.open_run("second", repo=a, workdir=a.parent) as run:
+        run.step("one", lambda: 1)
+        remote.push(run.store, "second")
+    pulled = cli("pull", "--repo", str(b), "--run", "second", cwd=tmp_path)
+    assert pulled.returncode == 0, pulled.stderr
+    assert "created" in pulled.stdout
+    runs = {
+        r["run"]: r
+        for r in json.loads(cli("runs", "--json", "--repo", str(b), cwd=tmp_path).stdout)
+    }
+    assert runs["second"]["confirmed"] == runs["second"]["steps"] == 1
+
+
+def test_the_lease_ref_does_not_grow_with_each_open_and_keeps_each_steal(
+    tmp_path: Path, origin: str, monkeypatch: pytest.MonkeyPatch
+):
+    a, _ = two_copies(tmp_path, origin)
+    for _ in range(3):
+        stepstone.open_run("job", repo=a, workdir=a.parent).close()
+    lease = "refs/stepstone/leases/job"
+    assert git("rev-list", "--count", lease, cwd=Path(origin)).strip() == "1"
+    remote.LeaseKeeper(GitStore(a), "job", "agent-x@far-away pid 4242").take()
+    stepstone.open_run("job", repo=a, workdir=a.parent, steal="agent-x is gone").close()
+    stepstone.open_run("job", repo=a, workdir=a.parent).close()
+    history = git("log", "--format=%s", lease, cwd=Path(origin)).splitlines()
+    assert len(history) == 2 and "steal" in history[1]
+
+
+def test_a_zombie_holder_does_not_keep_the_lease(
+    tmp_path: Path, origin: str, monkeypatch: pytest.MonkeyPatch
+):
+    a, b = two_copies(tmp_path, origin)
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{zombie.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    try:
+        holder = f"agent-z@{os.uname().nodename} pid {zombie.pid}"
+        remote.LeaseKeeper(GitStore(a), "job", holder).take()
+        as_agent(monkeypatch, "agent-b")
+        with stepstone.open_run("job", repo=b, workdir=b.parent) as run:
+            assert run.driving
+    finally:
+        zombie.wait()
+
+
+def test_git_log_works_on_a_bare_remote_after_the_first_push(tmp_path: Path, origin: str):
+    two_copies(tmp_path, origin)
+    assert "step 1 start: confirmed" in git("log", "--format=%s", cwd=Path(origin))
+
+
+# -- names met twice, lookups, payloads ------------------------------------------------
+
+
+def test_a_step_name_met_twice_in_one_process_is_an_error(workdir: Path):
+    done = []
+    with stepstone.open_run("job") as run:
+        run.step("convert", lambda: done.append("a.csv"))
+        with pytest.raises(stepstone.InvalidInput, match="own name"):
+            run.step("convert", lambda: done.append("b.csv"))
+    assert done == ["a.csv"]
+
+
+def test_an_effect_name_met_twice_in_one_step_is_an_error_and_sends_once(
+    workdir: Path, receiver: Receiver
+):
+    def welcome() -> None:
+        for _ in ("ann", "bob", "cat"):
+            stepstone.effect("welcome-email", lambda k: post(receiver.url, "blind", k))
+
+    with stepstone.open_run("job") as run, pytest.raises(stepstone.InvalidInput, match="recipient"):
+        run.step("welcome", welcome)
+    assert list(receiver.applied("blind").values()) == [1]
+
+
+def test_a_lookup_that_answers_false_never_confirms_a_missing_effect(
+    workdir: Path, receiver: Receiver
+):
+    def refused(key: str) -> None:
+        raise ConnectionError("receiver unreachable")
+
+    with stepstone.open_run("job") as run, pytest.raises(ConnectionError):
+        run.step("pay", lambda: stepstone.effect("charge", refused, lookup=lambda k: False))
+    with stepstone.open_run("job") as run:
+        result = run.step(
+            "pay",
+            lambda: stepstone.effect(
+                "charge", lambda k: post(receiver.url, "lookup", k), lookup=lambda k: False
+            ),
+        )
+    assert result.value["id"] >= 1 and list(receiver.applied("lookup").values()) == [1]
+
+
+def test_a_lookup_that_answers_an_empty_receipt_is_refused(workdir: Path, receiver: Receiver):
+    def refused(key: str) -> None:
+        raise ConnectionError("receiver unreachable")
+
+    with stepstone.open_run("job") as run, pytest.raises(ConnectionError):
+        run.step("pay", lambda: stepstone.effect("charge", refused, lookup=lambda k: 0))
+    with stepstone.open_run("job") as run, pytest.raises(stepstone.InvalidInput, match="None"):
+        run.step("pay", lambda: stepstone.effect("charge", refused, lookup=lambda k: 0))
+        assert run.effects[next(iter(run.effects))].state == "submitted"
+
+
+SET_PAYLOAD = textwrap.dedent(
+    """
+    import stepstone
+    tags = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"}
+    with stepstone.open_run("job") as run:
+        run.step("tag", lambda: stepstone.effect("tag", lambda k: {"ok": 1},
+                                                  payload={"tags": tags}), force=True)
+        run.set_plan([{"name": "tag", "checks": ["expr:True"]}])
+    print("ok")
+    """
+)
+
+
+def test_a_payload_with_a_set_has_one_fingerprint_in_every_process(workdir: Path):
+    for seed in ("1", "2", "3", "4"):
+        done = subprocess.run(
+            [sys.executable, "-c", SET_PAYLOAD],
+            cwd=workdir,
+            env=clean_env(PYTHONHASHSEED=seed),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+
+
+def test_a_payload_of_no_stable_form_is_refused_clearly(workdir: Path):
+    with stepstone.open_run("job") as run, pytest.raises(stepstone.InvalidInput, match="JSON-like"):
+        run.step(
+            "x", lambda: stepstone.effect("x", lambda k: 1, payload={"lock": threading.Lock()})
+        )
+    assert run.effects == {}
+
+
+# -- threads, hangs, nesting ----------------------------------------------------------
+
+
+def test_a_second_thread_cannot_drive_a_step_while_one_runs(workdir: Path):
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def slow() -> int:
+        started.set()
+        time.sleep(1)
+        return 1
+
+    with stepstone.open_run("job") as run:
+
+        def second() -> None:
+            started.wait()
+            try:
+                run.step("b", lambda: 2, force=True)
+            except stepstone.StepstoneError as exc:
+                errors.append(exc)
+
+        other = threading.Thread(target=second)
+        other.start()
+        run.step("a", slow)
+        other.join()
+        run.step("b", lambda: 2)
+    assert len(errors) == 1 and "another thread" in str(errors[0])
+    fsck(workdir / ".stepstone")
+    assert cli("verify", cwd=workdir).returncode == 0
+
+
+def test_effects_of_one_step_may_be_performed_from_many_threads(workdir: Path, receiver: Receiver):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def send_all() -> list[object]:
+        with ThreadPoolExecutor(8) as pool:
+            return list(
+                pool.map(
+                    lambda n: stepstone.effect(
+                        f"email/{n}", lambda k: post(receiver.url, "keyed", k), keyed=True
+                    ),
+                    range(24),
+                )
+            )
+
+    with stepstone.open_run("job") as run:
+        receipts = run.step("mail", send_all).value
+        assert len(receipts) == 24
+        assert all(e.state == "confirmed" for e in run.effects.values())
+    assert len(receiver.applied("keyed")) == 24
+    fsck(workdir / ".stepstone")
+    assert cli("verify", cwd=workdir).returncode == 0
+
+
+def test_a_hanging_cmd_check_blocks_neither_status_nor_verify(workdir: Path):
+    Path("ok").write_text("")
+    check = "cmd:test -f ok && (test ! -f hang || sleep 60)"
+    with stepstone.open_run("job") as run:
+        run.step("s", lambda: None, checks=[check])
+    Path("hang").write_text("")
+    began = time.monotonic()
+    status = cli("status", cwd=workdir)
+    assert status.returncode == 0 and time.monotonic() - began < 20
+    assert "not re-run" in status.stdout
+    began = time.monotonic()
+    verify = cli("verify", cwd=workdir, STEPSTONE_CHECK_TIMEOUT="1")
+    assert verify.returncode == 1 and time.monotonic() - began < 20
+    assert "did not finish within 1 s" in verify.stdout
+
+
+def test_a_hanging_write_is_bounded_and_left_in_doubt(workdir: Path):
+    def hangs(key: str) -> None:
+        time.sleep(30)
+
+    began = time.monotonic()
+    with stepstone.open_run("job") as run:
+        with pytest.raises(stepstone.EffectTimedOut):
+            run.step("s", lambda: stepstone.effect("x", hangs, timeout=0.5))
+        assert time.monotonic() - began < 10
+        assert [e.state for e in run.effects.values()] == ["submitted"]
+
+
+def test_a_nested_step_is_refused_and_leaves_the_plan_alone(workdir: Path):
+    with stepstone.open_run("job") as run:
+
+        def outer() -> None:
+            run.step("inner", lambda: 1)
+
+        with pytest.raises(stepstone.StepstoneError, match="do not nest"):
+            run.step("outer", outer)
+        assert run.steps.names == ["outer"]
+
+
+# -- smaller ------------------------------------------------------------------------
+
+
+def test_an_expr_check_names_the_return_value_result(workdir: Path):
+    with stepstone.open_run("job") as run:
+        run.step("count", lambda: 3, checks=["expr:result == 3"])
+    with stepstone.open_run("job") as run:
+        assert run.step(
+            "count", lambda: pytest.fail("verified"), checks=["expr:result == 3"]
+        ).skipped
+
+
+def test_an_unsaveable_return_value_is_explained_for_the_python_api(workdir: Path):
+    with stepstone.open_run("job") as run, pytest.raises(stepstone.InvalidInput) as caught:
+        run.step("lock", lambda: threading.Lock())
+    assert "return value" in str(caught.value) and "--out" not in str(caught.value)
+
+
+def test_an_effect_belongs_to_the_run_whose_step_is_running(workdir: Path):
+    with stepstone.open_run("one") as first, stepstone.open_run("two", repo="other"):
+        receipt = first.step("s", lambda: stepstone.effect("x", lambda k: {"ok": 1})).value
+        assert receipt == {"ok": 1} and [e.step for e in first.effects.values()] == ["s"]
+
+
+def test_log_of_a_step_lists_its_effect_commits(workdir: Path):
+    with stepstone.open_run("job") as run:
+        run.step("s", lambda: stepstone.effect("x", lambda k: {"ok": 1}))
+    log = cli("log", "--step", "s", "--json", cwd=workdir)
+    subjects = [e["subject"] for e in json.loads(log.stdout)]
+    assert "effect x: submitted" in subjects and "effect x: confirmed" in subjects
