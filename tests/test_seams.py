@@ -182,3 +182,52 @@ def test_a_renamed_effect_is_refused_until_it_says_what_it_was(tmp_path: Path, r
     done = run_job(a, receiver)
     assert done.returncode == 0, done.stderr
     assert list(receiver.applied("blind").values()) == [1]
+
+
+def test_two_notebooks_with_one_name_and_one_store_never_share_a_run(
+    tmp_path: Path, receiver: Receiver
+):
+    shared = tmp_path / "shared-store"
+    for folder in ("dirA", "dirB"):
+        (tmp_path / folder).mkdir()
+        write_job(tmp_path / folder)
+    first = run_job(tmp_path / "dirA", receiver, "--repo", str(shared))
+    assert first.returncode == 0, first.stderr
+    refused = run_job(tmp_path / "dirB", receiver, "--repo", str(shared))
+    assert refused.returncode == 1
+    assert "belongs to the notebook" in refused.stderr and "--run" in refused.stderr
+    assert executions(tmp_path / "dirB") == []
+    assert list(receiver.applied("blind").values()) == [1]
+    own = run_job(tmp_path / "dirB", receiver, "--repo", str(shared), "--run", "job-b")
+    assert own.returncode == 0, own.stderr
+    assert executions(tmp_path / "dirB") == ["make", "total", "notify"]
+    again = run_job(tmp_path / "dirA", receiver, "--repo", str(shared))
+    assert again.returncode == 0, again.stderr
+    assert executions(tmp_path / "dirA") == ["make", "total", "notify"]
+
+
+def test_a_renamed_notebook_does_not_start_its_run_again(tmp_path: Path, receiver: Receiver):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    (a / "job.ipynb").rename(a / "job-final.ipynb")
+    refused = cli("run", "job-final.ipynb", cwd=a, RECEIVER=receiver.url)
+    assert refused.returncode == 2
+    assert "--run job" in refused.stderr and "job-final" in refused.stderr
+    done = cli("run", "job-final.ipynb", "--run", "job", cwd=a, RECEIVER=receiver.url)
+    assert done.returncode == 0, done.stderr
+    assert executions(a) == ["make", "total", "notify"]
+    assert list(receiver.applied("blind").values()) == [1]
+    assert "notebook moved" in (a / "job-final.out.ipynb").read_text()
+
+
+def test_every_command_resolves_files_in_the_runs_work_folder(tmp_path: Path, receiver):
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    write_job(project)
+    store = tmp_path / "stores" / "job-store"
+    assert run_job(project, receiver, "--repo", str(store)).returncode == 0
+    for command in ("status", "verify", "brief"):
+        done = cli(command, "--repo", str(store), cwd=elsewhere)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert "does not exist" not in done.stdout

@@ -22,7 +22,7 @@ from . import notebook as nbrun
 from .errors import InvalidInput, StepstoneError
 from .run import Run, holding, open_run
 from .status import RunStatus
-from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, holder_identity, resolve_store_path
+from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, holder_identity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,16 +48,8 @@ def _errors_as_exit_codes(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _workdir(repo: str | None) -> Path:
-    """Where relative check paths resolve: the folder holding an embedded store, else here."""
-    store = resolve_store_path(repo)
-    return store.parent if store.name == DEFAULT_STORE else Path.cwd()
-
-
 def _reader(run_id: str | None, repo: str | None, *, cached: bool = True) -> Run:
-    return open_run(
-        run_id, repo=repo, workdir=_workdir(repo), drive=False, create=False, cached=cached
-    )
+    return open_run(run_id, repo=repo, drive=False, create=False, cached=cached)
 
 
 @click.group()
@@ -96,10 +88,13 @@ def run_command(
         try:
             notebook = notebook.absolute()
             plan = nbrun.plan_from_notebook(notebook)  # a malformed plan fails before any kernel
-            run_id = run_id or os.environ.get(RUN_ENV) or names.from_filename(notebook.stem)
             store = Path(
                 repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE
             ).absolute()
+            if not (run_id or os.environ.get(RUN_ENV)):
+                run_id = names.from_filename(notebook.stem)
+                nbrun.run_of_renamed(store, run_id, notebook, plan)
+            run_id = run_id or os.environ[RUN_ENV]
             output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
             click.echo(
                 f"running {notebook.name} as run {run_id} ({len(plan)} steps, store {store})",
@@ -244,15 +239,21 @@ def runs(repo: str | None, as_json: bool) -> None:
     store = GitStore(repo, create=False)
     rows = []
     for name in store.runs():
-        reader = open_run(name, repo=repo, workdir=_workdir(repo), drive=False, create=False)
-        confirmed = reader.records.table.count("confirmed")
+        reader = open_run(name, repo=repo, drive=False, create=False)
+        table = reader.records.table
+        confirmed = sum(1 for step in reader.steps.names if table.status_of(step) == "confirmed")
+        last = next(store.history(name), None)
         rows.append(
             {
                 "run": name,
                 "state": "finished" if reader.info.finished else "active",
                 "steps": len(reader.steps),
                 "confirmed": confirmed,
-                "last_activity": reader.info.updated,
+                "last_activity": (
+                    datetime.fromtimestamp(last.time, timezone.utc).isoformat(timespec="seconds")
+                    if last is not None
+                    else reader.info.updated
+                ),
             }
         )
     if as_json:
@@ -273,8 +274,20 @@ def runs(repo: str | None, as_json: bool) -> None:
 @_errors_as_exit_codes
 def finish(run_id: str | None, repo: str | None, force: bool) -> None:
     """Write the run's summary from its records and archive it (tag stepstone/<run>)."""
-    with open_run(run_id, repo=repo, workdir=_workdir(repo), create=False) as run:
+    with open_run(run_id, repo=repo, create=False) as run:
         click.echo(run.finish(force=force), nl=False)
+
+
+@main.command()
+@run_option
+@repo_option
+@click.option("--why", required=True, help="Why the finished run changes again.")
+@_errors_as_exit_codes
+def reopen(run_id: str | None, repo: str | None, why: str) -> None:
+    """Reopen a finished run so that it can change again (the reason is recorded)."""
+    with open_run(run_id, repo=repo, create=False) as run:
+        run.reopen(why)
+    click.echo(f"run {run.id} reopened: {why}")
 
 
 @main.command()
@@ -314,7 +327,7 @@ def resolve(
             value = json.loads(receipt)
         except ValueError:
             value = receipt
-    with open_run(run_id, repo=repo, workdir=_workdir(repo), create=False) as run:
+    with open_run(run_id, repo=repo, create=False) as run:
         settled = run.resolve_effect(key, happened=happened, receipt=value, why=why)
     click.echo(f"effect {settled.key} ({settled.step}/{settled.name}): {settled.state}")
 
@@ -439,7 +452,7 @@ def handoff(run_id: str | None, repo: str | None) -> None:
     from . import brief as briefing
     from . import remote
 
-    with open_run(run_id, repo=repo, workdir=_workdir(repo), create=False) as run:
+    with open_run(run_id, repo=repo, create=False) as run:
         remote.push(run.store, run.id)
         state = run.status()
         url = run.store.repo.remotes[remote.remote_name(run.store) or "origin"].url

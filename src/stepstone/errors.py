@@ -8,6 +8,7 @@
     │   └── SchemaTooNew        written by a newer stepstone
     ├── StoreError              the repository cannot be used as a store
     ├── RunNotFound             no such run in the store
+    ├── RunFinished             a finished run would change
     ├── RunLocked               another process drives the run
     │   └── LeaseHeld           another agent holds the run's lease on the remote
     │       └── LeaseLost       this driver's lease was taken: it stops before any write
@@ -95,6 +96,19 @@ class RunNotFound(StepstoneError):
         self.known = known
         listing = ", ".join(known) if known else "none"
         super().__init__(f"no run {run!r} in store {path} (runs there: {listing})")
+
+
+class RunFinished(StepstoneError):
+    """A finished run would change: a step would run, or a record would be written."""
+
+    def __init__(self, run: str, finished: str) -> None:
+        self.run = run
+        self.finished = finished
+        super().__init__(
+            f"run {run!r} was finished at {finished} (tag stepstone/{run}) and is not changed "
+            f"any more. To go on with it, `stepstone reopen --run {run} --why REASON` (recorded); "
+            f"to start over, use a new run id (--run {run}-2)"
+        )
 
 
 class RunLocked(StepstoneError):

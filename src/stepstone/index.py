@@ -117,10 +117,10 @@ class RecordTable:
         "completed" (nothing in the world to re-check)."""
         return [s[0] == "confirmed" and not s[1] and not s[5] for s in self.shapes]
 
-    def count(self, status: str) -> int:
-        """How many records have `status`."""
-        wanted = {i for i, shape in enumerate(self.shapes) if shape[0] == status}
-        return sum(1 for at in self.at.values() if self.kinds[at] in wanted)
+    def status_of(self, name: str) -> str | None:
+        """The status of `name`'s record, or None when it has none."""
+        at = self.at.get(name)
+        return None if at is None else self.shapes[self.kinds[at]][0]
 
     def __len__(self) -> int:
         return len(self.at)

@@ -14,10 +14,11 @@ from IPython.display import Markdown, display
 from . import cellargs, names
 from .errors import StepstoneError
 from .index import evidence_rows
-from .notebook import NOTEBOOK_ENV, goal_of, plan_from_notebook
+from .models import PlannedStep
+from .notebook import NOTEBOOK_ENV, claim, goal_of, plan_from_notebook, run_of_renamed
 from .run import Run, open_run
 from .status import RunStatus, evidence_text
-from .store import RUN_ENV
+from .store import RUN_ENV, resolve_store_path
 
 
 def _relative(path: Path) -> str:
@@ -80,30 +81,43 @@ class StepstoneMagics(Magics):
             args = cellargs.parse_resume_line(line)
             notebook = self._notebook_path()
             run_id = args.run or os.environ.get(RUN_ENV)
-            if run_id is None and notebook is not None:
+            plan = plan_from_notebook(notebook) if notebook is not None else None
+            if run_id is None and notebook is not None and plan is not None:
                 run_id = names.from_filename(notebook.stem)
+                run_of_renamed(resolve_store_path(args.repo), run_id, notebook, plan)
             if run_id is None:
                 raise UsageError("cannot tell which run this is: write %resume --run ID")
             if self.run is not None:
                 self.run.close()
                 self.run = None
             steal = args.steal or os.environ.get("STEPSTONE_STEAL") or None
-            self.run = open_run(run_id, repo=args.repo, workdir=Path.cwd(), steal=steal)
-            if notebook is not None:
-                changes = self.run.set_plan(
-                    plan_from_notebook(notebook),
-                    mode="notebook",
-                    goal=goal_of(notebook),
-                    notebook=_relative(notebook),
-                )
-                if changes:
-                    self.run.notes.append(f"the notebook changed: {'; '.join(changes)}")
-            elif self.run.info.plan_mode == "incremental":
-                self.run.notes.append("the plan is incremental: steps are added as they are met")
-            status = self.run.status(namespace=self.ip.user_ns)
+            run = open_run(run_id, repo=args.repo, workdir=Path.cwd(), steal=steal)
+            try:
+                status = self._open_plan(run, notebook, plan)
+            except BaseException:
+                run.close()
+                raise
+            self.run = run
         except StepstoneError as exc:
             raise _usage(exc) from exc
         self._show(status)
+
+    def _open_plan(
+        self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
+    ) -> RunStatus:
+        """Claim the run for the notebook and commit the notebook's plan; the status."""
+        if notebook is not None and plan is not None:
+            moved = claim(run, notebook)
+            if moved:
+                run.notes.append(moved)
+            changes = run.set_plan(
+                plan, mode="notebook", goal=goal_of(notebook), notebook=_relative(notebook)
+            )
+            if changes:
+                run.notes.append(f"the notebook changed: {'; '.join(changes)}")
+        elif run.info.plan_mode == "incremental":
+            run.notes.append("the plan is incremental: steps are added as they are met")
+        return run.status(namespace=self.ip.user_ns)
 
     @cell_magic
     def plan(self, line: str, cell: str) -> None:
@@ -202,7 +216,10 @@ class StepstoneMagics(Magics):
             resolve_id, text = cellargs.parse_unknown_line(line)
             if resolve_id is None:
                 item = run.unknown(text)
-                print(f"unknown {item.id} is open: {item.question}")
+                if item.state == "open":
+                    print(f"unknown {item.id} is open: {item.question}")
+                else:
+                    print(f"unknown {item.id} was answered: {item.answer} (not asked again)")
             else:
                 item = run.resolve_unknown(resolve_id, text)
                 print(f"unknown {item.id} resolved: {item.answer}")

@@ -39,7 +39,9 @@ class RunInfo(Record):
     updated: str
     plan_mode: PlanMode = "incremental"
     goal: str = ""
-    notebook: str = ""
+    notebook: str = ""  # the notebook that drives the run, relative to `workdir`
+    workdir: str = ""  # where its relative paths resolve, relative to the store's folder
+    program: str = ""  # the script that drives a Python-API run, relative to `workdir`
     seq: int = 0
     finished: str | None = None
 

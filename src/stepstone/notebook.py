@@ -28,7 +28,8 @@ from . import names
 from .cellargs import parse_step_line, split_cell
 from .errors import InvalidInput, PlanError, StepstoneError
 from .models import PlannedStep, StepRecord
-from .run import open_run, source_hash
+from .run import Run, open_run, source_hash
+from .store import GitStore
 
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
 
@@ -82,6 +83,58 @@ def plan_from_notebook(path: Path) -> list[PlannedStep]:
             )
         )
     return steps
+
+
+def claim(run: Run, notebook: Path) -> str | None:
+    """Make `notebook` the notebook of `run`. Returns a note when the run's notebook
+    moved or was renamed (the one it recorded is gone); raises `InvalidInput` when the
+    run belongs to another notebook that is still there (two notebooks, one run)."""
+    recorded = run.info.notebook
+    base = run.previous_workdir
+    if not recorded or base is None:
+        return None
+    before = (base / recorded).resolve()
+    if before == notebook.resolve():
+        return None
+    if before.is_file():
+        raise InvalidInput(
+            f"run {run.id!r} belongs to the notebook {before}, which is still there; this is "
+            f"{notebook}. Give this notebook a run of its own: `%resume --run NEW_ID`, or "
+            f"`stepstone run {notebook.name} --run NEW_ID`"
+        )
+    return f"the run's notebook moved: it was {before}, it is now {notebook}"
+
+
+def run_of_renamed(store_path: Path, run_id: str, notebook: Path, plan: list[PlannedStep]) -> None:
+    """Before a notebook starts a new run under an id taken from its file name: refuse
+    when a run of the store lost its notebook and has this notebook's steps, as a
+    renamed or moved notebook would otherwise redo every step and effect."""
+    try:
+        store = GitStore(store_path, create=False)
+    except StepstoneError:
+        return
+    runs = store.runs()
+    if run_id in runs:
+        return
+    here = {step.name for step in plan}
+    for other in runs:
+        try:
+            reader = open_run(other, repo=store_path, drive=False, create=False)
+        except StepstoneError:
+            continue
+        base = reader.recorded_workdir()
+        shared = here & set(reader.steps.names)
+        if not reader.info.notebook or not shared:
+            continue
+        if base is not None and (base / reader.info.notebook).is_file():
+            continue
+        raise InvalidInput(
+            f"{notebook.name} would start a new run {run_id!r}, but run {other!r} was made by "
+            f"the notebook {reader.info.notebook}, which is gone, and has its steps "
+            f"({names.listing(sorted(shared), 5)}). If this is that notebook renamed or "
+            f"moved, continue its run: `stepstone run {notebook.name} --run {other}` (or "
+            f"`%resume --run {other}`); to start a new run on purpose, name it: --run {run_id}"
+        )
 
 
 def goal_of(path: Path) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import threading
 import warnings
 from collections import Counter
@@ -29,6 +30,7 @@ from .errors import (
     InvalidInput,
     PlanError,
     RecordError,
+    RunFinished,
     RunNotFound,
     SchemaTooNew,
     StepOrderError,
@@ -164,7 +166,7 @@ class Run:
         store: GitStore,
         run_id: str,
         *,
-        workdir: Path,
+        workdir: Path | None,
         drive: bool = True,
         create: bool = True,
         steal: str | None = None,
@@ -172,7 +174,8 @@ class Run:
     ) -> None:
         self.store = store
         self.id = names.run_id(run_id)
-        self.workdir = workdir
+        self._asked_workdir = workdir
+        self.workdir = workdir or Path.cwd()
         self.holder = holder_identity()
         self.notes: list[str] = []
         self._lock = run_lock(store, self.id, self.holder)
@@ -193,6 +196,7 @@ class Run:
         self._reasons: dict[str, str] = {}
         self._run_commands = drive
         self._not_rerun: list[str] = []
+        self._info_changed = False
         if drive:
             self._lock.acquire()
         try:
@@ -213,6 +217,7 @@ class Run:
                 if not (drive and create):
                     raise RunNotFound(self.id, str(store.path), store.runs())
             self._parse()
+            self._settle_workdir()
             if drive and self._snap.commit is None:
                 self._commit({}, f"run {self.id}: created", ["Stepstone-Status: created"])
             if drive:
@@ -298,6 +303,35 @@ class Run:
         tip_seq = parse_trailers(self._snap.message).get("Stepstone-Seq", ["0"])[0]
         self.seq = max(self.info.seq, int(tip_seq) if tip_seq.isdigit() else 0)
 
+    def _settle_workdir(self) -> None:
+        """Where relative paths resolve: the folder asked for, else the one recorded (if
+        it exists here), else the current folder. A driver records the folder it was
+        asked to work in, or the one it works in when none was recorded yet."""
+        recorded = self.previous_workdir = self.recorded_workdir()
+        if self._asked_workdir is None and recorded is not None:
+            self.workdir = recorded
+        if self.driving and (self._asked_workdir is not None or not self.info.workdir):
+            self._note_info(workdir=self._relative_to_store(self.workdir))
+            program = _driver_program()
+            if program is not None and not self.info.notebook:
+                self._note_info(program=Path(os.path.relpath(program, self.workdir)).as_posix())
+
+    def recorded_workdir(self) -> Path | None:
+        """The run's recorded work folder, if it exists on this machine."""
+        if not self.info.workdir:
+            return None
+        found = (self.store.path.parent / self.info.workdir).resolve()
+        return found if found.is_dir() else None
+
+    def _relative_to_store(self, path: Path) -> str:
+        return Path(os.path.relpath(path.resolve(), self.store.path.parent.resolve())).as_posix()
+
+    def _note_info(self, **changes: str) -> None:
+        """Change the run's head file; it is written with the next commit."""
+        if any(getattr(self.info, key) != value for key, value in changes.items()):
+            self.info = self.info.model_copy(update=changes)
+            self._info_changed = True
+
     def _read_record(self, name: str) -> StepRecord | None:
         """Step `name`'s record, read from the run's latest tree and validated."""
         path = step_path(name, legacy=self._legacy_layout)
@@ -339,18 +373,23 @@ class Run:
         *,
         info_changed: bool = False,
         indexed: bool = False,
+        finishing: bool = False,
     ) -> None:
         """Commit `writes`; `indexed` says the caller keeps the step index's rows in
-        step with what they write to the plan and the step records."""
+        step with what they write to the plan and the step records. A finished run
+        takes no commit but its finishing and reopening ones."""
+        if self.info.finished and not finishing:
+            raise RunFinished(self.id, self.info.finished)
         with self._guard:
             if not indexed and any(path.split("/", 1)[0] in INDEXED for path in writes):
                 self._index_trusted = False
             # The sequence number travels in the commit message, so a step's commit
             # rewrites only its own record, not run.json.
             self.seq += 1
-            if info_changed or self._snap.commit is None:
+            if info_changed or self._info_changed or self._snap.commit is None:
                 self.info = self.info.model_copy(update={"seq": self.seq, "updated": now()})
                 writes = {"run.json": dump(self.info), **writes}
+                self._info_changed = False
             lines = [
                 f"Stepstone-Run: {self.id}",
                 *trailers,
@@ -846,6 +885,9 @@ class Run:
                 raise
             if start.skip:
                 self._end_step(name)
+            elif self.info.finished:
+                self._end_step(name)
+                raise RunFinished(self.id, self.info.finished)
             return start
 
     def _begin(
@@ -1122,13 +1164,14 @@ class Run:
         return decision.value if decision is not None else default
 
     def unknown(self, question: str) -> Unknown:
-        """Record an open question (the same open question is recorded once)."""
+        """Record an open question. The same question is recorded once: asked again (a
+        notebook run again), it is the unknown already recorded, open or answered."""
         self._require_lock()
         question = question.strip()
         if not question:
             raise InvalidInput("an unknown needs a question")
         for existing in self.unknowns.values():
-            if existing.question == question and existing.state == "open":
+            if existing.question == question:
                 return existing
         item = Unknown(id=f"U{len(self.unknowns) + 1}", question=question, asked=now())
         self._commit(
@@ -1203,6 +1246,9 @@ class Run:
         from . import summary
 
         self._require_lock()
+        if self.info.finished:
+            done = self.store.blob(self._snap.tree, "summary.md") if self._snap.tree else None
+            return done.decode() if done is not None else ""
         status = self.status()
         blockers = [
             f"step {s.number} {s.name} is {s.state}" for s in status.steps if s.state != "verified"
@@ -1222,10 +1268,28 @@ class Run:
             f"finish: {len(status.steps)} steps",
             ["Stepstone-Status: finished"],
             info_changed=True,
+            finishing=True,
         )
         if self._snap.commit:
             self.store.tag(self.id, self._snap.commit)
         return text
+
+    def reopen(self, why: str) -> None:
+        """Reopen a finished run so that it can change again, recording why (its archive
+        tag stays on the finished commit)."""
+        self._require_lock()
+        if not why.strip():
+            raise InvalidInput(f"reopening run {self.id!r} needs a reason (--why REASON)")
+        if not self.info.finished:
+            return
+        self.info = self.info.model_copy(update={"finished": None})
+        self._commit(
+            {"summary.md": None},
+            f"reopen: {_one_line(why)[:60]}",
+            ["Stepstone-Status: reopened", f"Stepstone-Why: {why}"],
+            info_changed=True,
+            finishing=True,
+        )
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -1258,6 +1322,20 @@ class Run:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _driver_program() -> Path | None:
+    """The script this process runs (`python etl.py`), when it is the user's own: not a
+    tool installed with Python (a kernel launcher, pytest)."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is None or script.suffix != ".py" or not script.is_file():
+        return None
+    script = script.resolve()
+    installed = {"site-packages", "dist-packages"}
+    prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    if installed & set(script.parts) or any(script.is_relative_to(p) for p in prefixes):
+        return None
+    return script
 
 
 def _check_scope(namespace: Mapping[str, Any] | None, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -1323,6 +1401,10 @@ def open_run(
     (a reason) takes a live lease from another agent and records that it did.
     `cached=False` reads every record from Git instead of through the read caches
     (derived data under `<git dir>/stepstone/cache`), as `stepstone verify` does.
+    `workdir` is where the run's relative paths (`file:` checks, commands)
+    resolve; by default the folder the run recorded (kept relative to the store's
+    folder, so a copied project keeps it), else the current folder. A driver
+    records the folder it works in.
     """
     global _active
     store = GitStore(repo, create=create and drive)
@@ -1330,7 +1412,7 @@ def open_run(
     opened = Run(
         store,
         run_id,
-        workdir=Path(workdir).absolute() if workdir is not None else Path.cwd(),
+        workdir=Path(workdir).absolute() if workdir is not None else None,
         drive=drive,
         create=create,
         steal=steal,
