@@ -3,14 +3,17 @@ repeats a step or an effect (real Git, real kernels, a loopback receiver)."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import fsck, git
+from conftest import clean_env, fsck, git
 from conftest import stepstone_cli as cli
 from jobs import executions, write_job
 from receiver import Receiver
@@ -162,7 +165,10 @@ def test_a_renamed_and_edited_step_is_refused_until_it_says_what_it_was(
     assert list(receiver.applied("blind").values()) == [1]
 
     write_job(
-        a, notify_name="notify-team", notify_body="\nprint('edited')", notify_options=" --was notify"
+        a,
+        notify_name="notify-team",
+        notify_body="\nprint('edited')",
+        notify_options=" --was notify",
     )
     done = run_job(a, receiver)
     assert done.returncode == 0, done.stderr
@@ -231,3 +237,49 @@ def test_every_command_resolves_files_in_the_runs_work_folder(tmp_path: Path, re
         done = cli(command, "--repo", str(store), cwd=elsewhere)
         assert done.returncode == 0, (command, done.stdout, done.stderr)
         assert "does not exist" not in done.stdout
+
+
+def test_the_briefs_command_works_in_a_shell_with_spaces_and_parentheses(
+    tmp_path: Path, receiver: Receiver
+):
+    folder = tmp_path / "my work (v2)"
+    folder.mkdir()
+    write_job(folder)
+    (folder / "job.ipynb").rename(folder / "job (final).ipynb")
+    store = tmp_path / "stores (shared)" / "s"
+    first = cli("run", "job (final).ipynb", "--repo", str(store), cwd=folder, RECEIVER=receiver.url)
+    assert first.returncode == 0, first.stderr
+    brief = cli("brief", "--json", "--repo", str(store), cwd=tmp_path)
+    command = json.loads(brief.stdout)["next_command"]
+    assert command["argv"][:3] == ["stepstone", "run", "job (final).ipynb"]
+    again = subprocess.run(
+        ["bash", "-c", command["shell"]],
+        capture_output=True,
+        text=True,
+        env=clean_env(RECEIVER=receiver.url, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin"),
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    assert executions(folder) == ["make", "total", "notify"]
+    text = cli("brief", "--repo", str(store), cwd=tmp_path).stdout
+    assert shlex.join(command["argv"]) in text
+
+
+SCRIPT = """
+import stepstone
+with stepstone.open_run("etl") as run:
+    run.step("fetch", lambda: 1)
+    run.step("load", lambda: 2)
+"""
+
+
+def test_the_brief_of_a_python_run_names_its_script_and_not_a_notebook(tmp_path: Path):
+    (tmp_path / "etl.py").write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "etl.py"], cwd=tmp_path, env=clean_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(cli("brief", "--json", cwd=tmp_path).stdout)
+    assert data["next_command"]["argv"] == ["python", "etl.py"]
+    assert "NOTEBOOK" not in json.dumps(data) and "--repo" not in data["next_command"]["shell"]
+    assert "so far" in data["next_action"] and "run it again" in data["next_action"]

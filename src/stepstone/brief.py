@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .status import RunStatus, StepStatus
+
+if TYPE_CHECKING:
+    from .run import Run
 
 _DETAILED_DONE = 3
 
@@ -20,19 +27,67 @@ def _ranges(steps: list[StepStatus]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
-def command(status: RunStatus, *, notebook: str, store: str) -> str:
-    """The exact command that continues the run."""
-    if notebook:
-        return f"stepstone run {notebook} --run {status.run} --repo {store}"
-    return f"%resume --run {status.run} --repo {store}  (or stepstone.open_run({status.run!r}))"
+@dataclass(frozen=True)
+class Context:
+    """What a brief says about a run besides its status: its goal and how it is driven."""
+
+    goal: str
+    notebook: str  # relative to `workdir`
+    program: str  # relative to `workdir`
+    store: Path
+    workdir: Path
+
+    @classmethod
+    def of(cls, run: Run) -> Context:
+        """The context of an open run."""
+        return cls(run.info.goal, run.info.notebook, run.info.program, run.store.path, run.workdir)
 
 
-def to_json(status: RunStatus, *, goal: str, notebook: str, store: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Command:
+    """The command that continues a run: its words, and the folder to run it in."""
+
+    argv: tuple[str, ...]
+    cwd: Path
+
+    @property
+    def shell(self) -> str:
+        """One line for a POSIX shell, every word quoted where it needs to be."""
+        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self.argv)}"
+
+
+def command(status: RunStatus, where: Context) -> Command | None:
+    """The command that continues the run, or None when only its own code can (a
+    Python-API run whose script is not known). Paths are relative to the run's folder,
+    so the command also works on a copy of the project."""
+    if where.notebook:
+        argv = ["stepstone", "run", where.notebook, "--run", status.run]
+        if where.store.resolve() != (where.workdir / ".stepstone").resolve():
+            argv += ["--repo", os.path.relpath(where.store.resolve(), where.workdir.resolve())]
+        return Command(tuple(argv), where.workdir)
+    if where.program:
+        return Command(("python", where.program), where.workdir)
+    return None
+
+
+def _command_text(status: RunStatus, where: Context) -> str:
+    found = command(status, where)
+    if found is None:
+        return (
+            f"Run again the code that drives it: it opens the run with "
+            f"`stepstone.open_run({status.run!r})` and goes on from the first step not verified."
+        )
+    return f"In `{found.cwd}`:\n\n    {shlex.join(found.argv)}"
+
+
+def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
     """The brief's content as data (`stepstone brief --json`)."""
+    found = command(status, where)
     return {
         "run": status.run,
-        "goal": goal,
-        "store": store,
+        "goal": where.goal,
+        "store": str(where.store),
+        "workdir": str(where.workdir),
         "done": [
             {"number": s.number, "name": s.name, "evidence": s.evidence_text}
             for s in status.steps
@@ -47,19 +102,29 @@ def to_json(status: RunStatus, *, goal: str, notebook: str, store: str) -> dict[
         "open_unknowns": [{"id": u.id, "question": u.question} for u in status.open_unknowns],
         "unresolved_effects": list(status.unresolved_effects),
         "next_action": status.next_action,
-        "command": command(status, notebook=notebook, store=store),
+        "command": found.shell if found is not None else None,
+        "next_command": (
+            {"argv": list(found.argv), "cwd": str(found.cwd), "shell": found.shell}
+            if found is not None
+            else None
+        ),
         "notes": list(status.notes),
     }
 
 
-def render(status: RunStatus, *, goal: str, notebook: str, store: str) -> str:
+def render(status: RunStatus, where: Context) -> str:
     """The brief as Markdown: short enough to paste into a prompt."""
+    goal, notebook, store = where.goal, where.notebook, where.store
     done = [s for s in status.steps if s.state == "verified"]
     pending = [s for s in status.steps if s.state == "pending"]
     other = [s for s in status.steps if s.state not in ("verified", "pending")]
     lines = [f"# Hand-off: run `{status.run}`", ""]
     lines.append(f"**Goal:** {goal or '(not recorded; the step names say what the run does)'}")
-    source = f"notebook `{notebook}`" if notebook else f"{status.plan_mode} plan"
+    source = (
+        f"notebook `{notebook}`"
+        if notebook
+        else (f"script `{where.program}`" if where.program else f"{status.plan_mode} plan")
+    )
     lines.append(f"**Store:** `{store}` · {source} · {len(status.steps)} steps")
     if status.finished:
         lines.append(f"**Finished:** {status.finished}")
@@ -89,6 +154,5 @@ def render(status: RunStatus, *, goal: str, notebook: str, store: str) -> str:
         ]
     if status.notes:
         lines += ["", "## Notes"] + [f"- {n}" for n in status.notes]
-    lines += ["", "## Next", f"{status.next_action}.", ""]
-    lines.append(f"`{command(status, notebook=notebook, store=store)}`")
+    lines += ["", "## Next", f"{status.next_action}.", "", _command_text(status, where)]
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -344,15 +345,11 @@ def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) ->
 
     reader = _reader(run_id, repo)
     state = reader.status(recheck=recheck)
-    args = {
-        "goal": reader.info.goal,
-        "notebook": reader.info.notebook,
-        "store": str(reader.store.path),
-    }
+    where = briefing.Context.of(reader)
     if as_json:
-        click.echo(json.dumps(briefing.to_json(state, **args), indent=2))
+        click.echo(json.dumps(briefing.to_json(state, where), indent=2))
     else:
-        click.echo(briefing.render(state, **args), nl=False)
+        click.echo(briefing.render(state, where), nl=False)
 
 
 @main.command()
@@ -455,14 +452,19 @@ def handoff(run_id: str | None, repo: str | None) -> None:
     with open_run(run_id, repo=repo, create=False) as run:
         remote.push(run.store, run.id)
         state = run.status()
-        url = run.store.repo.remotes[remote.remote_name(run.store) or "origin"].url
-        text = briefing.render(
-            state, goal=run.info.goal, notebook=run.info.notebook, store=str(run.store.path)
-        )
+        url = run.store.repo.remotes[remote.remote_name(run.store) or "origin"].url or ""
+        where = briefing.Context.of(run)
+        text = briefing.render(state, where)
+        found = briefing.command(state, where)
     click.echo(text, nl=False)
-    target = run.info.notebook or "NOTEBOOK.ipynb"
+    # on the next agent's machine: the store cloned beside the notebook, as the default
+    then = (
+        shlex.join(["stepstone", "run", run.info.notebook, "--run", run.id])
+        if run.info.notebook
+        else (shlex.join(found.argv) if found is not None else "(run the code that drives it)")
+    )
     click.echo(
         "\n## For the next agent\n\n"
-        f"    stepstone clone {url} .stepstone     # or, with a clone already: stepstone pull\n"
-        f"    stepstone run {target} --run {run.id}\n"
+        f"    stepstone clone {shlex.quote(url)} .stepstone    # with a clone: stepstone pull\n"
+        f"    {then}\n"
     )

@@ -106,6 +106,12 @@ class RunStatus:
                 f"all {len(self.steps)} steps verified; resolve {len(self.open_unknowns)} open "
                 f"unknown(s), then finish the run"
             )
+        if self.plan_mode == "incremental":
+            return (
+                f"all {len(self.steps)} steps so far verified; the plan grows as the code that "
+                f"drives the run meets new steps: run it again to go on, or finish the run "
+                f"when it is done"
+            )
         return f"all {len(self.steps)} steps verified: finish the run (%finish or stepstone finish)"
 
     def to_json(self, *, steps: bool = True) -> dict[str, Any]:
