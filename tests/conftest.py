@@ -11,6 +11,14 @@ import pytest
 import stepstone.run
 
 
+@pytest.fixture(autouse=True)
+def user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's user configuration folder (the key that signs one's own values, the
+    stores one trusts), inherited by the processes it starts."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "user-config"))
+    return tmp_path / "user-config" / "stepstone"
+
+
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh folder as the current directory, with no stepstone variables set."""

@@ -283,3 +283,35 @@ def test_the_brief_of_a_python_run_names_its_script_and_not_a_notebook(tmp_path:
     assert data["next_command"]["argv"] == ["python", "etl.py"]
     assert "NOTEBOOK" not in json.dumps(data) and "--repo" not in data["next_command"]["shell"]
     assert "so far" in data["next_action"] and "run it again" in data["next_action"]
+
+
+def test_a_cloned_store_with_pickled_outputs_finishes_and_says_how_to_trust_them(
+    tmp_path: Path, receiver: Receiver
+):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    write_job(a, extra_cells=("%%step tags --out tags\ntags = {'eu', 'us', 'apac'}",))
+    assert run_job(a, receiver).returncode == 0
+    _copy_work_files(a, b)
+    agent_b = {"STEPSTONE_CONFIG": str(tmp_path / "agent-b-config"), "RECEIVER": receiver.url}
+    assert cli("clone", str(a / ".stepstone"), ".stepstone", cwd=b, **agent_b).returncode == 0
+
+    status = cli("status", cwd=b, **agent_b)
+    line = next(line for line in status.stdout.splitlines() if line.split()[:2] == ["4", "tags"])
+    assert line.split()[2] == "stale" and "stepstone trust --repo" in line
+    first = cli("run", "job.ipynb", cwd=b, **agent_b)
+    assert first.returncode == 0, first.stderr
+    assert "[4/4] tags: done" in first.stderr
+    second = cli("run", "job.ipynb", cwd=b, **agent_b)  # B's own value now: skipped
+    assert second.returncode == 0, second.stderr
+    assert "[4/4] tags: skipped" in second.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+
+    c = tmp_path / "c"
+    _copy_work_files(a, c)
+    agent_c = {"STEPSTONE_CONFIG": str(tmp_path / "agent-c-config"), "RECEIVER": receiver.url}
+    assert cli("clone", str(a / ".stepstone"), ".stepstone", cwd=c, **agent_c).returncode == 0
+    assert cli("trust", cwd=c, **agent_c).returncode == 0
+    trusted = cli("run", "job.ipynb", cwd=c, **agent_c)
+    assert trusted.returncode == 0, trusted.stderr
+    assert "[4/4] tags: skipped" in trusted.stderr

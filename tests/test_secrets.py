@@ -4,7 +4,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import git, stepstone_cli
 from IPython.core.interactiveshell import InteractiveShell
 from test_records import _commit_edit
 
@@ -69,18 +69,24 @@ class Opaque:
         self.n = n
 
 
-def test_pickled_outputs_load_only_from_a_trusted_store(workdir: Path):
+def test_pickled_outputs_load_only_where_written_or_trusted(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+):
     with stepstone.open_run("p") as run:
         run.step("make", lambda: Opaque(5))
     clone = workdir / "elsewhere.git"
     git("clone", "-q", "--mirror", str(workdir / ".stepstone"), str(clone), cwd=workdir)
-    git("config", "stepstone.dedicated", "true", cwd=clone)  # as a store, not yet trusted
+    with stepstone.open_run("p", repo=clone) as run:  # the same user: its own values
+        assert run.step("make", lambda: pytest.fail("must be restored")).value.n == 5
+    monkeypatch.setenv("STEPSTONE_CONFIG", str(workdir / "another-user"))
     with stepstone.open_run("p", repo=clone) as run:
         status = run.status()
-        assert status.steps[0].state == "verified"
+        assert status.steps[0].state == "stale" and "stepstone trust" in status.steps[0].reason
         start = run.begin("make")
-        assert not start.skip and "trusted" in start.reason
-    git("config", "stepstone.trusted", "true", cwd=clone)
+        assert not start.skip and "pickle written elsewhere" in start.reason
+    other = {"STEPSTONE_CONFIG": str(workdir / "another-user")}
+    done = stepstone_cli("trust", "--repo", str(clone), cwd=workdir, **other)
+    assert done.returncode == 0, done.stderr
     with stepstone.open_run("p", repo=clone) as run:
         result = run.step("make", lambda: pytest.fail("must be restored"))
         assert result.skipped and result.value.n == 5

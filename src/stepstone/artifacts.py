@@ -3,7 +3,7 @@
 JSON for plain values, `.npy` (pickling disabled) for NumPy arrays, Parquet for
 pandas DataFrames when pyarrow is present, and pickle for anything else. A
 pickle runs code when loaded: it is loaded only from a store the user trusts
-(a run's own store, or one marked `stepstone.trusted=true` in its Git config).
+(one this user's driver wrote, or from a store this user trusts: see `trust`).
 """
 
 from __future__ import annotations

@@ -378,6 +378,22 @@ def repair(run_id: str | None, repo: str | None, force: bool) -> None:
     )
 
 
+@main.command()
+@repo_option
+@_errors_as_exit_codes
+def trust(repo: str | None) -> None:
+    """Trust the saved values of a store written elsewhere (pickles run code when loaded).
+
+    Values this user's own drivers wrote are trusted without it. The trust is kept in
+    this user's configuration folder, never in the store, so it does not travel."""
+    from . import trust as trusting
+    from .store import GitStore
+
+    store = GitStore(repo, create=False)
+    noted = trusting.trust_store(store.git_dir)
+    click.echo(f"trusted the values of store {store.path} (noted in {noted})")
+
+
 @main.command("push")
 @run_option
 @repo_option

@@ -36,7 +36,8 @@ PlanRow = tuple[
     str, tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None", tuple[str, ...]
 ]
 # what many step records share: (status, checks, source_hash, error, evidence, world),
-# where `world` says that some evidence must be re-checked against the world
+# where `world` says that the record must be re-checked against the world (evidence
+# to re-check, or a pickled output that may not be loadable here)
 Shape = tuple[str, tuple[str, ...], "str | None", "str | None", tuple[EvidenceRow, ...], bool]
 
 Loader = Callable[[type[Any], dict[str, bytes]], list[Any]]
@@ -89,7 +90,8 @@ class RecordTable:
             record.source_hash,
             record.error,
             evidence,
-            any(kind != "completed" for _, kind, _, _ in evidence),
+            any(kind != "completed" for _, kind, _, _ in evidence)
+            or any(art.format == "pickle" for art in record.outputs.values()),
         )
         kind = self._shape_ids.get(shape)
         if kind is None:

@@ -78,6 +78,7 @@ class Artifact(Record):
     sha256: str
     format: str
     size: int
+    mark: str | None = None  # for a pickle: who wrote it (see `trust`)
 
 
 class StepRecord(Record):

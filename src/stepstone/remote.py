@@ -115,7 +115,7 @@ def clone(url: str, path: Path) -> GitStore:
     if done.returncode != 0:
         raise StoreError(str(path), f"cannot clone {url}: {_gist(done.stderr)}")
     repo = pygit2.Repository(str(path))
-    make_dedicated(repo, path, trusted=False)
+    make_dedicated(repo, path)
     repo.config[REMOTE_KEY] = "origin"
     return GitStore(path)
 

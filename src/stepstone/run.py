@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shlex
 import sys
 import threading
 import warnings
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import artifacts, checks, effects, models, names
+from . import artifacts, checks, effects, models, names, trust
 from .bulk import collector_paused
 from .effects import MAYBE_HAPPENED
 from .errors import (
@@ -759,6 +760,9 @@ class Run:
             return "its checks changed since it ran"
         if planned.source_hash and record.source_hash and planned.source_hash != record.source_hash:
             return "its source changed since it ran"
+        for var, art in record.outputs.items():
+            if not self._may_load(art):
+                return self._untrusted(var)
         scope = dict(namespace or {})
         if any(ev.kind == "expr" for ev in record.evidence):
             try:
@@ -1011,7 +1015,8 @@ class Run:
                 raise
             digest = artifacts.sha256(data)
             writes[artifacts.path_for(digest, fmt)] = data
-            saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data))
+            mark = trust.sign(digest) if fmt == "pickle" else None
+            saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data), mark=mark)
         record = self._record(start, "confirmed", evidence=evidence, outputs=saved, facts=facts)
         writes[step_path(planned.name, legacy=self._legacy_layout)] = dump(record)
         trailers = [
@@ -1075,6 +1080,23 @@ class Run:
             **fields,
         )
 
+    def _may_load(self, art: models.Artifact) -> bool:
+        """Whether a saved value may be loaded here: not a pickle, or one this user wrote,
+        or from a store this user trusts."""
+        return (
+            art.format != "pickle"
+            or trust.signed_here(art.sha256, art.mark)
+            or trust.store_trusted(self.store.git_dir)
+        )
+
+    def _untrusted(self, var: str) -> str:
+        return (
+            f"saved output {var!r} is a pickle written elsewhere, and loading a pickle runs "
+            f"its code, so it is not loaded here and the step runs again. If you trust who "
+            f"wrote this store, `stepstone trust --repo {shlex.quote(str(self.store.path))}` "
+            f"(once) loads its values"
+        )
+
     def _load_outputs(self, record: StepRecord) -> dict[str, Any]:
         values: dict[str, Any] = {}
         tree = self._snap.tree
@@ -1086,13 +1108,8 @@ class Run:
                 raise StepstoneError(
                     f"saved output {var!r} is missing or does not match its sha256"
                 )
-            if art.format == "pickle" and not self.store.trusted:
-                raise StoreError(
-                    str(self.store.path),
-                    f"output {var!r} is a pickle, which runs code when loaded, and this store is "
-                    f"not marked trusted: if you trust it, run "
-                    f"`git -C {self.store.path} config stepstone.trusted true`",
-                )
+            if not self._may_load(art):
+                raise StoreError(str(self.store.path), self._untrusted(var))
             values[var] = artifacts.decode(art.format, data)
         return values
 

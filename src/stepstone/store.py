@@ -45,7 +45,6 @@ DEFAULT_STORE = ".stepstone"
 STORE_ENV = "STEPSTONE_REPO"
 RUN_ENV = "STEPSTONE_RUN"
 _DEDICATED_KEY = "stepstone.dedicated"
-_TRUSTED_KEY = "stepstone.trusted"
 RUN_REFS = "refs/stepstone/runs/"  # runs in any repository
 BRANCH_REFS = "refs/heads/"  # runs in a store of stepstone's own
 _REMOTE_REFS = "refs/remotes/"
@@ -83,11 +82,9 @@ _GC_AUTO = 6700  # git's default gc.auto
 _GC_AUTO_PACK_LIMIT = 50  # git's default gc.autoPackLimit
 
 
-def make_dedicated(repo: pygit2.Repository, path: Path, *, trusted: bool) -> None:
+def make_dedicated(repo: pygit2.Repository, path: Path) -> None:
     """Configure a bare repository as a store of stepstone's own (runs on branches)."""
     repo.config[_DEDICATED_KEY] = True
-    if trusted:
-        repo.config[_TRUSTED_KEY] = True
     repo.config["core.logAllRefUpdates"] = False
     repo.config["gc.packRefs"] = False  # refs stay loose: only drivers lock them
     # The parent project should not pick the store up as untracked files.
@@ -196,7 +193,7 @@ class GitStore:
             parent.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
             repo = pygit2.init_repository(str(tmp), bare=True)
-            make_dedicated(repo, tmp, trusted=True)
+            make_dedicated(repo, tmp)
             del repo
             try:
                 os.rename(tmp, self.path)
@@ -220,11 +217,6 @@ class GitStore:
     def autopush(self) -> bool:
         """Whether each commit is pushed to the remote in the background."""
         return self._flag("stepstone.autopush")
-
-    @property
-    def trusted(self) -> bool:
-        """Whether pickled outputs may be loaded from this store (created here, or marked)."""
-        return self._flag(_TRUSTED_KEY)
 
     @property
     def git_dir(self) -> Path:
