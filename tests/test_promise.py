@@ -488,3 +488,45 @@ def test_log_of_a_step_lists_its_effect_commits(workdir: Path):
     log = cli("log", "--step", "s", "--json", cwd=workdir)
     subjects = [e["subject"] for e in json.loads(log.stdout)]
     assert "effect x: submitted" in subjects and "effect x: confirmed" in subjects
+
+
+def test_verify_and_repair_find_what_a_driver_refuses(workdir: Path):
+    with stepstone.open_run("job") as run:
+        for name in ("a", "b", "c"):
+            run.step(name, lambda: 1)
+    store = workdir / ".stepstone"
+    good = git("rev-parse", "job", cwd=store).strip()
+    tree = git("ls-tree", "-r", "job", cwd=store)
+    kept = "".join(line + "\n" for line in tree.splitlines() if "plan/0000/00/00000002" not in line)
+    index = {"GIT_INDEX_FILE": str(workdir / "hand-index")}
+    subprocess.run(
+        ["git", "read-tree", "--empty"], cwd=store, env={**os.environ, **index}, check=True
+    )
+    subprocess.run(
+        ["git", "update-index", "--index-info"],
+        input=kept.replace("\t", "\t"),
+        text=True,
+        cwd=store,
+        env={**os.environ, **index},
+        check=True,
+    )
+    new_tree = subprocess.run(
+        ["git", "write-tree"],
+        cwd=store,
+        env={**os.environ, **index},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    bad = git("commit-tree", new_tree, "-p", good, "-m", "a plan entry lost", cwd=store).strip()
+    git("update-ref", "refs/heads/job", bad, cwd=store)
+
+    with pytest.raises(stepstone.RecordError, match="plan has no step 2"):
+        stepstone.open_run("job")
+    verify = cli("verify", cwd=workdir)
+    assert verify.returncode == 2 and "stepstone repair" in verify.stderr
+    repaired = cli("repair", cwd=workdir)
+    assert repaired.returncode == 0, repaired.stderr
+    assert git("rev-parse", "job", cwd=store).strip() == good
+    with stepstone.open_run("job") as run:
+        assert [s.state for s in run.status().steps] == ["verified"] * 3

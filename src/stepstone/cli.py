@@ -20,8 +20,8 @@ import click
 
 from . import names
 from . import notebook as nbrun
-from .errors import InvalidInput, StepstoneError
-from .run import Run, holding, open_run
+from .errors import InvalidInput, StepstoneError, StoreError
+from .run import Run, holding, open_run, problems_at
 from .status import RunStatus
 from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, holder_identity
 
@@ -179,6 +179,12 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
     """Re-check every recorded step's evidence against the real state now (every record
     is read from Git, not through the read caches)."""
     reader = _reader(run_id, repo, cached=False)
+    if reader.corrupt:
+        raise StoreError(
+            str(reader.store.path),
+            f"run {reader.id!r} is damaged: {'; '.join(reader.corrupt[:3])}. A driver refuses "
+            f"it; `stepstone repair --run {reader.id}` moves it back to its newest sound commit",
+        )
     if sys.stderr.isatty() and len(reader.steps) > 20:
         with click.progressbar(length=len(reader.steps), label="verifying", file=sys.stderr) as bar:
             state = reader.status(progress=bar.update, recheck=True)
@@ -371,7 +377,9 @@ def repair(run_id: str | None, repo: str | None, force: bool) -> None:
 
     store = GitStore(repo, create=False)
     run_id = store.pick_run(run_id)
-    old, new, dropped = store.repair(run_id, force=force)
+    old, new, dropped = store.repair(
+        run_id, force=force, sound=lambda commit: not problems_at(store, run_id, commit)
+    )
     click.echo(
         f"run {run_id}: moved from {old[:10] if old else 'a damaged or missing ref'} to "
         f"{new[:10]}; {len(dropped)} commit(s) dropped from the run (their steps will run again)"

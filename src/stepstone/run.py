@@ -172,6 +172,7 @@ class Run:
         create: bool = True,
         steal: str | None = None,
         cached: bool = True,
+        at: str | None = None,
     ) -> None:
         self.store = store
         self.id = names.run_id(run_id)
@@ -205,7 +206,7 @@ class Run:
                 self._recover_locks()
                 self._join_remote(steal)
             self._cached = cached
-            self._snap = store.read(self.id, skip=("artifacts", *INDEXED), cached=cached)
+            self._snap = store.read(self.id, skip=("artifacts", *INDEXED), cached=cached, at=at)
             if self._snap.commit is None:
                 traces = store.traces(self.id)
                 if traces:  # never start afresh a run whose history is damaged or hidden
@@ -1438,6 +1439,16 @@ def open_run(
     if drive:
         _active = opened
     return opened
+
+
+def problems_at(store: GitStore, run: str, commit: str) -> list[str]:
+    """What a driver would refuse in `run`'s commit `commit`: its corrupt records and plan
+    (none when the commit is sound); `stepstone repair` moves a run to a sound one."""
+    try:
+        reader = Run(store, run, workdir=None, drive=False, create=False, cached=False, at=commit)
+    except StepstoneError as exc:
+        return [str(exc)]
+    return list(reader.corrupt)
 
 
 def decided(key: str, default: Any = None) -> Any:

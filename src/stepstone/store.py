@@ -421,11 +421,17 @@ class GitStore:
     # -- reading ----------------------------------------------------------------
 
     def read(
-        self, run: str, *, skip: tuple[str, ...] = ("artifacts",), cached: bool = True
+        self,
+        run: str,
+        *,
+        skip: tuple[str, ...] = ("artifacts",),
+        cached: bool = True,
+        at: str | None = None,
     ) -> Snapshot:
-        """The files of the latest commit of `run` (top folders in `skip` are left out);
-        `cached=False` reads every file from Git, not through the read cache."""
-        commit_id = self.tip(run)
+        """The files of the latest commit of `run` (or of commit `at`; top folders in
+        `skip` are left out); `cached=False` reads every file from Git, not through the
+        read cache."""
+        commit_id = at or self.tip(run)
         if commit_id is None:
             return Snapshot(None, None)
         try:
@@ -721,8 +727,15 @@ class GitStore:
                 found.append((int(seq) if seq.isdigit() else 0, str(oid)))
         return sorted(found, reverse=True)
 
-    def repair(self, run: str, *, force: bool = False) -> tuple[str | None, str, list[str]]:
-        """Move a damaged run back to its newest fully readable commit.
+    def repair(
+        self,
+        run: str,
+        *,
+        force: bool = False,
+        sound: Callable[[str], bool] = lambda commit: True,
+    ) -> tuple[str | None, str, list[str]]:
+        """Move a damaged run back to its newest fully readable commit (one whose
+        objects all read and that `sound` accepts: its records are valid).
 
         Returns (old tip, new tip, the commits dropped from the run). Works when the
         tip or a record cannot be read, and when the ref itself is damaged or gone
@@ -739,15 +752,21 @@ class GitStore:
             current = damaged_ref
         else:
             current = old or ""
-        if old is not None and self._readable(old):
+        if old is not None and self._readable(old) and sound(old):
             raise StoreError(str(self.path), f"run {run!r} reads fine; nothing to repair")
         candidates = self._commits_of(run)
-        target = next((cid for _, cid in candidates if self._readable(cid)), None)
+        target = next((cid for _, cid in candidates if self._readable(cid) and sound(cid)), None)
         if target is None:
             raise StoreError(str(self.path), f"no readable commit of run {run!r} was found")
         target_seq = next(seq for seq, cid in candidates if cid == target)
         dropped = [cid for seq, cid in candidates if seq > target_seq]
         risky = []
+        if old is not None and old != target and old not in dropped:
+            dropped.insert(0, old)  # made by hand (no Stepstone-Run trailer), or unreadable
+            try:
+                self.repo[old]
+            except (pygit2.GitError, KeyError, ValueError):
+                risky.append(f"the tip {old[:10]} itself cannot be read")
         for cid in dropped:
             try:
                 commit = self.repo[cid]
@@ -757,9 +776,6 @@ class GitStore:
             keys = parse_trailers(message).get("Stepstone-Key")
             if keys:
                 risky.append(f"{cid[:10]} recorded effect {keys[0]}")
-        if old is not None and old not in dropped and old != target:
-            dropped.insert(0, old)
-            risky.append(f"the tip {old[:10]} itself cannot be read")
         if risky and not force:
             raise StoreError(
                 str(self.path),
