@@ -18,6 +18,8 @@ from conftest import stepstone_cli as cli
 from jobs import executions, write_job
 from receiver import Receiver
 
+import stepstone
+
 
 @pytest.fixture
 def receiver(tmp_path: Path) -> Iterator[Receiver]:
@@ -315,3 +317,118 @@ def test_a_cloned_store_with_pickled_outputs_finishes_and_says_how_to_trust_them
     trusted = cli("run", "job.ipynb", cwd=c, **agent_c)
     assert trusted.returncode == 0, trusted.stderr
     assert "[4/4] tags: skipped" in trusted.stderr
+
+
+# -- smaller, from the same trial -----------------------------------------------------
+
+
+def test_a_folder_check_is_evidenced_by_the_files_in_it(workdir: Path):
+    def make() -> None:
+        Path("data").mkdir(exist_ok=True)
+        Path("data/a.csv").write_text("x\n1\n")
+        Path("data/b.csv").write_text("y\n2\n")
+
+    with stepstone.open_run("job") as run:
+        record = run.step("make", make, checks=["file:data"]).record
+    assert record.evidence[0].detail.startswith("folder, 2 files")
+    Path("data/b.csv").write_text("y\n3\n")
+    status = stepstone.open_run("job", drive=False).status()
+    assert status.steps[0].state == "stale" and "changed" in status.steps[0].reason
+
+
+KILLED_AFTER_TWO_EFFECTS = """
+import os, signal, stepstone
+def work():
+    stepstone.effect("first", lambda k: {"n": 1})
+    stepstone.effect("second", lambda k: {"n": 2})
+    os.kill(os.getpid(), signal.SIGKILL)
+with stepstone.open_run("job") as run:
+    run.set_plan(["send", "after"])
+    run.step("send", work)
+"""
+
+
+def test_a_step_killed_after_its_effects_says_so(workdir: Path):
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_TWO_EFFECTS], cwd=workdir, env=clean_env(), check=False
+    )
+    assert killed.returncode == -9
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    send = status["steps"][0]
+    assert send["state"] == "pending"
+    assert send["reason"] == "interrupted partway; 2 effect(s) confirmed"
+    assert "interrupted partway" in status["next_action"]
+
+
+def test_a_finished_notebook_changes_no_more_until_it_is_reopened(
+    tmp_path: Path, receiver: Receiver
+):
+    a = tmp_path / "a"
+    a.mkdir()
+    write_job(a, extra_cells=("%finish",))
+    assert run_job(a, receiver).returncode == 0
+    assert run_job(a, receiver).returncode == 0  # run again unchanged: nothing to do
+    assert executions(a) == ["make", "total", "notify"]
+
+    write_job(a, notify_body="\nprint('edited')", extra_cells=("%finish",))
+    refused = run_job(a, receiver)
+    assert refused.returncode == 1
+    assert "was finished" in refused.stderr and "stepstone reopen" in refused.stderr
+    assert executions(a) == ["make", "total", "notify"]
+    reopened = cli("reopen", "--why", "the announcement text changed", cwd=a)
+    assert reopened.returncode == 0, reopened.stderr
+    done = run_job(a, receiver)
+    assert done.returncode == 0, done.stderr
+    assert executions(a) == ["make", "total", "notify", "notify"]
+    assert list(receiver.applied("blind").values()) == [1]  # its effect happened already
+    assert "reopen: the announcement text changed" in git(
+        "log", "--format=%s", cwd=a / ".stepstone"
+    )
+
+
+def test_a_finished_python_run_takes_no_more_records(workdir: Path):
+    with stepstone.open_run("job") as run:
+        run.step("a", lambda: 1)
+        run.finish()
+        with pytest.raises(stepstone.RunFinished, match="stepstone reopen"):
+            run.decide("model", "ridge", "lowest error")
+        with pytest.raises(stepstone.RunFinished):
+            run.step("b", lambda: 2)
+        assert run.finish() == run.finish()  # finishing again changes nothing
+    with stepstone.open_run("job") as run:
+        assert run.step("a", lambda: pytest.fail("verified")).skipped
+
+
+def test_runs_counts_only_the_steps_of_the_plan(workdir: Path):
+    with stepstone.open_run("job") as run:
+        run.set_plan(["a", "b", "c", "d"])
+        for name in "abcd":
+            run.step(name, lambda: 1)
+        run.set_plan(["a", "b"])
+    (row,) = json.loads(cli("runs", "--json", cwd=workdir).stdout)
+    assert (row["confirmed"], row["steps"]) == (2, 2)
+    last = git("log", "-1", "--format=%cI", "job", cwd=workdir / ".stepstone").strip()
+    assert row["last_activity"][:19] == last[:19].replace("+00:00", "")[:19]
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs with a notebook, mounted read-only (needs root; skipped elsewhere)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    write_job(mount)
+    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_read_only_folder_is_named_as_the_cause(read_only_folder: Path, receiver: Receiver):
+    done = run_job(read_only_folder, receiver)
+    assert done.returncode == 2
+    assert "Read-only file system" in done.stderr and "--repo" in done.stderr
+    assert "executed notebook" not in done.stderr

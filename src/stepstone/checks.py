@@ -3,6 +3,7 @@
 A check is written `KIND:ARGUMENT`:
 
     file:PATH            the file exists and parses by its type; evidence is its sha256
+                         (a folder: every file in it, by path and sha256)
     sha256:PATH=HEX      the file's sha256 equals HEX
     cmd:COMMAND          the command exits 0 (run by the shell in the run's folder)
     expr:EXPRESSION      a Python expression over the given values is truthy
@@ -122,6 +123,19 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def sha256_folder(path: Path) -> tuple[str, int, int]:
+    """(the sha256 of a folder's files: each one's relative path and sha256, in order;
+    how many files; their total size). Symbolic links are followed; hidden files count."""
+    digest = hashlib.sha256()
+    count = size = 0
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        relative = file.relative_to(path).as_posix()
+        digest.update(f"{relative}\0{sha256_file(file)}\n".encode())
+        count += 1
+        size += file.stat().st_size
+    return digest.hexdigest(), count, size
+
+
 class CheckNotPassed(Exception):
     """Internal: a check ran and did not pass; the reason is the message."""
 
@@ -194,6 +208,18 @@ def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None =
         path = (
             (workdir / raw_path).resolve() if not Path(raw_path).is_absolute() else Path(raw_path)
         )
+        if spec.kind == "file" and path.is_dir():
+            digest, files, size = sha256_folder(path)
+            if not files:
+                raise CheckNotPassed(f"{raw_path} is an empty folder")
+            return Evidence(
+                check=spec.text,
+                kind="file",
+                value=digest,
+                detail=f"folder, {files} files, {size} bytes",
+            )
+        if path.is_dir():
+            raise CheckNotPassed(f"{raw_path} is a folder; sha256: checks name a file")
         if not path.is_file():
             raise CheckNotPassed(f"{raw_path} does not exist")
         digest = sha256_file(path)

@@ -23,7 +23,7 @@ from . import notebook as nbrun
 from .errors import InvalidInput, StepstoneError, StoreError
 from .run import Run, holding, open_run, problems_at
 from .status import RunStatus
-from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, holder_identity
+from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore, holder_identity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,6 +97,7 @@ def run_command(
                 nbrun.run_of_renamed(store, run_id, notebook, plan)
             run_id = run_id or os.environ[RUN_ENV]
             output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
+            GitStore(store)  # a store that cannot be made says why here, before any kernel
             click.echo(
                 f"running {notebook.name} as run {run_id} ({len(plan)} steps, store {store})",
                 err=True,
@@ -110,11 +111,14 @@ def run_command(
                 progress=nbrun.default_progress,
                 steal=steal,
             )
+            if outcome.note:
+                click.echo(f"stepstone: {outcome.note}", err=True)
             if outcome.signal is not None:
                 click.echo(f"stepstone: {outcome.message}", err=True)
                 sys.exit(128 + outcome.signal)
             if not outcome.ok:
-                click.echo(f"stepstone: {outcome.message} (executed notebook: {output})", err=True)
+                where = "" if outcome.note else f" (executed notebook: {output})"
+                click.echo(f"stepstone: {outcome.message}{where}", err=True)
                 sys.exit(1)
             status = open_run(
                 run_id, repo=store, workdir=notebook.parent, drive=False, create=False
@@ -241,7 +245,6 @@ def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | No
 @_errors_as_exit_codes
 def runs(repo: str | None, as_json: bool) -> None:
     """The runs in the store."""
-    from .store import GitStore
 
     store = GitStore(repo, create=False)
     rows = []
@@ -373,7 +376,6 @@ def schema() -> None:
 @_errors_as_exit_codes
 def repair(run_id: str | None, repo: str | None, force: bool) -> None:
     """Move a damaged run back to its newest readable commit (nothing is deleted)."""
-    from .store import GitStore
 
     store = GitStore(repo, create=False)
     run_id = store.pick_run(run_id)
@@ -395,7 +397,6 @@ def trust(repo: str | None) -> None:
     Values this user's own drivers wrote are trusted without it. The trust is kept in
     this user's configuration folder, never in the store, so it does not travel."""
     from . import trust as trusting
-    from .store import GitStore
 
     store = GitStore(repo, create=False)
     noted = trusting.trust_store(store.git_dir)
@@ -413,7 +414,6 @@ def trust(repo: str | None) -> None:
 def push_command(run_id: str | None, repo: str | None, url: str | None, auto: bool | None) -> None:
     """Push the run's history to its remote (never over another copy's work)."""
     from . import remote
-    from .store import GitStore
 
     store = GitStore(repo, create=False)
     if url:
@@ -437,7 +437,6 @@ def push_command(run_id: str | None, repo: str | None, url: str | None, auto: bo
 def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None:
     """Bring the remote's history of the run here; diverged copies are shown, not merged."""
     from . import remote
-    from .store import GitStore
 
     store = GitStore(repo, create=False)
     run_name = store.pick_run(run_id)

@@ -160,6 +160,7 @@ class NotebookOutcome:
     message: str
     output: Path
     signal: int | None = None
+    note: str = ""  # what went wrong besides (the executed notebook not written)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -380,20 +381,24 @@ def execute(
         error = stopper.run(client)
         if error is not None and stopper.signum is None and not isinstance(error, expected):
             raise error
+        unwritten = ""
         try:
             nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
         except OSError as exc:
-            raise StepstoneError(f"cannot write the executed notebook to {output}: {exc}") from exc
+            unwritten = (
+                f"the executed notebook could not be written to {output} ({exc.strerror}): "
+                f"pass -o PATH"
+            )
     if stopper.signum is not None:
         message = f"interrupted {stopper.where}; {_RESUME_HINT}"
-        return NotebookOutcome(False, message, output, stopper.signum)
+        return NotebookOutcome(False, message, output, stopper.signum, unwritten)
     if isinstance(error, CellExecutionError):
         where = f"step {failed_step[-1]}" if failed_step else "a cell"
         summary = f"{error.ename}: {error.evalue}".strip()
-        return NotebookOutcome(False, f"{where} failed: {summary}", output)
+        return NotebookOutcome(False, f"{where} failed: {summary}", output, note=unwritten)
     if isinstance(error, DeadKernelError):
-        return NotebookOutcome(False, f"the kernel died; {_RESUME_HINT}", output)
-    return NotebookOutcome(True, "ok", output)
+        return NotebookOutcome(False, f"the kernel died; {_RESUME_HINT}", output, note=unwritten)
+    return NotebookOutcome(True, "ok", output, note=unwritten)
 
 
 def default_progress(line: str) -> None:

@@ -205,7 +205,12 @@ class GitStore:
             return pygit2.Repository(str(self.path))
         except (OSError, pygit2.GitError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise StoreError(str(self.path), f"cannot create a repository here ({exc})") from exc
+            hint = ""
+            if not os.access(parent, os.W_OK) or "Read-only" in str(exc):
+                hint = f": {parent} cannot be written; pass --repo a folder on a writable disk"
+            raise StoreError(
+                str(self.path), f"cannot create a repository here ({exc}){hint}"
+            ) from exc
 
     def _flag(self, key: str) -> bool:
         try:
