@@ -530,3 +530,23 @@ def test_verify_and_repair_find_what_a_driver_refuses(workdir: Path):
     assert git("rev-parse", "job", cwd=store).strip() == good
     with stepstone.open_run("job") as run:
         assert [s.state for s in run.status().steps] == ["verified"] * 3
+
+
+def test_status_of_a_run_with_many_effects_counts_them(workdir: Path):
+    def send() -> None:
+        for n in range(40):
+            stepstone.effect(f"mail/{n}", lambda k: {"ok": 1})
+
+    def fails(key: str) -> None:
+        raise ConnectionError("down")
+
+    with stepstone.open_run("job") as run:
+        run.step("send", send)
+        with pytest.raises(ConnectionError):
+            run.step("late", lambda: stepstone.effect("late", fails))
+    text = cli("status", cwd=workdir).stdout
+    assert len(text.splitlines()) < 12
+    assert "40 confirmed" in text and "late" in text
+    every = cli("status", "--all", cwd=workdir).stdout
+    assert every.count("effect ss-") == 41
+    assert len(json.loads(cli("status", "--json", cwd=workdir).stdout)["effects"]) == 41

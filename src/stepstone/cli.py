@@ -170,7 +170,7 @@ def _rich_status(state: RunStatus, every: bool) -> None:
         table.add_row(str(s.number), s.name, f"[{colour[s.state]}]{s.state}[/]", detail)
     console = Console()
     console.print(table)
-    for line in state.footer_lines():
+    for line in state.footer_lines(every=every):
         console.print(line, markup=False, highlight=False)
 
 

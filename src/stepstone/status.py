@@ -198,14 +198,32 @@ class RunStatus:
             start = end
         return shown
 
-    def footer_lines(self) -> list[str]:
+    def shown_effects(self, *, every: bool = False) -> tuple[list[dict[str, Any]], str]:
+        """The effects to show a person, and a line counting the ones left out: with
+        `every` all of them, else those not confirmed (up to five), then the rest as a
+        count by state (a run may have sent thousands)."""
+        if every or len(self.effects) <= _SHOWN_EDGE * 2 + 1:
+            return list(self.effects), ""
+        open_ = [e for e in self.effects if e["state"] != "confirmed"]
+        shown = open_[: _SHOWN_EDGE * 2 + 1]
+        left = [e for e in self.effects if e not in shown]
+        counts: dict[str, int] = {}
+        for e in left:
+            counts[e["state"]] = counts.get(e["state"], 0) + 1
+        said = ", ".join(f"{n:,} {state}" for state, n in counts.items())
+        return shown, f"{'more ' if shown else ''}effects: {said} (--all lists each)"
+
+    def footer_lines(self, *, every: bool = False) -> list[str]:
         """Decisions, open unknowns, effects, notes and the next action, a line each."""
         lines = [f"  decided {d.key}={d.value}  ({d.why})" for d in self.decisions]
         lines += [f"  unknown {u.id}: {u.question}" for u in self.open_unknowns]
+        effects, rest = self.shown_effects(every=every)
         lines += [
             f"  effect {e['key']} ({e['step']}/{e['name']}): {e['state']}; next: {e['next_action']}"
-            for e in self.effects
+            for e in effects
         ]
+        if rest:
+            lines.append(f"  {rest}")
         lines += [f"  note: {note}" for note in self.notes]
         lines.append(f"next: {self.next_action}")
         return lines
@@ -226,7 +244,7 @@ class RunStatus:
             lines.append(
                 f"  {s.number:>{digits}}  {s.name:<{width}}  {s.state:<8}  {detail}".rstrip()
             )
-        return "\n".join(lines + self.footer_lines())
+        return "\n".join(lines + self.footer_lines(every=every))
 
     def render_html(self) -> str:
         """An HTML status table for Jupyter (long runs shortened, see `shown_steps`)."""
@@ -249,8 +267,9 @@ class RunStatus:
             )
             + "".join(
                 f"<li>effect <code>{escape(e['key'])}</code>: {escape(e['state'])}</li>"
-                for e in self.effects
+                for e in self.shown_effects()[0]
             )
+            + (f"<li>{escape(self.shown_effects()[1])}</li>" if self.shown_effects()[1] else "")
             + "".join(f"<li>note: {escape(n)}</li>" for n in self.notes)
         )
         return (
