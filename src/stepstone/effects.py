@@ -218,10 +218,7 @@ def _refuse_a_second_name(run: Run, step: str, identity: str, name: str, new: bo
             )
     if new:
         return
-    done = run.attempted_keys()
-    earlier = [
-        r for r in run.effects_of_step(identity) if r.state in MAYBE_HAPPENED and r.key not in done
-    ]
+    earlier = run.not_replayed(identity)
     if earlier:
         first = earlier[0]
         raise EffectRenamed(

@@ -190,6 +190,7 @@ class Run:
         self._guard = threading.RLock()
         self._claim: tuple[int, str] | None = None  # (thread, step) of the step under way
         self._attempt_keys: set[str] = set()  # effects performed by the running step
+        self._not_replayed: dict[str, EffectRecord] | None = None  # see `not_replayed`
         self._stepped: set[str] = set()  # steps `step` completed or skipped in this process
         self._lease: LeaseKeeper | None = None
         self._pusher: BackgroundPusher | None = None
@@ -481,8 +482,8 @@ class Run:
         return list(self._effects_by_name.get(name, {}).values())
 
     def effects_of_step(self, identity: str) -> list[EffectRecord]:
-        """The recorded effects of the step keyed by `identity`, oldest intent first."""
-        return sorted(self._effects_by_step.get(identity, {}).values(), key=lambda r: r.intent)
+        """The recorded effects of the step keyed by `identity`."""
+        return list(self._effects_by_step.get(identity, {}).values())
 
     def step_label(self, name: str) -> str:
         """`N name` for a step of the plan (as commit trailers write it), else `name`."""
@@ -509,6 +510,7 @@ class Run:
         previous = self._current_step
         self._current_step = start.planned.name
         self._attempt_keys = set()
+        self._not_replayed = None
         token = _stepping.set(self)
         try:
             yield
@@ -522,11 +524,21 @@ class Run:
         if key in self._attempt_keys:
             return True
         self._attempt_keys.add(key)
+        if self._not_replayed is not None:
+            self._not_replayed.pop(key, None)
         return False
 
-    def attempted_keys(self) -> frozenset[str]:
-        """The effects the running step has performed or replayed so far."""
-        return frozenset(self._attempt_keys)
+    def not_replayed(self, identity: str) -> list[EffectRecord]:
+        """Effects of the running step (keyed by `identity`) that an earlier run of it
+        performed (or may have) and this run has not asked for yet, oldest first. Call
+        with `guard` held."""
+        if self._not_replayed is None:  # once per run of a step, then kept up to date
+            self._not_replayed = {
+                key: record
+                for key, record in self._effects_by_step.get(identity, {}).items()
+                if record.state in MAYBE_HAPPENED and key not in self._attempt_keys
+            }
+        return sorted(self._not_replayed.values(), key=lambda r: r.intent)
 
     def _take_step(self, name: str) -> None:
         """Claim the run for step `name` on this thread; refuse a nested or concurrent step."""
