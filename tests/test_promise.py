@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -101,9 +101,14 @@ def test_a_copy_behind_the_remote_brings_it_in_before_it_drives(
     assert list(receiver.applied("lookup").values()) == [1]
 
 
-def test_a_copy_that_diverged_from_the_remote_is_not_driven(
-    tmp_path: Path, origin: str, monkeypatch: pytest.MonkeyPatch
-):
+def diverged_copies(
+    tmp_path: Path,
+    origin: str,
+    monkeypatch: pytest.MonkeyPatch,
+    work_on_a: Callable[[stepstone.Run], object],
+) -> tuple[Path, Path]:
+    """Agent B advances the run on the remote while agent A, cut off from it, does
+    `work_on_a`; A's remote is reachable again afterwards."""
     a, b = two_copies(tmp_path, origin)
     as_agent(monkeypatch, "agent-b")
     with stepstone.open_run("job", repo=b, workdir=b.parent) as run:
@@ -116,8 +121,15 @@ def test_a_copy_that_diverged_from_the_remote_is_not_driven(
         pytest.warns(stepstone.StepstoneWarning),
         stepstone.open_run("job", repo=a, workdir=a.parent) as run,
     ):
-        run.step("from-a", lambda: 1)
+        work_on_a(run)
     remote.set_remote(store_a, origin)
+    return a, b
+
+
+def test_a_copy_that_diverged_from_the_remote_is_not_driven(
+    tmp_path: Path, origin: str, monkeypatch: pytest.MonkeyPatch
+):
+    a, b = diverged_copies(tmp_path, origin, monkeypatch, lambda run: run.step("from-a", lambda: 1))
     with pytest.raises(stepstone.Diverged, match="--keep"):
         stepstone.open_run("job", repo=a, workdir=a.parent)
     # refused before anything: the run is not held, its lease is free again
@@ -128,20 +140,12 @@ def test_a_copy_that_diverged_from_the_remote_is_not_driven(
 def test_pull_keep_remote_carries_over_the_effects_of_the_side_not_kept(
     tmp_path: Path, origin: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ):
-    a, b = two_copies(tmp_path, origin)
-    as_agent(monkeypatch, "agent-b")
-    with stepstone.open_run("job", repo=b, workdir=b.parent) as run:
-        run.step("from-b", lambda: 2)
-        remote.push(run.store, "job")
-    store_a = GitStore(a)
-    remote.set_remote(store_a, str(tmp_path / "unreachable.git"))
-    as_agent(monkeypatch, "agent-a")
-    with (
-        pytest.warns(stepstone.StepstoneWarning),
-        stepstone.open_run("job", repo=a, workdir=a.parent) as run,
-    ):
-        run.step("announce", lambda: announce(receiver.url))  # A's announce happened
-    remote.set_remote(store_a, origin)
+    a, _ = diverged_copies(  # A's announce happened
+        tmp_path,
+        origin,
+        monkeypatch,
+        lambda run: run.step("announce", lambda: announce(receiver.url)),
+    )
     kept = cli("pull", "--repo", str(a), "--keep", "remote", cwd=tmp_path)
     assert kept.returncode == 0, kept.stderr
     assert "carried over" in kept.stdout
