@@ -202,7 +202,7 @@ def test_divergence_is_detected_shown_and_nothing_is_lost(tmp_path, origin):
     # agent A worked offline meanwhile (its lease could not be checked)
     remote.set_remote(store_a, str(tmp_path / "unreachable.git"))
     with (
-        pytest.warns(stepstone.StepstoneWarning, match="may be repeated"),
+        pytest.warns(stepstone.StepstoneWarning, match="without its lease"),
         stepstone.open_run("job", repo=a, workdir=a.parent) as run,
     ):
         assert any("unreachable" in n for n in run.notes)

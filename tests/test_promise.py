@@ -140,12 +140,14 @@ def test_a_copy_that_diverged_from_the_remote_is_not_driven(
 def test_pull_keep_remote_carries_over_the_effects_of_the_side_not_kept(
     tmp_path: Path, origin: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ):
+    monkeypatch.setenv("STEPSTONE_OFFLINE", "1")  # A writes effects without the lease
     a, _ = diverged_copies(  # A's announce happened
         tmp_path,
         origin,
         monkeypatch,
         lambda run: run.step("announce", lambda: announce(receiver.url)),
     )
+    monkeypatch.delenv("STEPSTONE_OFFLINE")
     kept = cli("pull", "--repo", str(a), "--keep", "remote", cwd=tmp_path)
     assert kept.returncode == 0, kept.stderr
     assert "carried over" in kept.stdout
@@ -153,6 +155,33 @@ def test_pull_keep_remote_carries_over_the_effects_of_the_side_not_kept(
     with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
         run.step("from-b", lambda: 2)
         run.step("announce", lambda: announce(receiver.url))  # runs again, sends nothing
+    assert list(receiver.applied("blind").values()) == [1]
+
+
+def test_a_copy_opened_offline_writes_no_effect_until_it_holds_the_lease(
+    tmp_path: Path, origin: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+):
+    def blocked(run: stepstone.Run) -> None:
+        with pytest.raises(stepstone.StoreError, match="nothing was sent"):
+            run.step("announce", lambda: announce(receiver.url))
+
+    diverged_copies(tmp_path, origin, monkeypatch, blocked)
+    assert receiver.applied("blind") == {}
+
+
+def test_a_driver_whose_lease_was_lost_records_nothing_more(
+    tmp_path: Path, origin: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+):
+    a, b = two_copies(tmp_path, origin)
+    as_agent(monkeypatch, "agent-a")
+    with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
+        run.step("one", lambda: 1)
+        as_agent(monkeypatch, "agent-b")
+        with stepstone.open_run("job", repo=b, workdir=b.parent, steal="a is stuck") as thief:
+            thief.step("two", lambda: announce(receiver.url))
+        for _ in range(2):  # asked again in the same process: still refused
+            with pytest.raises(stepstone.LeaseLost):
+                run.step(f"three-{_}", lambda: announce(receiver.url), force=True)
     assert list(receiver.applied("blind").values()) == [1]
 
 

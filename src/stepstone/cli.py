@@ -441,7 +441,15 @@ def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None
     store = GitStore(repo, create=False)
     run_name = store.pick_run(run_id)
     with holding(store, run_name):
-        result = remote.pull(store, run_name, keep=keep, holder=holder_identity())
+        # keeping the local history overwrites the remote's: not under a live driver
+        lease = remote.LeaseKeeper(store, run_name, holder_identity()) if keep == "local" else None
+        if lease is not None:
+            lease.take()
+        try:
+            result = remote.pull(store, run_name, keep=keep, holder=holder_identity())
+        finally:
+            if lease is not None:
+                lease.release()
     extra = f"; the other history is kept at {result.preserved}" if result.preserved else ""
     if result.carried:
         extra += (

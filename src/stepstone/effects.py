@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=@/-]{0,199}")
 TIMEOUT_ENV = "STEPSTONE_EFFECT_TIMEOUT"
 DEFAULT_TIMEOUT = 600.0  # seconds a write may take before it is left in doubt
-MAYBE_HAPPENED = ("submitted", "confirmed", "unresolved")
 
 
 def canonical(value: Any) -> Any:
@@ -155,8 +154,9 @@ def perform(
     key = derive_key(run.id, identity, was or name)
     print_ = fingerprint(payload)
     seconds = default_timeout() if timeout is None else timeout
+    book = run.effect_book
     with run.guard:
-        if run.attempted(key):
+        if book.ask(key):
             raise InvalidInput(
                 f"effect {name!r} was already performed by this run of step {step!r}: an "
                 f"effect name stands for one write, so a second call would return the "
@@ -164,14 +164,15 @@ def perform(
                 f"for example f'{name}/{{recipient}}'"
             )
         record = run.effects.get(key)
-        if record is None:
-            _refuse_a_second_name(run, step, identity, name, new)
+        if record is None and not new:
+            _refuse_a_second_name(run, step, identity, name)
         if record is not None and record.payload_sha256 != print_ and record.state != "planned":
             raise EffectChanged(step, name, key, record.state, record.receipt)
         if record is not None and record.state == "confirmed":
+            book.returned(key)
             return record.receipt
-        if record is None or record.state == "planned":
-            attempts = record.attempts + 1 if record is not None else 1
+        fresh = record is None or record.state == "planned"
+        if fresh:
             record = EffectRecord(
                 key=key,
                 step=identity,
@@ -179,54 +180,62 @@ def perform(
                 state="submitted",
                 payload_sha256=print_,
                 intent=now(),
-                attempts=attempts,
+                attempts=record.attempts + 1 if record is not None else 1,
                 receiver="keyed" if keyed else ("lookup" if lookup is not None else "blind"),
             )
             _save(run, record, f"effect {record.name}: submitted")
-            _fence(run, record, fresh=True)
-            return _do(run, record, do, seconds)
-    # submitted or unresolved: the write may or may not have landed
-    if lookup is not None:
-        found = _looked_up(record, lookup(key))
+    assert record is not None
+    # the write itself runs outside the guard: other threads' effects go on meanwhile
+    if fresh:
+        _fence(run, record, fresh=True)
+        receipt = _do(run, record, do, seconds)
+    else:  # submitted or unresolved: the write may or may not have landed
+        found = _looked_up(record, lookup(key)) if lookup is not None else None
         if found is not None:
-            return _confirm(run, record, found, "found by lookup")
-    if lookup is not None or keyed:
-        _fence(run, record, fresh=False)
-        return _do(run, record.model_copy(update={"attempts": record.attempts + 1}), do, seconds)
-    if record.state != "unresolved":
-        record = record.model_copy(update={"state": "unresolved"})
-        _save(run, record, f"effect {record.name}: unresolved")
-    raise UnresolvedEffect(run.id, step, key, record.intent)
+            receipt = _confirm(run, record, found, "found by lookup")
+        elif lookup is not None or keyed:
+            _fence(run, record, fresh=False)
+            again = record.model_copy(update={"attempts": record.attempts + 1})
+            receipt = _do(run, again, do, seconds)
+        else:
+            if record.state != "unresolved":
+                record = record.model_copy(update={"state": "unresolved"})
+                _save(run, record, f"effect {record.name}: unresolved")
+            raise UnresolvedEffect(run.id, step, key, record.intent)
+    book.returned(key)
+    return receipt
 
 
-def _refuse_a_second_name(run: Run, step: str, identity: str, name: str, new: bool) -> None:
-    """Refuse a new effect that looks like one which happened under another key: the
-    same effect name performed by a step that left the plan (renamed or removed), or a
-    step performing a new effect while one it performed before is not performed again."""
-    plan = run.identities()
-    for other in run.effects_named(name):
-        if other.state in MAYBE_HAPPENED and other.step not in plan:
-            raise EffectRenamed(
-                step,
-                name,
-                other.key,
-                f"an effect of that name was {other.state} at {other.intent} by step "
-                f"{other.step!r}, which is no longer in the plan",
-                f"If {step!r} is {other.step!r} renamed, say so (`%%step {step} --was "
-                f"{other.step}`, or run.step(..., was={other.step!r})) and it is not sent "
-                f"again; if this is another effect, give it a name of its own",
-            )
-    if new:
-        return
-    earlier = run.not_replayed(identity)
-    if earlier:
-        first = earlier[0]
+def _refuse_a_second_name(run: Run, step: str, identity: str, name: str) -> None:
+    """Refuse a new effect that looks like one which happened (or may have) under
+    another key: the same name in a step that left the plan, or (in a plan that only
+    grows) in a step this process has not met, both as a renamed step leaves behind; or
+    a step asking for a new effect while one it performed before is not asked for."""
+    book = run.effect_book
+    other = book.orphan_named(name, run.identities())
+    where = "which is no longer in the plan"
+    if other is None and run.info.plan_mode == "incremental":
+        other = book.unmet_named(name, identity)
+        where = "which this process has not run"
+    if other is not None:
+        raise EffectRenamed(
+            step,
+            name,
+            other.key,
+            f"an effect of that name was {other.state} at {other.intent} by step "
+            f"{other.step!r}, {where}",
+            f"If {step!r} is {other.step!r} renamed, say so (`%%step {step} --was "
+            f"{other.step}`, or run.step(..., was={other.step!r})) and it is not sent "
+            f"again; if this is another effect, give it a name of its own, or pass new=True",
+        )
+    first = book.not_replayed(identity, name)
+    if first is not None:
         raise EffectRenamed(
             step,
             name,
             first.key,
             f"an earlier run of this step performed effect {first.name!r} ({first.state} at "
-            f"{first.intent}), which this run has not performed before asking for {name!r}",
+            f"{first.intent}), which this run has not asked for before {name!r}",
             f"If {name!r} is {first.name!r} renamed, pass was={first.name!r} and it is not "
             f"sent again; if it is another effect, perform {first.name!r} first as before, "
             f"or pass new=True",
@@ -387,8 +396,8 @@ def effect(
     an intent found without a confirmation raises `UnresolvedEffect`.
     `payload` is fingerprinted (never stored): the same key with another
     payload raises `EffectChanged`. `was` is the effect's earlier name when it
-    was renamed (it keeps its key); `new=True` says a new effect of a step is
-    not a renamed one (see `EffectRenamed`). `do` may take `timeout` seconds
+    was renamed (it keeps its key); `new=True` says the effect is new, not a
+    renamed one: the guards of `EffectRenamed` do not apply to it. `do` may take `timeout` seconds
     (default `STEPSTONE_EFFECT_TIMEOUT`, else 600) before it is interrupted and
     the effect left in doubt with `EffectTimedOut` (on the main thread; `do`
     always runs in the caller's thread).

@@ -166,6 +166,7 @@ class StepstoneMagics(Magics):
                 source=cell,
                 force=parsed.force,
                 namespace=ns,
+                was=parsed.was,
             )
         except StepstoneError as exc:
             raise _usage(exc) from exc
@@ -174,9 +175,9 @@ class StepstoneMagics(Magics):
             ns.update(start.values)
             print(f"{label}: skipped, verified ({evidence_text(evidence_rows(start.record))})")
             return
-        code = self.ip.transform_cell(cell)
-        filename = self.ip.compile.cache(code)
         try:
+            code = self.ip.transform_cell(cell)
+            filename = self.ip.compile.cache(code)
             with run.running(start):
                 exec(compile(code, filename, "exec"), ns)
         except BaseException as exc:

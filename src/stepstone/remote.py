@@ -26,8 +26,15 @@ from urllib.parse import urlparse
 import pygit2
 
 from . import durable
-from .errors import Diverged, LeaseHeld, LeaseLost, StoreError
-from .store import BRANCH_REFS, GitStore, Snapshot, make_dedicated, parse_trailers
+from .errors import Diverged, LeaseHeld, LeaseLost, StepstoneError, StoreError
+from .store import (
+    BRANCH_REFS,
+    RUN_REFS,
+    GitStore,
+    Snapshot,
+    make_dedicated,
+    parse_trailers,
+)
 
 REMOTE_KEY = "stepstone.remote"
 LEASE_SECONDS_KEY = "stepstone.leaseSeconds"
@@ -117,20 +124,46 @@ def clone(url: str, path: Path) -> GitStore:
     repo = pygit2.Repository(str(path))
     make_dedicated(repo, path)
     repo.config[REMOTE_KEY] = "origin"
-    return GitStore(path)
+    store = GitStore(path)
+    # runs kept in a project repository live under refs/stepstone/runs/: bring them too
+    git(store, "fetch", "--quiet", "--no-tags", "origin", f"+{RUN_REFS}*:{RUN_REFS}*")
+    return store
 
 
 # -- history ------------------------------------------------------------------
+
+
+def _remote_refs(store: GitStore, run: str) -> dict[str, str]:
+    """Where the remote keeps `run` (either place a run can live), ref -> commit."""
+    name = _require_remote(store)
+    out = git(store, "ls-remote", name, RUN_REFS + run, BRANCH_REFS + run)
+    return {ref: oid for oid, ref in (line.split() for line in out.splitlines() if line.strip())}
+
+
+def _remote_ref(store: GitStore, run: str) -> tuple[str, str | None]:
+    """The remote's ref for `run` (the local one's place when the remote has none yet or
+    has it there too) and the commit it points at."""
+    local = store.ref(run)
+    found = _remote_refs(store, run)
+    if local in found or not found:
+        return local, found.get(local)
+    ref = RUN_REFS + run if RUN_REFS + run in found else BRANCH_REFS + run
+    return ref, found[ref]
+
+
+def remote_tip(store: GitStore, run: str) -> str | None:
+    """The commit the remote's history of `run` ends at, or None (fetched here)."""
+    return _fetch_run(store, run)
 
 
 def push(store: GitStore, run: str, *, force_over: str | None = None) -> str:
     """Push the run's history (and its archive tag); refuse to overwrite other work."""
     name = _require_remote(store)
     ref = store.ref(run)
-    spec = f"{ref}:{ref}"
-    args = ["push", "--quiet", name, spec]
+    theirs, _ = _remote_ref(store, run)
+    args = ["push", "--quiet", name, f"{ref}:{theirs}"]
     if force_over is not None:
-        args.insert(1, f"--force-with-lease={ref}:{force_over}")
+        args.insert(1, f"--force-with-lease={theirs}:{force_over}")
     tag = f"refs/tags/stepstone/{run}"
     if store.repo.references.get(tag) is not None:
         args.append(f"+{tag}:{tag}")
@@ -142,7 +175,7 @@ def push(store: GitStore, run: str, *, force_over: str | None = None) -> str:
                 run, "the remote has commits this copy does not: run `stepstone pull` first"
             ) from exc
         raise
-    _name_remote_head(store, name, ref)
+    _name_remote_head(store, name, theirs)
     return store.tip(run) or ""
 
 
@@ -201,10 +234,10 @@ class PullResult:
 def _fetch_run(store: GitStore, run: str) -> str | None:
     name = _require_remote(store)
     tracking = _TRACKING + run
-    out = git(store, "ls-remote", name, store.ref(run))
-    if not out.strip():
+    theirs, tip = _remote_ref(store, run)
+    if tip is None:
         return None
-    git(store, "fetch", "--quiet", "--no-tags", name, f"+{store.ref(run)}:{tracking}")
+    git(store, "fetch", "--quiet", "--no-tags", name, f"+{theirs}:{tracking}")
     ref = store.repo.references.get(tracking)
     return str(ref.target) if ref is not None else None
 
@@ -385,7 +418,8 @@ class LeaseKeeper:
     """Takes, renews, checks and releases a run's lease on the remote.
 
     Each lease commit's parent is the lease's last steal (or none), so the lease ref
-    keeps every steal with its reason and does not grow with each open.
+    keeps every steal with its reason and does not grow with each open. Once the lease
+    is lost (another agent took it), every later check raises `LeaseLost`.
     """
 
     def __init__(self, store: GitStore, run: str, holder: str) -> None:
@@ -398,9 +432,12 @@ class LeaseKeeper:
             self.seconds = int(str(store.repo.config[LEASE_SECONDS_KEY]))
         except (KeyError, ValueError):
             self.seconds = DEFAULT_LEASE_SECONDS
+        self.lost: str | None = None  # who took the lease from us, once it happened
+        self.run_ref = store.ref(run)  # where the remote keeps the run (known at `take`)
         self._ours: str | None = None
         self._base: str | None = None  # the last steal, parent of our lease commits
         self._renewed = 0.0
+        self._pushing = threading.Lock()  # the fence and the background pusher take turns
 
     def current(self) -> tuple[Lease | None, str | None]:
         """The lease on the remote now, and its commit id."""
@@ -423,6 +460,7 @@ class LeaseKeeper:
 
     def take(self, *, steal: str | None = None) -> Lease:
         """Take the lease, or raise `LeaseHeld` naming the live holder."""
+        self.run_ref = _remote_ref(self.store, self.run)[0]
         lease, oid = self.current()
         stolen_from = None
         if lease is not None and lease.live and lease.holder != self.holder:
@@ -460,7 +498,8 @@ class LeaseKeeper:
         self, expected: str | None, *, released: bool, stolen_from: str | None = None, why: str = ""
     ) -> Lease:
         commit, lease = self._new_commit(released=released, stolen_from=stolen_from, why=why)
-        self._push(expected, commit)
+        with self._pushing:
+            self._push(expected, commit)
         self._ours = commit
         self._renewed = time.monotonic()
         return lease
@@ -486,32 +525,46 @@ class LeaseKeeper:
                 raise LeaseHeld(self.run, holder, current.expires if current else "?") from exc
             raise
 
-    def renew_if_due(self) -> None:
-        """Renew the lease when half of it has run out (called after each commit)."""
-        if self._ours is not None and time.monotonic() - self._renewed > self.seconds / 2:
-            self._write(self._ours, released=False)
+    def check(self) -> None:
+        """Raise `LeaseLost` once another agent took the lease."""
+        if self.lost is not None:
+            raise LeaseLost(self.run, self.lost)
 
-    def fence(self, tip: str | None) -> None:
-        """Before an effect: push the run up to `tip` (its intent) together with the lease,
-        atomically. Raises `LeaseLost` when another agent took the lease (or moved the
-        run) since, so that nothing is written; the pushed intent lets the next holder
-        see that the effect may have happened."""
+    def renew_if_due(self) -> None:
+        """Renew the lease when half of it has run out (after each commit); a lease found
+        taken is noted as lost (the next check raises), never raised here."""
+        if self._ours is None or time.monotonic() - self._renewed <= self.seconds / 2:
+            return
+        try:
+            self._write(self._ours, released=False)
+        except LeaseHeld as exc:
+            self._lose(exc.holder)
+
+    def _lose(self, holder: str) -> None:
+        self.lost = holder
+        self._ours = None
+
+    def fence(self, tip: str | None, *, renew: bool = True) -> None:
+        """Push the run up to `tip` together with the lease, atomically: before an
+        effect's write (the intent included, so the next holder sees that the effect
+        may have happened), and from the background pusher (`renew=False`). Raises
+        `LeaseLost` when another agent took the lease or moved the run."""
+        self.check()
         if self._ours is None:
             return
-        ref = self.store.ref(self.run)
-        due = time.monotonic() - self._renewed > self.seconds / 2
-        commit = (
-            self._new_commit(released=False, stolen_from=None, why="")[0] if due else self._ours
-        )
-        also = [f"{tip}:{ref}"] if tip else []
-        try:
-            self._push(self._ours, commit, *also)
-        except LeaseHeld as exc:
-            self._ours = None
-            raise LeaseLost(self.run, exc.holder) from exc
-        if due:
-            self._ours = commit
-            self._renewed = time.monotonic()
+        with self._pushing:
+            due = renew and time.monotonic() - self._renewed > self.seconds / 2
+            commit = (
+                self._new_commit(released=False, stolen_from=None, why="")[0] if due else self._ours
+            )
+            try:
+                self._push(self._ours, commit, *([f"{tip}:{self.run_ref}"] if tip else []))
+            except LeaseHeld as exc:
+                self._lose(exc.holder)
+                raise LeaseLost(self.run, exc.holder) from exc
+            if due:
+                self._ours = commit
+                self._renewed = time.monotonic()
 
     def release(self) -> None:
         """Let go of the lease so another agent can drive the run at once."""
@@ -525,21 +578,15 @@ def _first_parent(commit: pygit2.Commit) -> str | None:
     return str(commit.parent_ids[0]) if commit.parent_ids else None
 
 
-def sync(store: GitStore, run: str) -> str:
-    """Before a driver's first step: bring the remote's newer history of `run` here.
-
-    Returns what happened ("up to date", "fast-forwarded", "created", "ahead"); raises
-    `Diverged` when both copies advanced (nothing is changed then).
-    """
-    return pull(store, run).state
-
-
 class BackgroundPusher:
-    """Pushes the run after commits without making a step wait on the network."""
+    """Pushes the run after commits without making a step wait on the network; with a
+    lease, through it (the run and the lease in one atomic push), so a driver whose
+    lease was taken pushes nothing more."""
 
-    def __init__(self, store: GitStore, run: str) -> None:
+    def __init__(self, store: GitStore, run: str, lease: LeaseKeeper | None = None) -> None:
         self.store = store
         self.run = run
+        self.lease = lease
         self.last_error: str | None = None
         self._wake = threading.Event()
         self._stop = False
@@ -550,22 +597,26 @@ class BackgroundPusher:
         """A new commit is durable locally: push it soon."""
         self._wake.set()
 
+    def _push_once(self) -> None:
+        try:
+            store = GitStore(self.store.path, create=False)  # libgit2 handles stay per thread
+            if self.lease is not None:
+                self.lease.fence(store.tip(self.run), renew=False)
+            else:
+                push(store, self.run)
+            self.last_error = None
+        except StepstoneError as exc:
+            self.last_error = str(exc)  # the next commit or `stepstone push` catches up
+
     def _loop(self) -> None:
         while not self._stop:
             self._wake.wait()
             self._wake.clear()
-            try:
-                push(GitStore(self.store.path, create=False), self.run)
-                self.last_error = None
-            except StoreError as exc:
-                self.last_error = str(exc)  # the next commit or `stepstone push` catches up
+            self._push_once()
 
     def close(self, timeout: float = 30) -> None:
         """Push what is left, then stop."""
         self._stop = True
         self._wake.set()
         self._thread.join(timeout)
-        try:
-            push(self.store, self.run)
-        except StoreError as exc:
-            self.last_error = str(exc)
+        self._push_once()

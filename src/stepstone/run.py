@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import artifacts, checks, effects, models, names, trust
 from .bulk import collector_paused
-from .effects import MAYBE_HAPPENED
+from .effectbook import MAYBE_HAPPENED, EffectBook
 from .errors import (
     CheckFailed,
     DecisionConflict,
+    Diverged,
     InvalidInput,
     PlanError,
     RecordError,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from .remote import BackgroundPusher, LeaseKeeper
 
 _active: Run | None = None
+OFFLINE_ENV = "STEPSTONE_OFFLINE"  # "1": write effects without the lease of a remote
 _stepping: ContextVar[Run | None] = ContextVar("stepstone_stepping", default=None)
 _SAVE_INDEX_EVERY = 10_000  # commits between saves of the step index by a driver
 RETURN = "return"  # the output that holds a Python-API step's return value
@@ -189,10 +191,9 @@ class Run:
         # a step's effects may be performed from several threads at once.
         self._guard = threading.RLock()
         self._claim: tuple[int, str] | None = None  # (thread, step) of the step under way
-        self._attempt_keys: set[str] = set()  # effects performed by the running step
-        self._not_replayed: dict[str, EffectRecord] | None = None  # see `not_replayed`
         self._stepped: set[str] = set()  # steps `step` completed or skipped in this process
         self._lease: LeaseKeeper | None = None
+        self._remote = False
         self._pusher: BackgroundPusher | None = None
         self._tolerant = not drive
         self.corrupt: list[str] = []
@@ -280,14 +281,7 @@ class Run:
         self.unknowns: dict[str, Unknown] = {
             u.id: u for u in self._load_all(Unknown, groups.get("unknowns", {}))
         }
-        self.effects: dict[str, EffectRecord] = {
-            e.key: e for e in self._load_all(EffectRecord, groups.get("effects", {}))
-        }
-        self._effects_by_name: dict[str, dict[str, EffectRecord]] = {}
-        self._effects_by_step: dict[str, dict[str, EffectRecord]] = {}
-        for e in self.effects.values():
-            self._effects_by_name.setdefault(e.name, {})[e.key] = e
-            self._effects_by_step.setdefault(e.step, {})[e.key] = e
+        self.effect_book = EffectBook(self._load_all(EffectRecord, groups.get("effects", {})))
         names, extras = index.plan, index.extras
         problems = []
         if None in names:
@@ -363,6 +357,7 @@ class Run:
 
     def _set_steps(self, names: list[str], extras: dict[int, PlanExtra]) -> None:
         self._identities: set[str] | None = None
+        self.effect_book.plan_changed()
         self.steps = PlanSteps(names, extras)
         self._numbers = dict(zip(names, range(1, len(names) + 1), strict=True))
 
@@ -383,6 +378,8 @@ class Run:
         takes no commit but its finishing and reopening ones."""
         if self.info.finished and not finishing:
             raise RunFinished(self.id, self.info.finished)
+        if self._lease is not None:
+            self._lease.check()  # a driver whose lease was taken records nothing more
         with self._guard:
             if not indexed and any(path.split("/", 1)[0] in INDEXED for path in writes):
                 self._index_trusted = False
@@ -416,7 +413,8 @@ class Run:
         An unreachable remote is warned about: this copy may be behind."""
         from . import remote
 
-        if remote.remote_name(self.store) is None:
+        self._remote = remote.remote_name(self.store) is not None
+        if not self._remote:
             return
         keeper = remote.LeaseKeeper(self.store, self.id, self.holder)
         try:
@@ -424,39 +422,78 @@ class Run:
         except remote.GitFailed as exc:
             message = (
                 f"the remote of run {self.id!r} cannot be reached ({exc.problem}): driving "
-                f"this copy without its lease. If another agent drove the run since this copy "
-                f"last pulled, its steps and effects may be repeated; stop unless you know "
-                f"this copy is current"
+                f"this copy without its lease. Steps go on; an effect's write waits until the "
+                f"lease can be taken (or {OFFLINE_ENV}=1 writes without it, at the risk of "
+                f"repeating what another copy did)"
             )
             self.notes.append(message)
             warnings.warn(message, StepstoneWarning, stacklevel=4)
         else:
             self._lease = keeper
-            brought = remote.sync(self.store, self.id)
+            brought = remote.pull(self.store, self.id).state
             if brought in ("fast-forwarded", "created"):
                 self.notes.append(f"brought in the remote's newer history of the run ({brought})")
         if self.store.autopush:
-            self._pusher = remote.BackgroundPusher(self.store, self.id)
+            self._pusher = remote.BackgroundPusher(self.store, self.id, self._lease)
 
     def fence(self) -> None:
         """Before an effect's write: with a lease, push the run (its intent included) with
-        the lease, atomically; raises `LeaseLost` when another agent took the run."""
+        the lease, atomically; raises `LeaseLost` when another agent took the run. A run
+        opened while its remote could not be reached takes the lease now, or refuses the
+        write (unless `STEPSTONE_OFFLINE=1`)."""
+        if self._lease is None and self._remote and os.environ.get(OFFLINE_ENV) != "1":
+            self._lease = self._late_lease()
         if self._lease is not None:
             with self._guard:
                 self._lease.fence(self._snap.commit)
 
-    def _let_go(self) -> None:
-        lease, self._lease = self._lease, None
-        if lease is not None:
+    def _late_lease(self) -> LeaseKeeper:
+        from . import remote
+
+        keeper = remote.LeaseKeeper(self.store, self.id, self.holder)
+        try:
+            keeper.take()
+            theirs = remote.remote_tip(self.store, self.id)
+        except remote.GitFailed as exc:
+            raise StoreError(
+                str(self.store.path),
+                f"the remote of run {self.id!r} cannot be reached ({exc.problem}), so this "
+                f"copy cannot take the run's lease before writing an effect; nothing was "
+                f"sent. Retry when the remote can be reached, or set {OFFLINE_ENV}=1 to write "
+                f"without the lease (another copy that drove the run may then be repeated)",
+            ) from exc
+        if theirs is not None and not self.store.descends(self._snap.commit, theirs):
             with contextlib.suppress(StepstoneError):
-                lease.release()
-        self._lock.release()
+                keeper.release()
+            raise Diverged(
+                self.id,
+                "the remote has history of this run that this copy, opened offline, does not; "
+                "nothing was sent. Close the run and open it again to bring that history in "
+                "(`stepstone pull` shows both)",
+            )
+        return keeper
+
+    def _let_go(self) -> None:
+        """Stop the pusher, hand the lease back, release the lock (each even if one fails)."""
+        pusher, self._pusher = self._pusher, None
+        lease, self._lease = self._lease, None
+        try:
+            if pusher is not None:
+                pusher.close()
+        finally:
+            try:
+                if lease is not None and lease.lost is None:
+                    lease.release()
+            except StepstoneError as exc:
+                self.notes.append(f"could not release the lease (it expires by itself): {exc}")
+            finally:
+                self._lock.release()
 
     def _after_commit(self) -> None:
         if self._lease is not None:
             try:
                 self._lease.renew_if_due()
-            except StoreError as exc:
+            except StepstoneError as exc:
                 self.notes.append(f"could not renew the lease: {exc}")
         if self._pusher is not None:
             self._pusher.poke()
@@ -473,17 +510,12 @@ class Run:
         self._require_lock()
         with self._guard:
             self._commit({path: data}, subject, trailers)
-            self.effects[record.key] = record
-            self._effects_by_name.setdefault(record.name, {})[record.key] = record
-            self._effects_by_step.setdefault(record.step, {})[record.key] = record
+            self.effect_book.put(record)
 
-    def effects_named(self, name: str) -> list[EffectRecord]:
-        """The recorded effects called `name`, in any step."""
-        return list(self._effects_by_name.get(name, {}).values())
-
-    def effects_of_step(self, identity: str) -> list[EffectRecord]:
-        """The recorded effects of the step keyed by `identity`."""
-        return list(self._effects_by_step.get(identity, {}).values())
+    @property
+    def effects(self) -> dict[str, EffectRecord]:
+        """The run's effect records by key."""
+        return self.effect_book.records
 
     def step_label(self, name: str) -> str:
         """`N name` for a step of the plan (as commit trailers write it), else `name`."""
@@ -509,36 +541,12 @@ class Run:
         """Mark `start`'s step as the one running (effects belong to it)."""
         previous = self._current_step
         self._current_step = start.planned.name
-        self._attempt_keys = set()
-        self._not_replayed = None
         token = _stepping.set(self)
         try:
             yield
         finally:
             _stepping.reset(token)
             self._current_step = previous
-
-    def attempted(self, key: str) -> bool:
-        """Whether the running step performed (or replayed) effect `key` already; marks
-        it as performed. Call with `guard` held."""
-        if key in self._attempt_keys:
-            return True
-        self._attempt_keys.add(key)
-        if self._not_replayed is not None:
-            self._not_replayed.pop(key, None)
-        return False
-
-    def not_replayed(self, identity: str) -> list[EffectRecord]:
-        """Effects of the running step (keyed by `identity`) that an earlier run of it
-        performed (or may have) and this run has not asked for yet, oldest first. Call
-        with `guard` held."""
-        if self._not_replayed is None:  # once per run of a step, then kept up to date
-            self._not_replayed = {
-                key: record
-                for key, record in self._effects_by_step.get(identity, {}).items()
-                if record.state in MAYBE_HAPPENED and key not in self._attempt_keys
-            }
-        return sorted(self._not_replayed.values(), key=lambda r: r.intent)
 
     def _take_step(self, name: str) -> None:
         """Claim the run for step `name` on this thread; refuse a nested or concurrent step."""
@@ -753,7 +761,8 @@ class Run:
             self.steps.append(wanted)
         else:
             self.steps[number - 1] = wanted
-        self._identities = None
+        if self._identities is not None:
+            self._identities.add(wanted.identity)
         self._numbers[name] = number
         self._commit(
             {plan_path(number): dump(wanted)},
@@ -855,7 +864,7 @@ class Run:
         for number, status in enumerate(results):
             if status.state != "pending":
                 continue
-            done = self.effects_of_step(renamed.get(status.name, status.name))
+            done = self.effect_book.of_step(renamed.get(status.name, status.name))
             if not done:
                 continue
             counts = Counter[str](r.state for r in done)
@@ -934,6 +943,7 @@ class Run:
             was,
         )
         specs = tuple(_parse_all(planned.checks))
+        self.effect_book.step_begun(planned.identity)
         if not self._state:
             self.status(namespace=namespace)
         self._check_order(planned, force)
@@ -1331,19 +1341,10 @@ class Run:
     def close(self) -> None:
         """Let go of the run so another process can drive it."""
         global _active
-        pusher, self._pusher = self._pusher, None
-        if pusher is not None:
-            pusher.close()
-        lease, self._lease = self._lease, None
-        if lease is not None:
-            try:
-                lease.release()
-            except StepstoneError as exc:
-                self.notes.append(f"could not release the lease (it expires by itself): {exc}")
         if self._lock.held:
             self._save_index()
             self.store.collect_garbage_in_background()
-        self._lock.release()
+        self._let_go()
         if _active is self:
             _active = None
 

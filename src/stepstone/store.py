@@ -356,6 +356,17 @@ class GitStore:
             return None
         return str(self.repo.references[upstream].resolve().target)
 
+    def descends(self, commit: str | None, ancestor: str) -> bool:
+        """Whether `commit` is `ancestor` or has it in its history."""
+        if commit is None:
+            return False
+        if commit == ancestor:
+            return True
+        try:
+            return bool(self.repo.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
+        except (pygit2.GitError, KeyError, ValueError):
+            return False
+
     def damaged_ref(self, run: str, ref: str, exc: Exception) -> StoreError:
         """The error for a run whose ref cannot be read."""
         return StoreError(
