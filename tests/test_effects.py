@@ -122,7 +122,8 @@ def test_kill_at_each_boundary_never_duplicates_an_effect(workdir: Path, kind, p
 
         resumed = _driver(workdir, receiver, kind)
         _, err = resumed.communicate(timeout=120)
-        key = derive_key("fx", "notify", "notify")
+        uid = stepstone.open_run("fx", drive=False).info.uid
+        key = derive_key("fx", "notify", "notify", uid)
         if kind == "blind" and point in BLIND_UNKNOWN:
             assert resumed.returncode == 1
             assert "UnresolvedEffect" in err and f"stepstone resolve {key}" in err
@@ -207,10 +208,24 @@ def test_effects_in_a_loop_get_one_key_each(workdir: Path):
 
 
 def test_keys_are_stable_and_distinct():
-    assert derive_key("r", "s", "e") == derive_key("r", "s", "e")
-    assert (
-        len({derive_key("r", "s", "e"), derive_key("r", "s", "f"), derive_key("r2", "s", "e")}) == 3
-    )
+    assert derive_key("r", "s", "e", "u1") == derive_key("r", "s", "e", "u1")
+    keys = {
+        derive_key("r", "s", "e", "u1"),
+        derive_key("r", "s", "f", "u1"),
+        derive_key("r2", "s", "e", "u1"),
+        derive_key("r", "s", "e", "u2"),  # another run that has the same id
+        derive_key("r", "s", "e"),  # a run made before runs had a uid
+    }
+    assert len(keys) == 5
+
+
+def test_two_runs_of_one_id_in_two_stores_do_not_share_keys(tmp_path: Path):
+    keys = []
+    for project in ("a", "b"):
+        with stepstone.open_run("nightly", repo=tmp_path / project / ".stepstone") as run:
+            run.step("pay", lambda: stepstone.effect("charge", lambda k: {"key": k}))
+            keys.append(next(iter(run.effects)))
+    assert keys[0] != keys[1]
 
 
 def test_credentials_never_reach_a_record(workdir: Path):

@@ -100,10 +100,12 @@ def fingerprint(payload: Any) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def derive_key(run: str, step: str, name: str) -> str:
-    """The idempotency key of an effect: stable across restarts, kernels and machines."""
-    digest = hashlib.sha256(f"{run}\0{step}\0{name}".encode()).hexdigest()
-    return f"ss-{digest[:32]}"
+def derive_key(run: str, step: str, name: str, uid: str = "") -> str:
+    """The idempotency key of an effect: stable across restarts, kernels, machines and
+    copies of the run, and different for another run that has the same id (`uid` is
+    made when a run is created; runs made before it had one keep their keys)."""
+    text = f"{uid}\0{run}\0{step}\0{name}" if uid else f"{run}\0{step}\0{name}"
+    return f"ss-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
 
 def effect_path(key: str) -> str:
@@ -151,7 +153,7 @@ def perform(
     if was is not None:
         _check_name(was)
     identity = run.identity_of(step)
-    key = derive_key(run.id, identity, was or name)
+    key = derive_key(run.id, identity, was or name, run.info.uid)
     print_ = fingerprint(payload)
     seconds = default_timeout() if timeout is None else timeout
     book = run.effect_book

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import secrets
 import shlex
 import sys
 import threading
@@ -223,6 +224,7 @@ class Run:
             self._parse()
             self._settle_workdir()
             if drive and self._snap.commit is None:
+                self._note_info(uid=secrets.token_hex(8))
                 self._commit({}, f"run {self.id}: created", ["Stepstone-Status: created"])
             if drive:
                 store.point_head_at(self.id)
