@@ -432,3 +432,18 @@ def test_a_read_only_folder_is_named_as_the_cause(read_only_folder: Path, receiv
     assert done.returncode == 2
     assert "Read-only file system" in done.stderr and "--repo" in done.stderr
     assert "executed notebook" not in done.stderr
+
+
+def test_a_run_whose_ref_file_was_deleted_is_not_started_afresh(tmp_path: Path, receiver):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    (a / ".stepstone" / "refs" / "heads" / "job").unlink()  # not finished: no archive tag
+    status = cli("status", cwd=a)
+    assert status.returncode == 2 and "stepstone repair --run job" in status.stderr
+    refused = run_job(a, receiver)
+    assert refused.returncode != 0 and "repair" in refused.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+    assert cli("repair", "--run", "job", cwd=a).returncode == 0
+    assert run_job(a, receiver).returncode == 0
+    assert executions(a) == ["make", "total", "notify"]
+    assert list(receiver.applied("blind").values()) == [1]

@@ -287,7 +287,7 @@ class GitStore:
                     holds = self._flag(_DEDICATED_KEY) or (self.git_dir / "stepstone").is_dir()
             elif ref.startswith(_REMOTE_REFS) and ref.count("/") == 3:
                 run = ref.rsplit("/", 1)[1]
-                holds = run != "HEAD" and bool(self._holds_run(ref, run))
+                holds = run != "HEAD" and self._holds_run(ref, run) is not False
             else:
                 continue
             if holds and "/" not in run:
@@ -331,6 +331,13 @@ class GitStore:
         if len(runs) == 1:
             return runs[0]
         if not runs:
+            lost = self.lost_runs()
+            if lost:
+                raise StoreError(
+                    str(self.path),
+                    f"no run's ref can be read, but the history of run {lost[0]!r} is here "
+                    f"(its ref is gone): `stepstone repair --run {lost[0]}` restores it",
+                )
             raise InvalidInput(
                 f"no run id given and store {self.path} has no runs: pass a run id "
                 f"(--run ID, or STEPSTONE_RUN)"
@@ -399,7 +406,53 @@ class GitStore:
                 f"a repair note {note.name}"
                 for note in (self.git_dir / "stepstone" / "damaged").glob(f"{run}-*.txt")
             ]
+        with contextlib.suppress(OSError):
+            found += [
+                f"ref file {ref.relative_to(self.git_dir).as_posix()}"
+                for ref in (self.git_dir / _REMOTE_REFS).glob(f"*/{run}")
+            ]
+        # HEAD naming the run's missing branch: its commits may be all that is left (the
+        # lock file is no hint here: a driver creates it before it opens a new run)
+        if not found and self._hints(run, locks=False) and run in self.lost_runs([run]):
+            found.append("its commits, which HEAD names")
         return found
+
+    def _hints(self, run: str, *, locks: bool = True) -> str:
+        """What names `run` in this repository besides refs: HEAD, its lock file."""
+        hints = []
+        with contextlib.suppress(OSError):
+            if (self.git_dir / "HEAD").read_text().strip() == f"ref: {BRANCH_REFS}{run}":
+                hints.append("HEAD")
+        if locks and (self.git_dir / "stepstone" / "locks" / f"{run}.lock").exists():
+            hints.append("its lock file")
+        return " and ".join(hints)
+
+    def lost_runs(self, candidates: list[str] | None = None) -> list[str]:
+        """Runs whose ref is gone although HEAD or a lock file names them and their
+        commits are in the object database (one pass over it)."""
+        if candidates is None:
+            candidates = []
+            with contextlib.suppress(OSError):
+                head = (self.git_dir / "HEAD").read_text().strip()
+                if head.startswith(f"ref: {BRANCH_REFS}"):
+                    candidates.append(head.removeprefix(f"ref: {BRANCH_REFS}"))
+            with contextlib.suppress(OSError):
+                candidates += [
+                    lock.stem for lock in (self.git_dir / "stepstone" / "locks").glob("*.lock")
+                ]
+        known = set(self._run_refs_found().values())
+        wanted = {run for run in candidates if run not in known and self._hints(run)}
+        if not wanted:
+            return []
+        found: set[str] = set()
+        for oid in self.repo.odb:
+            with contextlib.suppress(pygit2.GitError, KeyError, ValueError):
+                obj = self.repo[oid]
+                if isinstance(obj, pygit2.Commit):
+                    found.update(parse_trailers(obj.message).get("Stepstone-Run", [])[:1])
+                    if wanted <= found:
+                        break
+        return sorted(wanted & found)
 
     def point_head_at(self, run: str) -> None:
         """In a bare store of stepstone's own, make HEAD the run's branch (for `git log`)."""
