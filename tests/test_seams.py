@@ -226,6 +226,25 @@ def test_a_renamed_notebook_does_not_start_its_run_again(tmp_path: Path, receive
     assert executions(a) == ["make", "total", "notify"]
     assert list(receiver.applied("blind").values()) == [1]
     assert "notebook moved" in (a / "job-final.out.ipynb").read_text()
+    again = cli("run", "job-final.ipynb", cwd=a, RECEIVER=receiver.url)  # the run it drives
+    assert again.returncode == 0, again.stderr
+    assert "as run job " in again.stderr
+    assert executions(a) == ["make", "total", "notify"]
+    assert list(receiver.applied("blind").values()) == [1]
+
+
+def test_a_notebook_moved_away_from_its_store_is_pointed_back_to_it(
+    tmp_path: Path, receiver: Receiver
+):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    (a / "notebooks").mkdir()
+    (a / "job.ipynb").rename(a / "notebooks" / "job.ipynb")
+    refused = cli("run", "notebooks/job.ipynb", cwd=a, RECEIVER=receiver.url)
+    assert refused.returncode == 2
+    assert "--run job --repo" in refused.stderr
+    assert not (a / "notebooks" / ".stepstone").exists()
+    assert list(receiver.applied("blind").values()) == [1]
 
 
 def test_every_command_resolves_files_in_the_runs_work_folder(tmp_path: Path, receiver):

@@ -93,8 +93,13 @@ def run_command(
                 repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE
             ).absolute()
             if not (run_id or os.environ.get(RUN_ENV)):
-                run_id = names.from_filename(notebook.stem)
-                nbrun.run_of_renamed(store, run_id, notebook, plan)
+                run_id = nbrun.choose_run(
+                    store,
+                    names.from_filename(notebook.stem),
+                    notebook,
+                    plan,
+                    default_store=not (repo or os.environ.get(STORE_ENV)),
+                )
             run_id = run_id or os.environ[RUN_ENV]
             output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
             GitStore(store)  # a store that cannot be made says why here, before any kernel

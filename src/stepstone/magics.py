@@ -15,10 +15,10 @@ from . import cellargs, names
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
-from .notebook import NOTEBOOK_ENV, claim, goal_of, plan_from_notebook, run_of_renamed
+from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, plan_from_notebook
 from .run import Run, open_run
 from .status import RunStatus, evidence_text
-from .store import RUN_ENV, resolve_store_path
+from .store import RUN_ENV, STORE_ENV, resolve_store_path
 
 
 def _relative(path: Path) -> str:
@@ -83,8 +83,13 @@ class StepstoneMagics(Magics):
             run_id = args.run or os.environ.get(RUN_ENV)
             plan = plan_from_notebook(notebook) if notebook is not None else None
             if run_id is None and notebook is not None and plan is not None:
-                run_id = names.from_filename(notebook.stem)
-                run_of_renamed(resolve_store_path(args.repo), run_id, notebook, plan)
+                run_id = choose_run(
+                    resolve_store_path(args.repo),
+                    names.from_filename(notebook.stem),
+                    notebook,
+                    plan,
+                    default_store=not (args.repo or os.environ.get(STORE_ENV)),
+                )
             if run_id is None:
                 raise UsageError("cannot tell which run this is: write %resume --run ID")
             if self.run is not None:

@@ -14,6 +14,7 @@ import asyncio
 import atexit
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -29,7 +30,7 @@ from .cellargs import parse_step_line, split_cell
 from .errors import InvalidInput, PlanError, StepstoneError
 from .models import PlannedStep, StepRecord
 from .run import Run, open_run, source_hash
-from .store import GitStore
+from .store import DEFAULT_STORE, GitStore
 
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
 
@@ -105,35 +106,78 @@ def claim(run: Run, notebook: Path) -> str | None:
     return f"the run's notebook moved: it was {before}, it is now {notebook}"
 
 
-def run_of_renamed(store_path: Path, run_id: str, notebook: Path, plan: list[PlannedStep]) -> None:
-    """Before a notebook starts a new run under an id taken from its file name: refuse
-    when a run of the store lost its notebook and has this notebook's steps, as a
-    renamed or moved notebook would otherwise redo every step and effect."""
+def choose_run(
+    store_path: Path,
+    run_id: str,
+    notebook: Path,
+    plan: list[PlannedStep],
+    *,
+    default_store: bool,
+) -> str:
+    """The run a notebook drives when no run id was given (`run_id` is the one its file
+    name gives): the run that records this very notebook, if the store has one (a
+    renamed notebook that was continued keeps its run); else `run_id`, unless a run lost
+    its notebook and has this notebook's steps (renamed, or moved away from its store:
+    nearby stores are looked at too when the store is the default beside the notebook),
+    which is refused with the command that continues it."""
+    readers = _readers(store_path)
+    for reader in readers:
+        base = reader.recorded_workdir()
+        recorded = (
+            (base / reader.info.notebook).resolve() if base and reader.info.notebook else None
+        )
+        if recorded == notebook.resolve():
+            return reader.id
+    if any(reader.id == run_id for reader in readers):
+        return run_id
+    places = [store_path]
+    if default_store:
+        places += [folder / DEFAULT_STORE for folder in [*notebook.parent.parents][:3]]
+        places.append(Path.cwd() / DEFAULT_STORE)
+    seen: set[Path] = set()
+    for place in places:
+        if place.resolve() in seen:
+            continue
+        seen.add(place.resolve())
+        _refuse_renamed(place, store_path, run_id, notebook, plan)
+    return run_id
+
+
+def _readers(store_path: Path) -> list[Run]:
     try:
         store = GitStore(store_path, create=False)
     except StepstoneError:
-        return
-    runs = store.runs()
-    if run_id in runs:
-        return
-    here = {step.name for step in plan}
-    for other in runs:
+        return []
+    found = []
+    for run in store.runs():
         try:
-            reader = open_run(other, repo=store_path, drive=False, create=False)
+            found.append(open_run(run, repo=store_path, drive=False, create=False))
         except StepstoneError:
             continue
+    return found
+
+
+def _refuse_renamed(
+    place: Path, store_path: Path, run_id: str, notebook: Path, plan: list[PlannedStep]
+) -> None:
+    here = {step.name for step in plan}
+    for reader in _readers(place):
         base = reader.recorded_workdir()
         shared = here & set(reader.steps.names)
         if not reader.info.notebook or not shared:
             continue
         if base is not None and (base / reader.info.notebook).is_file():
             continue
+        repo = (
+            "" if place.resolve() == store_path.resolve() else f" --repo {shlex.quote(str(place))}"
+        )
         raise InvalidInput(
-            f"{notebook.name} would start a new run {run_id!r}, but run {other!r} was made by "
-            f"the notebook {reader.info.notebook}, which is gone, and has its steps "
-            f"({names.listing(sorted(shared), 5)}). If this is that notebook renamed or "
-            f"moved, continue its run: `stepstone run {notebook.name} --run {other}` (or "
-            f"`%resume --run {other}`); to start a new run on purpose, name it: --run {run_id}"
+            f"{notebook.name} would start a new run {run_id!r}, but run {reader.id!r} in "
+            f"{place} was made by the notebook {reader.info.notebook}, which is gone, and has "
+            f"its steps ({names.listing(sorted(shared), 5)}). If this is that notebook "
+            f"renamed or moved, continue its run: `stepstone run "
+            f"{shlex.quote(notebook.name)} --run {reader.id}{repo}` (or `%resume --run "
+            f"{reader.id}{repo}`); to start a new run on purpose, name it: --run {run_id}"
         )
 
 
