@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_env, fsck, git
 from conftest import stepstone_cli as cli
-from jobs import executions, write_job
+from jobs import POST, executions, step_cell, write_job
 from receiver import Receiver
 
 import stepstone
@@ -466,3 +466,21 @@ def test_a_run_whose_ref_file_was_deleted_is_not_started_afresh(tmp_path: Path, 
     assert run_job(a, receiver).returncode == 0
     assert executions(a) == ["make", "total", "notify"]
     assert list(receiver.applied("blind").values()) == [1]
+
+
+def test_a_step_renamed_while_a_new_step_takes_its_old_name_sends_each_once(
+    tmp_path: Path, receiver: Receiver
+):
+    a = tmp_path / "a"
+    _finished_job(a, receiver)
+    (first_key,) = receiver.applied("blind")
+    new_notify = step_cell(
+        "notify", POST + "import stepstone\nstepstone.effect('announce', post, payload='v2')"
+    )
+    write_job(a, notify_name="notify-team", extra_cells=(new_notify,))
+    done = run_job(a, receiver)
+    assert done.returncode == 0, done.stderr
+    applied = receiver.applied("blind")
+    assert applied[first_key] == 1 and len(applied) == 2  # the new step's own, once
+    assert run_job(a, receiver).returncode == 0
+    assert receiver.applied("blind") == applied

@@ -46,6 +46,10 @@ class EffectBook:
         if self._unmet is not None and record.step not in self._begun:
             self._unmet.add(record.step)
 
+    def steps(self) -> list[str]:
+        """The identities of the steps that have effect records."""
+        return list(self._by_step)
+
     def of_step(self, identity: str) -> list[EffectRecord]:
         """The records of the step keyed by `identity`."""
         return list(self._by_step.get(identity, {}).values())

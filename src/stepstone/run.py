@@ -657,35 +657,31 @@ class Run:
 
     def _carry_renames(self, new: list[PlannedStep]) -> list[PlannedStep]:
         """`new` with each step's earlier names: kept from the plan for a step it has,
-        extended by `--was OLD`, or found for a new step whose source is that of a step
-        that left the plan (a clear rename). A renamed step's effects keep their keys,
-        so what it already sent is never sent again."""
-        staying = {step.name for step in new}
-        gone_by_source: dict[str, list[PlannedStep]] = {}
+        set by `--was OLD`, or found for a new step whose source is that of a step that
+        left the plan or whose own source changed (a clear rename, also when a new step
+        took the old name). A renamed step's effects keep their keys, so what it already
+        sent is never sent again; a step that takes a name another step's effects are
+        keyed by gets keys of its own."""
+        new_sources = {step.name: step.source_hash for step in new}
+        by_source: dict[str, list[PlannedStep]] = {}
         for number, extra in self.steps.extras.items():
-            if extra[3] and self.steps.names[number - 1] not in staying:
-                gone_by_source.setdefault(extra[3], []).append(self.steps[number - 1])
+            name = self.steps.names[number - 1]
+            if extra[3] and new_sources.get(name) != extra[3]:  # gone, or its source changed
+                by_source.setdefault(extra[3], []).append(self.steps[number - 1])
         carried = []
         for step in new:
             before: PlannedStep | None = None
             declared = step.renamed_from[-1] if step.renamed_from else None
-            if declared is not None and declared in staying:
-                raise PlanError(
-                    f"step {step.name!r} says it was {declared!r} (--was), but {declared!r} "
-                    f"is still in the plan: two steps cannot share one step's effects; drop "
-                    f"--was or the other step"
-                )
             planned = self._planned(step.name)
-            if planned is not None:
+            if planned is not None and (
+                declared is None or planned.renamed_from[-1:] == (declared,)
+            ):
                 renamed_from = planned.renamed_from
-                if declared is not None and renamed_from[-1:] != (declared,):
-                    before = self._planned(declared)  # --was added to a step the plan has
-                    renamed_from = (declared,)
             elif declared is not None:
-                before = self._planned(declared)
+                before = self._planned(declared)  # --was, new or added to a step the plan has
                 renamed_from = (declared,)
             else:
-                twins = gone_by_source.get(step.source_hash or "", [])
+                twins = by_source.get(step.source_hash or "", [])
                 before = twins[0] if len(twins) == 1 else None
                 renamed_from = ()
             if before is not None:
@@ -693,7 +689,33 @@ class Run:
             if renamed_from != step.renamed_from:
                 step = step.model_copy(update={"renamed_from": renamed_from})
             carried.append(step)
-        return carried
+        return self._own_identities(carried)
+
+    def _own_identities(self, steps: list[PlannedStep]) -> list[PlannedStep]:
+        """Give a step whose name another (renamed) step's effects are keyed by an
+        identity of its own, `NAME@2` and so on, never used by the plan or an effect."""
+        renamed = {step.identity for step in steps if step.renamed_from}
+        clashing = [s for s in steps if not s.renamed_from and s.name in renamed]
+        if not clashing:
+            return steps
+        taken = renamed | {s.identity for s in steps}
+        fresh = {step.name: self._fresh_identity(step.name, taken) for step in clashing}
+        return [
+            step.model_copy(update={"renamed_from": (fresh[step.name],)})
+            if step.name in fresh
+            else step
+            for step in steps
+        ]
+
+    def _fresh_identity(self, name: str, taken: set[str]) -> str:
+        """`NAME@k` for the smallest k from 2 that no step of `taken`, the plan or an
+        effect record uses; added to `taken`."""
+        used = taken | self.identities() | set(self.effect_book.steps())
+        k = 2
+        while f"{name}@{k}" in used:
+            k += 1
+        taken.add(f"{name}@{k}")
+        return f"{name}@{k}"
 
     def identity_of(self, name: str) -> str:
         """The name step `name`'s effects are keyed by (its first, across renames)."""
@@ -703,12 +725,11 @@ class Run:
     def identities(self) -> set[str]:
         """The names the plan's steps key their effects by."""
         if self._identities is None:
-            found = set(self.steps.names)
-            for number, extra in self.steps.extras.items():
-                if extra[4]:
-                    found.discard(self.steps.names[number - 1])
-                    found.add(extra[4][0])
-            self._identities = found
+            names, extras = self.steps.names, self.steps.extras
+            renamed = {number: extra[4][0] for number, extra in extras.items() if extra[4]}
+            self._identities = {
+                renamed.get(number, name) for number, name in enumerate(names, start=1)
+            }
         return self._identities
 
     def _planned(self, name: str) -> PlannedStep | None:
@@ -743,6 +764,8 @@ class Run:
         elif was is not None:
             before = self._planned(was)
             renamed_from = (*before.renamed_from, was) if before is not None else (was,)
+        elif name in self.identities():  # a renamed step's effects are keyed by this name
+            renamed_from = (self._fresh_identity(name, set()),)
         wanted = PlannedStep(
             number=number,
             name=name,
@@ -1399,7 +1422,7 @@ def _plan_changes(old: Sequence[PlanRow], new: Sequence[PlanRow]) -> list[str]:
     renamed = {
         row[5][-1]: name
         for name, (_, row) in after.items()
-        if name not in before and row[5] and row[5][-1] in before and row[5][-1] not in after
+        if name not in before and row[5] and row[5][-1] in before
     }
     changes = [f"renamed {old_name} -> {name}" for old_name, name in renamed.items()]
     changes += [f"added {n}" for n in after if n not in before and n not in renamed.values()]
