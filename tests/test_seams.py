@@ -484,3 +484,36 @@ def test_a_step_renamed_while_a_new_step_takes_its_old_name_sends_each_once(
     assert applied[first_key] == 1 and len(applied) == 2  # the new step's own, once
     assert run_job(a, receiver).returncode == 0
     assert receiver.applied("blind") == applied
+
+
+def test_finishing_again_restores_an_archive_tag_a_kill_lost(workdir: Path):
+    with stepstone.open_run("job") as run:
+        run.step("a", lambda: 1)
+        summary = run.finish()
+    git("tag", "-d", "stepstone/job", cwd=workdir / ".stepstone")  # killed before the tag
+    with stepstone.open_run("job") as run:
+        assert run.finish() == summary
+    assert git("tag", cwd=workdir / ".stepstone").split() == ["stepstone/job"]
+
+
+def test_a_value_whose_class_is_defined_in_its_step_runs_the_step_again(
+    tmp_path: Path, receiver: Receiver
+):
+    a = tmp_path / "a"
+    a.mkdir()
+    boxed = "%%step box --out box\nclass Box:\n    n = 3\nbox = Box()"
+    write_job(a, extra_cells=(boxed,))
+    assert run_job(a, receiver).returncode == 0
+    again = run_job(a, receiver)
+    assert again.returncode == 0, again.stderr
+    assert "[4/4] box: done" in again.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+
+
+def test_a_torn_head_of_the_store_is_written_again(workdir: Path):
+    with stepstone.open_run("job") as run:
+        run.step("a", lambda: 1)
+    (workdir / ".stepstone" / "HEAD").write_text("")
+    with stepstone.open_run("job") as run:
+        assert run.step("b", lambda: 2).value == 2
+    assert "step 2 b: confirmed" in git("log", "--format=%s", cwd=workdir / ".stepstone")

@@ -1158,7 +1158,14 @@ class Run:
                 )
             if not self._may_load(art):
                 raise StoreError(str(self.store.path), self._untrusted(var))
-            values[var] = artifacts.decode(art.format, data)
+            try:
+                values[var] = artifacts.decode(art.format, data)
+            except Exception as exc:  # a pickle whose class is gone, a missing pyarrow...
+                raise StepstoneError(
+                    f"saved output {var!r} cannot be loaded here ({type(exc).__name__}: "
+                    f"{exc}); the step runs again. A class defined in the step's own cell "
+                    f"is not there when the step is skipped: define it in a cell before"
+                ) from exc
         return values
 
     def step(
@@ -1311,7 +1318,9 @@ class Run:
         from . import summary
 
         self._require_lock()
-        if self.info.finished:
+        if self.info.finished:  # again: the summary as it was, and the tag if a kill lost it
+            if self._snap.commit and not self.store.tagged(self.id):
+                self.store.tag(self.id, self._snap.commit)
             done = self.store.blob(self._snap.tree, "summary.md") if self._snap.tree else None
             return done.decode() if done is not None else ""
         status = self.status()

@@ -38,7 +38,7 @@ from pathlib import Path
 import pygit2
 
 from . import durable, gitobjects, names
-from .atomic import fsync_dir
+from .atomic import fsync_dir, write_atomic
 from .errors import InvalidInput, StoreError
 
 DEFAULT_STORE = ".stepstone"
@@ -461,7 +461,11 @@ class GitStore:
         target = self.ref(run)
         if not target.startswith(BRANCH_REFS):
             return
-        head = self.repo.references.get("HEAD")
+        try:
+            head = self.repo.references.get("HEAD")
+        except pygit2.GitError:  # a torn HEAD: in a store of stepstone's own, only a pointer
+            write_atomic(self.git_dir / "HEAD", f"ref: {target}\n".encode())
+            return
         if (
             head is not None
             and head.type == pygit2.enums.ReferenceType.SYMBOLIC
@@ -469,6 +473,13 @@ class GitStore:
         ):
             return
         self.repo.references.create("HEAD", target, force=True)
+
+    def tagged(self, run: str) -> bool:
+        """Whether the run's archive tag `stepstone/<run>` exists."""
+        try:
+            return self.repo.references.get(TAG_REFS + names.run_id(run)) is not None
+        except pygit2.GitError:
+            return False
 
     def tag(self, run: str, commit: str) -> str:
         """Tag `commit` as `stepstone/<run>` (the archive of a finished run)."""
