@@ -16,12 +16,14 @@ In the Python API a plain callable can stand in for a spec.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import csv
 import hashlib
 import json
 import os
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,34 +269,40 @@ def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None =
 
 def _command(command: str, workdir: Path) -> tuple[int, str]:
     """Run a shell command in its own process group, bounded by `timeout()`: (exit status,
-    its output). On timeout the whole group is killed, so no child keeps it waiting."""
+    its output). Output goes to a temporary file, so a background child that keeps it
+    open cannot hold the check; on timeout the whole group is killed."""
     seconds = timeout()
-    try:
-        process = subprocess.Popen(
-            command,
-            shell=True,
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise CheckNotPassed(f"cannot run {command!r}: {exc}") from exc
-    try:
-        output, _ = process.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
+    with tempfile.TemporaryFile() as output:
+        try:
+            process = subprocess.Popen(
+                command,
+                shell=True,
+                cwd=workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise CheckNotPassed(f"cannot run {command!r}: {exc}") from exc
+        try:
+            process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            raise CheckNotPassed(
+                f"{command!r} did not finish within {seconds:g} s ({TIMEOUT_ENV})"
+            ) from None
+        except BaseException:
+            _kill_group(process)
+            raise
+        output.seek(0)
+        return process.returncode, output.read().decode(errors="replace")
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise CheckNotPassed(
-            f"{command!r} did not finish within {seconds:g} s ({TIMEOUT_ENV})"
-        ) from None
-    except BaseException:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        raise
-    return process.returncode, output
+    process.wait()
 
 
 def verify(

@@ -348,10 +348,14 @@ def carry_effects(
     tip = store.repo[kept]
     assert isinstance(tip, pygit2.Commit)
     seq = max(_seq(store, kept), _seq(store, other)) + 1
-    message = (
+    keys = "".join(
+        f"Stepstone-Key: {path.rsplit('/', 1)[1].removesuffix('.json')}\n"
+        for path in sorted(writes)
+    )
+    message = (  # the keys let `repair` see that dropping this commit would forget effects
         f"pull: carried over {len(writes)} effect(s) from the history not kept\n\n"
         f"Stepstone-Run: {run}\nStepstone-Status: carried\nStepstone-From: {other}\n"
-        f"Stepstone-Seq: {seq}\nStepstone-Holder: {holder}\n"
+        f"{keys}Stepstone-Seq: {seq}\nStepstone-Holder: {holder}\n"
     )
     store.commit(run, Snapshot(kept, str(tip.tree_id)), writes, message, author=holder)
     return tuple(sorted(writes))

@@ -800,7 +800,11 @@ class Run:
     # -- verification -----------------------------------------------------------
 
     def _verify_step(
-        self, planned: PlannedStep, record: StepRecord, namespace: Mapping[str, Any] | None
+        self,
+        planned: PlannedStep,
+        record: StepRecord,
+        namespace: Mapping[str, Any] | None,
+        run_commands: bool = True,
     ) -> str | None:
         """Why `record` no longer stands for `planned`, or None when it verifies."""
         if tuple(planned.checks) != tuple(record.checks):
@@ -818,7 +822,7 @@ class Run:
                 return str(exc)
         for ev in record.evidence:
             verdict = checks.verify(
-                ev, workdir=self.workdir, namespace=scope, run_commands=self._run_commands
+                ev, workdir=self.workdir, namespace=scope, run_commands=run_commands
             )
             if not verdict.checkable:
                 self._not_rerun.append(f"{planned.name} ({ev.check})")
@@ -905,7 +909,7 @@ class Run:
         record = self.records.get(planned.name)
         if record is None:
             return "its record cannot be read"
-        return self._verify_step(planned, record, namespace)
+        return self._verify_step(planned, record, namespace, self._run_commands)
 
     # -- steps ------------------------------------------------------------------
 
@@ -975,7 +979,7 @@ class Run:
         record = self.records.get(name)
         state = self._state.get(name, "pending")
         if record is not None and state == "verified":
-            problem = self._verify_step(planned, record, namespace)
+            problem = self._verify_step(planned, record, namespace)  # runs every check
             if problem is None:
                 try:
                     values = self._load_outputs(record)

@@ -257,7 +257,8 @@ class GitStore:
 
     def _holds_run(self, ref: str, run: str) -> bool | None:
         """Whether `ref`'s tip is a commit of `run` (its trailer says so, or, after a
-        commit made by hand, its tree has a `run.json`); None when it cannot be read."""
+        commit made by hand, its tree's `run.json` names the run); None when it cannot be
+        read."""
         try:
             reference = self.repo.references.get(ref)
             if reference is None:
@@ -267,7 +268,10 @@ class GitStore:
                 return False
             if parse_trailers(commit.message).get("Stepstone-Run") == [run]:
                 return True
-            return "run.json" in commit.tree
+            if "run.json" not in commit.tree:
+                return False
+            head = json.loads(self._blob_data(commit.tree["run.json"].id))
+            return isinstance(head, dict) and head.get("run") == run
         except (pygit2.GitError, KeyError, ValueError):
             return None
 
