@@ -517,3 +517,21 @@ def test_a_torn_head_of_the_store_is_written_again(workdir: Path):
     with stepstone.open_run("job") as run:
         assert run.step("b", lambda: 2).value == 2
     assert "step 2 b: confirmed" in git("log", "--format=%s", cwd=workdir / ".stepstone")
+
+
+def test_a_commit_made_by_hand_in_a_work_tree_clone_that_drops_effects_is_refused(
+    tmp_path: Path, receiver: Receiver
+):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _finished_job(a, receiver)
+    _copy_work_files(a, b)
+    git("clone", "-q", str(a / ".stepstone"), str(b / ".stepstone"), cwd=b)
+    effects = next((b / ".stepstone" / "effects").iterdir())
+    shutil.rmtree(effects)  # the work tree lost them, and the user commits that
+    git("-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qam", "tidy", cwd=b / ".stepstone")
+    refused = run_job(b, receiver)
+    assert refused.returncode != 0 and "made by hand" in refused.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+    assert cli("repair", cwd=b).returncode == 0
+    assert run_job(b, receiver).returncode == 0
+    assert list(receiver.applied("blind").values()) == [1]

@@ -9,11 +9,23 @@ record, so a run that sends thousands of effects keeps a flat cost per effect.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from .models import EffectRecord
 
 MAYBE_HAPPENED = ("submitted", "confirmed", "unresolved")
+_RANK = {"planned": 0, "submitted": 1, "unresolved": 2, "confirmed": 3}
+
+
+def state_rank(data: bytes) -> int:
+    """How far an effect's stored record says it got (planned 0 to confirmed 3; -1 for
+    a record that cannot be read)."""
+    try:
+        state = json.loads(data).get("state")
+    except (ValueError, AttributeError):
+        return -1
+    return _RANK.get(state, -1)
 
 
 def _family(name: str) -> str | None:

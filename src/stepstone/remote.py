@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 import pygit2
 
 from . import durable
+from .effectbook import state_rank
 from .errors import Diverged, LeaseHeld, LeaseLost, StepstoneError, StoreError
 from .store import (
     BRANCH_REFS,
@@ -307,27 +308,11 @@ def pull(
     return PullResult("kept local", local, remote, preserved, carried)
 
 
-_RANK = {"planned": 0, "submitted": 1, "unresolved": 2, "confirmed": 3}
-
-
 def _seq(store: GitStore, commit: str) -> int:
     obj = store.repo[commit]
     message = obj.message if isinstance(obj, pygit2.Commit) else ""
     seq = parse_trailers(message).get("Stepstone-Seq", ["0"])[0]
     return int(seq) if seq.isdigit() else 0
-
-
-def _effect_files(store: GitStore, commit: str) -> dict[str, bytes]:
-    obj = store.repo[commit]
-    assert isinstance(obj, pygit2.Commit)
-    return store.tree_files(str(obj.tree_id), lambda top: top == "effects")
-
-
-def _effect_state(data: bytes) -> int:
-    try:
-        return _RANK.get(json.loads(data).get("state"), -1)
-    except (ValueError, AttributeError):
-        return -1
 
 
 def carry_effects(
@@ -336,12 +321,12 @@ def carry_effects(
     """Commit onto `kept` (the run's tip) every effect record of `other` that is further
     along there (submitted, unresolved or confirmed where `kept` has it planned, less
     far, or not at all); return their paths."""
-    theirs = _effect_files(store, other)
-    ours = _effect_files(store, kept)
+    theirs = store.effect_files(other)
+    ours = store.effect_files(kept)
     writes = {
         path: data
         for path, data in theirs.items()
-        if _effect_state(data) > max(_effect_state(ours.get(path, b"{}")), 0)
+        if state_rank(data) > max(state_rank(ours.get(path, b"{}")), 0)
     }
     if not writes:
         return ()

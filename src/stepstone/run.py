@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import artifacts, checks, effects, models, names, trust
 from .bulk import collector_paused
-from .effectbook import MAYBE_HAPPENED, EffectBook
+from .effectbook import MAYBE_HAPPENED, EffectBook, state_rank
 from .errors import (
     CheckFailed,
     DecisionConflict,
@@ -68,7 +68,7 @@ from .models import (
 )
 from .redaction import error_text, redact
 from .status import RunStatus, StepState, StepStatus
-from .store import GitStore, holder_identity, parse_trailers
+from .store import READ_ERRORS, GitStore, holder_identity, parse_trailers
 from .verdicts import step_states
 
 if TYPE_CHECKING:
@@ -222,6 +222,17 @@ class Run:
                 if not (drive and create):
                     raise RunNotFound(self.id, str(store.path), store.runs())
             self._parse()
+            lost = (
+                rolled_back_effects(store, self._snap.commit) if drive and self._snap.commit else []
+            )
+            if lost:
+                raise StoreError(
+                    str(store.path),
+                    f"the tip of run {self.id!r} was made by hand and sets back effect records "
+                    f"({'; '.join(lost[:3])}), so their effects would be performed again. "
+                    f"`stepstone repair --run {self.id}` moves the run back to its newest "
+                    f"commit made by stepstone",
+                )
             self._settle_workdir()
             if drive and self._snap.commit is None:
                 self._note_info(uid=secrets.token_hex(8))
@@ -1493,13 +1504,32 @@ def open_run(
 
 
 def problems_at(store: GitStore, run: str, commit: str) -> list[str]:
-    """What a driver would refuse in `run`'s commit `commit`: its corrupt records and plan
-    (none when the commit is sound); `stepstone repair` moves a run to a sound one."""
+    """What a driver would refuse in `run`'s commit `commit`: its corrupt records and plan,
+    effect records a commit made by hand rolled back (none when the commit is sound);
+    `stepstone repair` moves a run to a sound one."""
     try:
         reader = Run(store, run, workdir=None, drive=False, create=False, cached=False, at=commit)
     except StepstoneError as exc:
         return [str(exc)]
-    return list(reader.corrupt)
+    return list(reader.corrupt) + rolled_back_effects(store, commit)
+
+
+def rolled_back_effects(store: GitStore, commit: str) -> list[str]:
+    """When `commit` was made by hand (a `git commit` in a clone's work tree, say): the
+    effects whose records it lost or set back from the last commit stepstone made. A
+    driver refuses such a tip, as the effects would be performed again."""
+    try:
+        base = store.made_by_stepstone(commit)
+        if base is None or base == commit:
+            return []
+        before, after = store.effect_files(base), store.effect_files(commit)
+    except READ_ERRORS:
+        return []
+    return [
+        f"{path.rsplit('/', 1)[1].removesuffix('.json')} was rolled back by commit {commit[:10]}"
+        for path, data in before.items()
+        if state_rank(data) > max(state_rank(after.get(path, b"{}")), 0)
+    ]
 
 
 def decided(key: str, default: Any = None) -> Any:

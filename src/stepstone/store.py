@@ -378,6 +378,24 @@ class GitStore:
         except (pygit2.GitError, KeyError, ValueError):
             return False
 
+    def effect_files(self, commit: str) -> dict[str, bytes]:
+        """The effect records of a commit's tree, by path."""
+        obj = self.repo[commit]
+        if not isinstance(obj, pygit2.Commit):
+            raise KeyError(f"{commit} is not a commit")
+        return self.tree_files(str(obj.tree_id), lambda top: top == "effects")
+
+    def made_by_stepstone(self, commit: str, *, within: int = 200) -> str | None:
+        """The newest commit of `commit`'s history that stepstone made (it carries a
+        `Stepstone-Run` trailer): `commit` itself unless it was made by hand."""
+        for found in self.repo.walk(pygit2.Oid(hex=commit), pygit2.enums.SortMode.NONE):
+            if "Stepstone-Run" in parse_trailers(found.message):
+                return str(found.id)
+            within -= 1
+            if within <= 0:
+                break
+        return None
+
     def damaged_ref(self, run: str, ref: str, exc: Exception) -> StoreError:
         """The error for a run whose ref cannot be read."""
         return StoreError(
