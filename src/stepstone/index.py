@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+from . import trust
 from .models import PlannedStep, StepRecord
 from .store import CACHE_AFTER, READ_ERRORS, GitStore, Snapshot, write_derived
 
@@ -37,7 +38,7 @@ PlanRow = tuple[
 ]
 # what many step records share: (status, checks, source_hash, error, evidence, world),
 # where `world` says that the record must be re-checked against the world (evidence
-# to re-check, or a pickled output that may not be loadable here)
+# to re-check, or a pickled output this user did not write: it may not load here)
 Shape = tuple[str, tuple[str, ...], "str | None", "str | None", tuple[EvidenceRow, ...], bool]
 
 Loader = Callable[[type[Any], dict[str, bytes]], list[Any]]
@@ -91,7 +92,10 @@ class RecordTable:
             record.error,
             evidence,
             any(kind != "completed" for _, kind, _, _ in evidence)
-            or any(art.format == "pickle" for art in record.outputs.values()),
+            or any(
+                art.format == "pickle" and not trust.signed_here(art.sha256, art.mark)
+                for art in record.outputs.values()
+            ),
         )
         kind = self._shape_ids.get(shape)
         if kind is None:
@@ -203,13 +207,23 @@ class StepIndex:
         columns = self.records.columns()
         shared = [names.get(name, name) for name in columns[0]]
         return marshal.dumps(
-            (FORMAT, self.tree, self.plan, self.extras, shared, *columns[1:], self.legacy_layout)
+            (
+                (FORMAT, trust.user_tag()),
+                self.tree,
+                self.plan,
+                self.extras,
+                shared,
+                *columns[1:],
+                self.legacy_layout,
+            )
         )
 
     @classmethod
     def loads(cls, data: bytes) -> StepIndex:
         fmt, tree, plan, extras, *columns, legacy = marshal.loads(data)
-        if fmt != FORMAT or not isinstance(plan, list) or not isinstance(extras, dict):
+        if fmt != (FORMAT, trust.user_tag()):  # the rows say which pickles are one's own
+            raise ValueError("an index of another format, or of another user")
+        if not isinstance(plan, list) or not isinstance(extras, dict):
             raise ValueError("an index of another format")
         return cls(tree, plan, extras, RecordTable(*columns), bool(legacy))
 

@@ -28,9 +28,9 @@ from typing import Any
 from . import names
 from .cellargs import parse_step_line, split_cell
 from .errors import InvalidInput, PlanError, StepstoneError
-from .models import PlannedStep, StepRecord
-from .run import Run, open_run, source_hash
-from .store import DEFAULT_STORE, GitStore
+from .models import PlannedStep, StepRecord, load
+from .run import Run, open_run, source_hash, step_path
+from .store import DEFAULT_STORE, GitStore, parse_trailers
 
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
 
@@ -330,12 +330,25 @@ class _Stopper:
 
 
 def _stored(run_id: str, repo: Path, name: str) -> tuple[int, StepRecord | None]:
-    """The run's sequence number and step `name`'s record, read-only ((0, None): no run)."""
+    """The run's sequence number and step `name`'s record ((0, None): no run), read from
+    its latest commit alone (a cell's outcome; the run may be large)."""
     try:
-        with open_run(run_id, repo=repo, drive=False, create=False) as reader:
-            return reader.seq, reader.records.get(name)
+        store = GitStore(repo, create=False)
+        head = store.head(run_id)
     except StepstoneError:
         return 0, None
+    if head.tree is None:
+        return 0, None
+    seq = parse_trailers(head.message).get("Stepstone-Seq", ["0"])[0]
+    for legacy in (False, True):
+        data = store.blob(head.tree, step_path(name, legacy=legacy))
+        if data is not None:
+            try:
+                record = load(StepRecord, data, name)
+            except StepstoneError:
+                record = None
+            return int(seq) if seq.isdigit() else 0, record
+    return int(seq) if seq.isdigit() else 0, None
 
 
 @contextmanager

@@ -549,6 +549,19 @@ class GitStore:
             raise self.damaged(run, commit_id, exc) from exc
         return Snapshot(commit_id, str(tree.id), files, commit.message)
 
+    def head(self, run: str) -> Snapshot:
+        """The latest commit of `run` without its files: ids and message."""
+        commit_id = self.tip(run)
+        if commit_id is None:
+            return Snapshot(None, None)
+        try:
+            commit = self.repo[commit_id]
+            if not isinstance(commit, pygit2.Commit):
+                raise KeyError(f"{commit_id} is not a commit")
+        except READ_ERRORS as exc:
+            raise self.damaged(run, commit_id, exc) from exc
+        return Snapshot(commit_id, str(commit.tree_id), message=commit.message)
+
     def damaged(self, run: str, commit: str, exc: Exception) -> StoreError:
         """The error for a commit of `run` that cannot be read."""
         return StoreError(

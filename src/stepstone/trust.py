@@ -35,11 +35,17 @@ def config_dir() -> Path:
     return Path(base) / "stepstone"
 
 
+_keys: dict[Path, bytes] = {}  # read once per process
+
+
 def _key(*, create: bool) -> bytes | None:
     path = config_dir() / _KEY
+    if path in _keys:
+        return _keys[path]
     with contextlib.suppress(OSError):
         data = path.read_bytes()
         if len(data) >= 32:
+            _keys[path] = data
             return data
     if not create:
         return None
@@ -51,10 +57,14 @@ def _key(*, create: bool) -> bytes | None:
             handle.write(secrets.token_bytes(32))
             handle.flush()
             os.fsync(handle.fileno())
-        with contextlib.suppress(FileExistsError):  # another process made it first
+        try:
             os.link(tmp, path)
+        except FileExistsError:  # another process made it first, or it is torn
+            if len(path.read_bytes()) < 32:
+                os.replace(tmp, path)
         tmp.unlink(missing_ok=True)
-        return path.read_bytes()
+        _keys[path] = path.read_bytes()
+        return _keys[path]
     except OSError:
         return None  # no writable configuration folder: nothing is signed
 
@@ -71,6 +81,13 @@ def signed_here(sha256: str, mark: str | None) -> bool:
     if key is None or not mark:
         return False
     return hmac.compare_digest(hmac.new(key, sha256.encode(), hashlib.sha256).hexdigest(), mark)
+
+
+def user_tag() -> str:
+    """A short name for this user's key ("" without one): derived data that depends on
+    which values are one's own is kept per user."""
+    key = _key(create=False)
+    return "" if key is None else hashlib.sha256(key).hexdigest()[:16]
 
 
 def _store_id(git_dir: Path) -> str:
