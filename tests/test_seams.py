@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -535,3 +536,41 @@ def test_a_commit_made_by_hand_in_a_work_tree_clone_that_drops_effects_is_refuse
     assert cli("repair", cwd=b).returncode == 0
     assert run_job(b, receiver).returncode == 0
     assert list(receiver.applied("blind").values()) == [1]
+
+
+COPIED_HOLDER = """
+import pathlib, sys, time, stepstone
+run = stepstone.open_run("job", repo=sys.argv[1])
+run.step("a", lambda: 1)
+pathlib.Path(sys.argv[2]).write_text("")
+time.sleep(120)
+"""
+
+
+def test_a_store_copied_while_its_run_is_driven_is_not_driven_too(tmp_path: Path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", COPIED_HOLDER, str(a / ".stepstone"), str(ready)],
+        env=clean_env(),
+        cwd=a,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert holder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        shutil.copytree(a, b)
+        with pytest.raises(stepstone.RunLocked, match="copied from"):
+            stepstone.open_run("job", repo=b / ".stepstone", workdir=b)
+    finally:
+        holder.kill()
+        holder.wait()
+    with stepstone.open_run("job", repo=b / ".stepstone", workdir=b) as run:
+        assert run.driving  # once the original's driver is gone, the copy is a run of its own
+
+
+def test_opening_a_run_twice_in_one_process_says_so(workdir: Path):
+    with stepstone.open_run("job"), pytest.raises(stepstone.RunLocked, match="this process"):
+        stepstone.open_run("job")

@@ -36,11 +36,51 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunLocked(self.run, self.describe_holder()) from None
-        info = json.dumps({"holder": self.holder, "since": now()}).encode()
+            holder = self.describe_holder()
+            if holder.startswith(f"{self.holder} since"):
+                holder = (
+                    f"this process ({self.holder}), which opened the run already: close "
+                    f"that run (run.close(), or use `with`) before opening it again"
+                )
+            raise RunLocked(self.run, holder) from None
+        try:
+            self._refuse_a_copy_being_driven(os.pread(fd, 4096, 0))
+        except BaseException:
+            os.close(fd)
+            raise
+        info = json.dumps(
+            {"holder": self.holder, "since": now(), "lock": str(self.path.resolve())}
+        ).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, info, 0)
         self._fd = fd
+
+    def _refuse_a_copy_being_driven(self, previous: bytes) -> None:
+        """A store copied (`cp -r`, a tarball) while its run was driven carries the lock
+        file of the original: when the original's lock is still held, this copy is a
+        second driver of the same run, whose effects would be repeated."""
+        try:
+            original = Path(json.loads(previous)["lock"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if original == self.path.resolve() or not original.exists():
+            return
+        try:
+            fd = os.open(original, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = RunLock(original, self.run, "").describe_holder()
+            raise RunLocked(
+                self.run,
+                f"{holder}, in the store this one was copied from ({original.parent.parent.parent}"
+                f"); a copy made while a run is driven would repeat its effects: wait for that "
+                f"process to finish, then copy the store again",
+            ) from None
+        finally:
+            os.close(fd)
 
     def describe_holder(self) -> str:
         """`user@host pid N since T` from the lock file, as well as it can be read."""
