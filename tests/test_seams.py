@@ -574,3 +574,20 @@ def test_a_store_copied_while_its_run_is_driven_is_not_driven_too(tmp_path: Path
 def test_opening_a_run_twice_in_one_process_says_so(workdir: Path):
     with stepstone.open_run("job"), pytest.raises(stepstone.RunLocked, match="this process"):
         stepstone.open_run("job")
+
+
+def test_a_script_run_from_another_folder_does_not_start_its_run_again(tmp_path: Path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "etl.py").write_text(SCRIPT)
+    first = subprocess.run([sys.executable, "etl.py"], cwd=project, env=clean_env())
+    assert first.returncode == 0
+    elsewhere = subprocess.run(
+        [sys.executable, "project/etl.py"],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert elsewhere.returncode == 1 and "lives in" in elsewhere.stderr
+    assert not (tmp_path / ".stepstone").exists()

@@ -68,7 +68,7 @@ from .models import (
 )
 from .redaction import error_text, redact
 from .status import RunStatus, StepState, StepStatus
-from .store import READ_ERRORS, GitStore, holder_identity, parse_trailers
+from .store import READ_ERRORS, GitStore, holder_identity, parse_trailers, resolve_store_path
 from .verdicts import step_states
 
 if TYPE_CHECKING:
@@ -1404,6 +1404,28 @@ class Run:
         self.close()
 
 
+def _refuse_a_second_store(run: str | None) -> None:
+    """A script run from another folder would make a new `.stepstone` there and redo its
+    run: refuse when the script's own folder holds a store with that run."""
+    here = resolve_store_path(None)
+    program = _driver_program()
+    if here.exists() or program is None or run is None:
+        return
+    home = program.parent / ".stepstone"
+    if home.resolve() == here.resolve() or not home.is_dir():
+        return
+    try:
+        there = GitStore(home, create=False).runs()
+    except StepstoneError:
+        return
+    if run in there:
+        raise InvalidInput(
+            f"run {run!r} lives in {home}, beside {program.name}, and this folder has no "
+            f"store: run the script from {program.parent} (or pass repo={str(home)!r}) "
+            f"to go on with it, instead of starting it again in a new store here"
+        )
+
+
 def _driver_program() -> Path | None:
     """The script this process runs (`python etl.py`), when it is the user's own: not a
     tool installed with Python (a kernel launcher, pytest)."""
@@ -1487,6 +1509,8 @@ def open_run(
     records the folder it works in.
     """
     global _active
+    if drive and create and repo is None:
+        _refuse_a_second_store(run)
     store = GitStore(repo, create=create and drive)
     run_id = store.pick_run(run)
     opened = Run(
