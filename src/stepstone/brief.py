@@ -58,20 +58,24 @@ class Command:
 
 def command(status: RunStatus, where: Context) -> Command | None:
     """The command that continues the run, or None when only its own code can (a
-    Python-API run whose script is not known). Paths are relative to the run's folder,
-    so the command also works on a copy of the project."""
+    Python-API run whose script is not known, or a finished run). Paths are relative to
+    the run's folder, so the command also works on a copy of the project."""
+    if status.finished:
+        return None
     if where.notebook:
         argv = ["stepstone", "run", where.notebook, "--run", status.run]
         if where.store.resolve() != (where.workdir / ".stepstone").resolve():
             argv += ["--repo", os.path.relpath(where.store.resolve(), where.workdir.resolve())]
         return Command(tuple(argv), where.workdir)
     if where.program:
-        return Command(("python", where.program), where.workdir)
+        return Command(("python", *shlex.split(where.program)), where.workdir)
     return None
 
 
 def _command_text(status: RunStatus, where: Context) -> str:
     found = command(status, where)
+    if status.finished:
+        return "The run is finished: `stepstone reopen --why REASON` opens it again."
     if found is None:
         return (
             f"Run again the code that drives it: it opens the run with "
@@ -129,9 +133,10 @@ def render(status: RunStatus, where: Context) -> str:
     if status.finished:
         lines.append(f"**Finished:** {status.finished}")
     lines += ["", f"## Done ({len(done)} of {len(status.steps)} verified now)"]
-    if len(done) > _DETAILED_DONE:
-        lines.append(f"- steps {_ranges(done[:-_DETAILED_DONE])}: verified (`stepstone status`)")
-    lines += [f"- {s.number} {s.name}: {s.evidence_text}" for s in done[-_DETAILED_DONE:]]
+    shown = done if len(done) <= _DETAILED_DONE + 1 else done[-_DETAILED_DONE:]
+    if len(shown) < len(done):
+        lines.append(f"- steps {_ranges(done[: -len(shown)])}: verified (`stepstone status`)")
+    lines += [f"- {s.number} {s.name}: {s.evidence_text}" for s in shown]
     if not done:
         lines.append("- nothing yet")
     if other or pending:
@@ -149,7 +154,8 @@ def render(status: RunStatus, where: Context) -> str:
         lines += ["", "## Unresolved effects (never repeat them blindly)"]
         lines += [
             f"- `{e['key']}` ({e['step']}/{e['name']}), intent {e['intent']}: check the "
-            f"receiver, then `stepstone resolve {e['key']} --happened` or `--not-happened`"
+            f"receiver, then `stepstone resolve {e['key']} --run {status.run} --happened` or "
+            f"`--not-happened`"
             for e in status.unresolved_effects
         ]
     if status.notes:

@@ -107,7 +107,8 @@ class RunFinished(StepstoneError):
         super().__init__(
             f"run {run!r} was finished at {finished} (tag stepstone/{run}) and is not changed "
             f"any more. To go on with it, `stepstone reopen --run {run} --why REASON` (recorded); "
-            f"to start over, use a new run id (--run {run}-2)"
+            f"to do it all again as a new run, whose effects are sent again, use a new run id "
+            f"(--run {run}-2)"
         )
 
 
@@ -172,8 +173,8 @@ class UnresolvedEffect(StepstoneError):
         self.since = since
         super().__init__(
             f"effect {key} of step {step!r} was submitted at {since} and its outcome is "
-            f"unknown. Check the receiver, then run `stepstone resolve {key} --happened "
-            f"[--receipt R]` or `stepstone resolve {key} --not-happened` (run {run!r})"
+            f"unknown. Check the receiver, then run `stepstone resolve {key} --run {run} "
+            f"--happened [--receipt R]` or `stepstone resolve {key} --run {run} --not-happened`"
         )
 
 

@@ -41,7 +41,7 @@ class RunInfo(Record):
     goal: str = ""
     notebook: str = ""  # the notebook that drives the run, relative to `workdir`
     workdir: str = ""  # where its relative paths resolve, relative to the store's folder
-    program: str = ""  # the script that drives a Python-API run, relative to `workdir`
+    program: str = ""  # the command line of a Python-API run's script, relative to `workdir`
     uid: str = ""  # made at creation: a new run of the same id keys its effects anew
     seq: int = 0
     finished: str | None = None

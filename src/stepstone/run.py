@@ -324,7 +324,8 @@ class Run:
             self._note_info(workdir=self._relative_to_store(self.workdir))
             program = _driver_program()
             if program is not None and not self.info.notebook:
-                self._note_info(program=Path(os.path.relpath(program, self.workdir)).as_posix())
+                script = Path(os.path.relpath(program, self.workdir)).as_posix()
+                self._note_info(program=shlex.join([script, *sys.argv[1:]]))
 
     def recorded_workdir(self) -> Path | None:
         """The run's recorded work folder, if it exists on this machine."""

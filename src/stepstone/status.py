@@ -84,8 +84,8 @@ class RunStatus:
         if self.unresolved_effects:
             key = self.unresolved_effects[0]["key"]
             return (
-                f"settle the unresolved effect {key}: `stepstone resolve {key} --happened` "
-                f"or `--not-happened`"
+                f"settle the unresolved effect {key}: check the receiver, then `stepstone "
+                f"resolve {key} --run {self.run} --happened` or `--not-happened`"
             )
         step = self.next_step
         if step is not None:
@@ -102,9 +102,10 @@ class RunStatus:
                 " (the plan grows as steps are met)" if self.plan_mode == "incremental" else ""
             )
         if self.open_unknowns:
+            first = self.open_unknowns[0].id
             return (
-                f"all {len(self.steps)} steps verified; resolve {len(self.open_unknowns)} open "
-                f"unknown(s), then finish the run"
+                f"all {len(self.steps)} steps verified; answer {len(self.open_unknowns)} open "
+                f"unknown(s) (`%unknown --resolve {first} ANSWER`), then finish the run"
             )
         if self.plan_mode == "incremental":
             return (

@@ -149,6 +149,8 @@ class GitStore:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True):
         self.path = resolve_store_path(path)
+        if self.path.name == ".git" and (self.path / "HEAD").is_file():
+            self.path = self.path.parent  # a work-tree clone: the store is the folder
         _enable_fsync()
         self.repo = self._open(create)
         self._run_refs: dict[str, str] = {}  # run -> the local ref that holds it, once found
@@ -175,10 +177,12 @@ class GitStore:
                 except pygit2.GitError as exc:
                     raise StoreError(where, f"is a damaged Git repository ({exc})") from exc
             if any(self.path.iterdir()):
+                inside = self.path / DEFAULT_STORE
                 raise StoreError(
                     where,
                     "is a folder but not a Git repository; pass --repo an empty or new "
-                    "folder, or a Git repository",
+                    "folder, or a Git repository"
+                    + (f" (the store here is {inside})" if inside.is_dir() else ""),
                 )
         if not create:
             raise StoreError(where, "does not exist; run a notebook or `%resume` to create it")
