@@ -351,6 +351,9 @@ def test_a_folder_check_is_evidenced_by_the_files_in_it(workdir: Path):
     with stepstone.open_run("job") as run:
         record = run.step("make", make, checks=["file:data"]).record
     assert record.evidence[0].detail.startswith("folder, 2 files")
+    Path("data/.ipynb_checkpoints").mkdir()
+    Path("data/.ipynb_checkpoints/a-checkpoint.csv").write_text("x\n")  # Jupyter's, not data
+    assert stepstone.open_run("job", drive=False).status().steps[0].state == "verified"
     Path("data/b.csv").write_text("y\n3\n")
     status = stepstone.open_run("job", drive=False).status()
     assert status.steps[0].state == "stale" and "changed" in status.steps[0].reason

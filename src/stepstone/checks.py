@@ -3,7 +3,7 @@
 A check is written `KIND:ARGUMENT`:
 
     file:PATH            the file exists and parses by its type; evidence is its sha256
-                         (a folder: every file in it, by path and sha256)
+                         (a folder: every file in it, by path and sha256, hidden ones aside)
     sha256:PATH=HEX      the file's sha256 equals HEX
     cmd:COMMAND          the command exits 0 (run by the shell in the run's folder)
     expr:EXPRESSION      a Python expression over the given values is truthy
@@ -127,11 +127,14 @@ def sha256_file(path: Path) -> str:
 
 def sha256_folder(path: Path) -> tuple[str, int, int]:
     """(the sha256 of a folder's files: each one's relative path and sha256, in order;
-    how many files; their total size). Symbolic links are followed; hidden files count."""
+    how many files; their total size). Symbolic links are followed; hidden files and
+    folders (`.ipynb_checkpoints`, `.DS_Store`) do not count."""
     digest = hashlib.sha256()
     count = size = 0
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         relative = file.relative_to(path).as_posix()
+        if any(part.startswith(".") for part in relative.split("/")):
+            continue
         digest.update(f"{relative}\0{sha256_file(file)}\n".encode())
         count += 1
         size += file.stat().st_size
