@@ -112,6 +112,7 @@ def test_a_zero_length_pack_loses_its_whole_commit_and_repair_needs_force(workdi
     assert refused.returncode == 2 and "the tip" in refused.stderr and "--force" in refused.stderr
     done = cli("repair", "--force", cwd=workdir)
     assert done.returncode == 0, done.stderr
+    assert "1 commit(s) dropped" in done.stdout  # the unreadable tip counts
     with stepstone.open_run("job") as run:
         states = {s.name: s.state for s in run.status().steps}
         assert states == {"a": "verified", "b": "verified", "c": "pending"}
