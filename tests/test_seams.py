@@ -41,6 +41,14 @@ def _finished_job(folder: Path, receiver: Receiver) -> None:
     assert list(receiver.applied("blind").values()) == [1]
 
 
+def assert_nothing_repeated(a: Path, receiver: Receiver) -> None:
+    """Running the job again in `a` executes no step again and sends nothing again."""
+    done = run_job(a, receiver)
+    assert done.returncode == 0, done.stderr
+    assert executions(a) == ["make", "total", "notify"]
+    assert list(receiver.applied("blind").values()) == [1]
+
+
 def _copy_work_files(a: Path, b: Path) -> None:
     """What agent B gets besides the store: the notebook and the files it made."""
     shutil.copytree(a, b, ignore=shutil.ignore_patterns(".stepstone"))
@@ -95,9 +103,7 @@ def test_a_store_whose_settings_were_lost_still_holds_its_runs(tmp_path: Path, r
     status = cli("status", cwd=a)
     assert status.returncode == 0, status.stderr
     assert "notify  verified" in status.stdout
-    assert run_job(a, receiver).returncode == 0
-    assert executions(a) == ["make", "total", "notify"]
-    assert list(receiver.applied("blind").values()) == [1]
+    assert_nothing_repeated(a, receiver)
 
 
 def test_a_damaged_ref_stops_the_run_and_names_the_repair(tmp_path: Path, receiver):
@@ -119,9 +125,7 @@ def test_a_damaged_ref_stops_the_run_and_names_the_repair(tmp_path: Path, receiv
     repaired = cli("repair", cwd=a)
     assert repaired.returncode == 0, repaired.stderr
     assert git("rev-parse", "job", cwd=store).strip() == tip
-    assert run_job(a, receiver).returncode == 0
-    assert executions(a) == ["make", "total", "notify"]
-    assert list(receiver.applied("blind").values()) == [1]
+    assert_nothing_repeated(a, receiver)
     fsck(store)
 
 
@@ -138,9 +142,7 @@ def test_a_run_whose_ref_is_gone_but_whose_archive_tag_remains_is_not_started_af
     assert "stepstone/job" in refused.stderr and "repair" in refused.stderr
     assert list(receiver.applied("blind").values()) == [1]
     assert cli("repair", cwd=a, STEPSTONE_RUN="job").returncode == 0
-    assert run_job(a, receiver).returncode == 0
-    assert executions(a) == ["make", "total", "notify"]
-    assert list(receiver.applied("blind").values()) == [1]
+    assert_nothing_repeated(a, receiver)
 
 
 def test_a_renamed_step_with_the_same_source_does_not_send_its_effect_again(
@@ -467,9 +469,7 @@ def test_a_run_whose_ref_file_was_deleted_is_not_started_afresh(tmp_path: Path, 
     assert refused.returncode != 0 and "repair" in refused.stderr
     assert list(receiver.applied("blind").values()) == [1]
     assert cli("repair", "--run", "job", cwd=a).returncode == 0
-    assert run_job(a, receiver).returncode == 0
-    assert executions(a) == ["make", "total", "notify"]
-    assert list(receiver.applied("blind").values()) == [1]
+    assert_nothing_repeated(a, receiver)
 
 
 def test_a_step_renamed_while_a_new_step_takes_its_old_name_sends_each_once(

@@ -537,25 +537,22 @@ class GitStore:
         """The files of the latest commit of `run` (or of commit `at`; top folders in
         `skip` are left out); `cached=False` reads every file from Git, not through the
         read cache."""
-        commit_id = at or self.tip(run)
-        if commit_id is None:
-            return Snapshot(None, None)
+        found = self.head(run, at=at)
+        if found.commit is None or found.tree is None:
+            return found
         try:
-            commit = self.repo[commit_id]
-            if not isinstance(commit, pygit2.Commit):
-                raise KeyError(f"{commit_id} is not a commit")
-            tree = commit.tree
+            tree = self._tree(found.tree)
             if cached:
-                files = self._read_cached(run, tree, skip)
+                found.files = self._read_cached(run, tree, skip)
             else:
-                files = self.tree_files(str(tree.id), lambda top: top not in skip)
+                found.files = self.tree_files(found.tree, lambda top: top not in skip)
         except READ_ERRORS as exc:
-            raise self.damaged(run, commit_id, exc) from exc
-        return Snapshot(commit_id, str(tree.id), files, commit.message)
+            raise self.damaged(run, found.commit, exc) from exc
+        return found
 
-    def head(self, run: str) -> Snapshot:
-        """The latest commit of `run` without its files: ids and message."""
-        commit_id = self.tip(run)
+    def head(self, run: str, *, at: str | None = None) -> Snapshot:
+        """The latest commit of `run` (or commit `at`) without its files: ids, message."""
+        commit_id = at or self.tip(run)
         if commit_id is None:
             return Snapshot(None, None)
         try:
