@@ -139,7 +139,8 @@ def choose_run(
         if place.resolve() in seen:
             continue
         seen.add(place.resolve())
-        _refuse_renamed(place, store_path, run_id, notebook, plan)
+        found = readers if place == store_path else _readers(place)
+        _refuse_renamed(found, place, store_path, run_id, notebook, plan)
     return run_id
 
 
@@ -158,10 +159,15 @@ def _readers(store_path: Path) -> list[Run]:
 
 
 def _refuse_renamed(
-    place: Path, store_path: Path, run_id: str, notebook: Path, plan: list[PlannedStep]
+    readers: list[Run],
+    place: Path,
+    store_path: Path,
+    run_id: str,
+    notebook: Path,
+    plan: list[PlannedStep],
 ) -> None:
     here = {step.name for step in plan}
-    for reader in _readers(place):
+    for reader in readers:
         base = reader.recorded_workdir()
         shared = here & set(reader.steps.names)
         if not reader.info.notebook or not shared:

@@ -68,7 +68,14 @@ from .models import (
 )
 from .redaction import error_text, redact
 from .status import RunStatus, StepState, StepStatus
-from .store import READ_ERRORS, GitStore, holder_identity, parse_trailers, resolve_store_path
+from .store import (
+    DEFAULT_STORE,
+    READ_ERRORS,
+    GitStore,
+    holder_identity,
+    parse_trailers,
+    resolve_store_path,
+)
 from .verdicts import step_states
 
 if TYPE_CHECKING:
@@ -105,8 +112,7 @@ def holding(store: GitStore, run: str) -> Iterator[None]:
     lock = run_lock(store, names.run_id(run), holder_identity())
     lock.acquire()
     try:
-        for stale in store.stale_ref_locks(run):
-            stale.unlink(missing_ok=True)
+        store.clear_stale_ref_locks(run)
         yield
     finally:
         lock.release()
@@ -246,8 +252,7 @@ class Run:
     # -- loading ----------------------------------------------------------------
 
     def _recover_locks(self) -> None:
-        for lock in self.store.stale_ref_locks(self.id):
-            lock.unlink(missing_ok=True)
+        for lock in self.store.clear_stale_ref_locks(self.id):
             self.notes.append(f"removed a stale lock {lock.name} left by a killed process")
 
     def _where(self, path: str) -> str:
@@ -534,10 +539,9 @@ class Run:
     def step_label(self, name: str) -> str:
         """`N name` for a step of the plan (as commit trailers write it), else `name`."""
         number = self._numbers.get(name)
-        if number is None:
-            number = next(
-                (s.number for s in self.steps if s.renamed_from and s.identity == name), None
-            )
+        if number is None:  # an effect's step, named by its identity
+            step = next((s for s, identity in self._renamed().items() if identity == name), None)
+            number = self._numbers.get(step) if step is not None else None
         return f"{number} {name}" if number is not None else name
 
     @property
@@ -734,14 +738,16 @@ class Run:
         planned = self._planned(name)
         return planned.identity if planned is not None else name
 
+    def _renamed(self) -> dict[str, str]:
+        """Name -> identity for the plan's steps whose effects are keyed by another name."""
+        names, extras = self.steps.names, self.steps.extras
+        return {names[number - 1]: extra[4][0] for number, extra in extras.items() if extra[4]}
+
     def identities(self) -> set[str]:
         """The names the plan's steps key their effects by."""
         if self._identities is None:
-            names, extras = self.steps.names, self.steps.extras
-            renamed = {number: extra[4][0] for number, extra in extras.items() if extra[4]}
-            self._identities = {
-                renamed.get(number, name) for number, name in enumerate(names, start=1)
-            }
+            renamed = self._renamed()
+            self._identities = {renamed.get(name, name) for name in self.steps.names}
         return self._identities
 
     def _planned(self, name: str) -> PlannedStep | None:
@@ -900,8 +906,7 @@ class Run:
         """Pending steps that performed effects were interrupted partway: say so."""
         if not self.effects:
             return results
-        names, extras = self.steps.names, self.steps.extras
-        renamed = {names[n - 1]: extra[4][0] for n, extra in extras.items() if extra[4]}
+        renamed = self._renamed()
         for number, status in enumerate(results):
             if status.state != "pending":
                 continue
@@ -1412,7 +1417,7 @@ def _refuse_a_second_store(run: str | None) -> None:
     program = _driver_program()
     if here.exists() or program is None or run is None:
         return
-    home = program.parent / ".stepstone"
+    home = program.parent / DEFAULT_STORE
     if home.resolve() == here.resolve() or not home.is_dir():
         return
     try:

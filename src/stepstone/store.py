@@ -515,14 +515,15 @@ class GitStore:
             durable.sync_filesystem(self.git_dir)
         return name
 
-    def stale_ref_locks(self, run: str) -> list[Path]:
-        """Lock files of the run's ref, left by a killed writer.
-
-        Only stepstone drivers write a run's ref (gc is told not to pack refs),
-        so once the run lock is held, any such lock file is stale.
-        """
+    def clear_stale_ref_locks(self, run: str) -> list[Path]:
+        """Remove the lock files of the run's ref that a killed writer left; the ones
+        removed. Call it holding the run lock: only stepstone drivers write a run's ref
+        (gc is told not to pack refs), so then any such lock file is stale."""
         locks = [self.git_dir / (self.ref(run) + ".lock"), self.git_dir / "packed-refs.lock"]
-        return [lock for lock in locks if lock.exists()]
+        stale = [lock for lock in locks if lock.exists()]
+        for lock in stale:
+            lock.unlink(missing_ok=True)
+        return stale
 
     # -- reading ----------------------------------------------------------------
 
