@@ -1,0 +1,110 @@
+"""Settings, resolved once: arguments, then `STEPSTONE_*` variables, then a store's Git
+config, then defaults.
+
+`Settings.from_env()` reads the process environment; a store adds what its Git config
+says with `with_config`. Code is handed a `Settings` and reads its fields; tests build
+one with the fields they need (`dataclasses.replace`) instead of patching modules.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+STORE_ENV = "STEPSTONE_REPO"  # the store's path
+RUN_ENV = "STEPSTONE_RUN"  # the run's id
+AGENT_ENV = "STEPSTONE_AGENT"  # who drives, in locks, commits and records
+SYNC_ENV = "STEPSTONE_SYNC"  # "each": fsync each object instead of one syncfs a commit
+OFFLINE_ENV = "STEPSTONE_OFFLINE"  # "1": write effects without the lease of a remote
+STEAL_ENV = "STEPSTONE_STEAL"  # a reason: take a live lease from another agent
+CHECK_TIMEOUT_ENV = "STEPSTONE_CHECK_TIMEOUT"  # seconds a cmd: or call: check may take
+EFFECT_TIMEOUT_ENV = "STEPSTONE_EFFECT_TIMEOUT"  # seconds an effect's write may take
+
+AUTOPUSH_KEY = "stepstone.autopush"
+LEASE_SECONDS_KEY = "stepstone.leaseSeconds"
+GC_AUTO_KEY = "gc.auto"
+GC_PACK_LIMIT_KEY = "gc.autoPackLimit"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that changes how stepstone behaves, with its default."""
+
+    store: str | None = None
+    """The store's path (`STEPSTONE_REPO`); None: `.stepstone` in the current folder."""
+    run: str | None = None
+    """The run's id (`STEPSTONE_RUN`); None: the store's only run, or the notebook's."""
+    agent: str | None = None
+    """Who drives (`STEPSTONE_AGENT`); None: the login name."""
+    sync_each: bool = False
+    """fsync each object written (`STEPSTONE_SYNC=each`) instead of one `syncfs`."""
+    offline: bool = False
+    """Write effects without the lease of an unreachable remote (`STEPSTONE_OFFLINE=1`)."""
+    steal: str | None = None
+    """A reason to take a live lease from another agent (`STEPSTONE_STEAL`)."""
+    check_timeout: float = 300.0
+    """Seconds a `cmd:` or `call:` check may take (`STEPSTONE_CHECK_TIMEOUT`)."""
+    effect_timeout: float = 600.0
+    """Seconds an effect's write may take (`STEPSTONE_EFFECT_TIMEOUT`)."""
+    autopush: bool = False
+    """Push each commit to the remote in the background (`git config stepstone.autopush`)."""
+    lease_seconds: int = 600
+    """How long a lease lasts unrenewed (`git config stepstone.leaseSeconds`)."""
+    gc_auto: int = 6700
+    """Loose objects before `git gc --auto` is started (`gc.auto`, as in git)."""
+    gc_pack_limit: int = 50
+    """Packs before `git gc --auto` is started (`gc.autoPackLimit`, as in git)."""
+    index_every: int = 10_000
+    """Commits between saves of a run's step index by its driver."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **fields: Any) -> Settings:
+        """Defaults, overridden by `STEPSTONE_*` variables, overridden by `fields`."""
+        env = os.environ if environ is None else environ
+        found: dict[str, Any] = {
+            "store": env.get(STORE_ENV) or None,
+            "run": env.get(RUN_ENV) or None,
+            "agent": env.get(AGENT_ENV) or None,
+            "sync_each": env.get(SYNC_ENV) == "each",
+            "offline": env.get(OFFLINE_ENV) == "1",
+            "steal": env.get(STEAL_ENV) or None,
+        }
+        for name, var in (
+            ("check_timeout", CHECK_TIMEOUT_ENV),
+            ("effect_timeout", EFFECT_TIMEOUT_ENV),
+        ):
+            value = _number(env.get(var), float)
+            if value is not None:
+                found[name] = value
+        return cls(**{**found, **fields})
+
+    def with_config(self, get: Callable[[str], str | None]) -> Settings:
+        """These settings with what a store's Git config says (`get(key)`: its value,
+        or None when unset); an unreadable value keeps the default."""
+        found: dict[str, Any] = {}
+        autopush = get(AUTOPUSH_KEY)
+        if autopush is not None:
+            found["autopush"] = autopush.strip().lower() in ("true", "yes", "on", "1")
+        for name, key in (
+            ("lease_seconds", LEASE_SECONDS_KEY),
+            ("gc_auto", GC_AUTO_KEY),
+            ("gc_pack_limit", GC_PACK_LIMIT_KEY),
+        ):
+            value = _number(get(key), int)
+            if value is not None:
+                found[name] = value
+        return replace(self, **found)
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _number(text: str | None, kind: Callable[[str], _N]) -> _N | None:
+    if text is None:
+        return None
+    try:
+        return kind(text.strip())
+    except ValueError:
+        return None
