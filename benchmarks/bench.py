@@ -404,7 +404,7 @@ def build_run(store: Path, workdir: Path, size: int) -> None:
                     evidence=(Evidence(check="completed", kind="completed", value=True),),
                 )
                 writes[step_path(f"s{i}")] = dump(record)
-            run._commit(writes, f"bench: steps {batch + 1}-{batch + len(writes)}", [])
+            run.ledger.commit(writes, f"bench: steps {batch + 1}-{batch + len(writes)}", [])
 
 
 def measure_size(tmp: Path, size: int, gc: bool) -> dict[str, str]:

@@ -26,8 +26,9 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("STEPSTONE_RUN", raising=False)
     monkeypatch.delenv("STEPSTONE_REPO", raising=False)
     yield tmp_path
-    if stepstone.run._active is not None:
-        stepstone.run._active.close()
+    driven = stepstone.run.active.driven_run()
+    if driven is not None:
+        driven.close()
 
 
 def git(*args: str, cwd: Path | str) -> str:

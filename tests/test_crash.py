@@ -6,7 +6,6 @@ import random
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,26 +14,9 @@ from conftest import fsck, git
 
 import stepstone
 
-FIVE_STEPS = textwrap.dedent(
-    """
-    import sys, time, pathlib, stepstone
-
-    def work(name):
-        def do():
-            with open("executions.log", "a") as log:
-                log.write(name + "\\n")
-            if name == "step3" and not pathlib.Path("resumed").exists():
-                pathlib.Path("in-step3").write_text("x")
-                time.sleep(60)  # killed here
-            pathlib.Path(name + ".txt").write_text(name)
-        return do
-
-    with stepstone.open_run("five") as run:
-        run.set_plan([{"name": f"step{i}", "checks": [f"file:step{i}.txt"]} for i in range(1, 6)])
-        for i in range(1, 6):
-            run.step(f"step{i}", work(f"step{i}"))
-    """
-)
+DRIVERS = Path(__file__).resolve().parent / "drivers"
+FIVE_STEPS = str(DRIVERS / "five_steps.py")
+LOOPS = str(DRIVERS / "crash_loops.py")
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 30) -> None:
@@ -46,15 +28,14 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 30) -> None:
 
 
 def test_kill_during_step_3_repeats_only_step_3(workdir: Path):
-    (workdir / "script.py").write_text(FIVE_STEPS)
-    proc = subprocess.Popen([sys.executable, "script.py"], cwd=workdir, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, FIVE_STEPS], cwd=workdir, stderr=subprocess.DEVNULL)
     _wait_for(workdir / "in-step3", proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
     (workdir / "resumed").write_text("")
     done = subprocess.run(
-        [sys.executable, "script.py"], cwd=workdir, capture_output=True, text=True, timeout=60
+        [sys.executable, FIVE_STEPS], cwd=workdir, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     executions = (workdir / "executions.log").read_text().split()
@@ -69,28 +50,15 @@ def test_kill_during_step_3_repeats_only_step_3(workdir: Path):
     fsck(workdir / ".stepstone")
 
 
-COMMIT_LOOP = textwrap.dedent(
-    """
-    import pathlib, stepstone
-    with stepstone.open_run("loop") as run:
-        i = 0
-        while True:
-            i += 1
-            run.decide(f"d{i % 7}", str(i), "churn", revise=True)
-            if i == 1:  # at least one new commit before the test starts its timer
-                pathlib.Path("ready").write_text("")
-    """
-)
-
-
 @pytest.mark.slow
 def test_kill_at_random_instants_during_commits_never_damages_the_store(workdir: Path):
-    (workdir / "loop.py").write_text(COMMIT_LOOP)
     rng = random.Random(1234)
     tips = []
     for _ in range(12):
         (workdir / "ready").unlink(missing_ok=True)
-        proc = subprocess.Popen([sys.executable, "loop.py"], cwd=workdir, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, LOOPS, "commits"], cwd=workdir, stderr=subprocess.DEVNULL
+        )
         _wait_for(workdir / "ready", proc)
         time.sleep(rng.uniform(0.01, 0.15))
         os.kill(proc.pid, signal.SIGKILL)
@@ -114,12 +82,7 @@ def test_a_stale_ref_lock_from_a_killed_writer_is_removed_under_the_run_lock(wor
 
 def test_a_second_driver_is_refused_with_the_holders_name(workdir: Path):
     holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import stepstone, time, pathlib; r = stepstone.open_run('demo');"
-            "pathlib.Path('held').write_text(''); time.sleep(60)",
-        ],
+        [sys.executable, str(DRIVERS / "holder.py"), "demo", "held", "--seconds", "60"],
         cwd=workdir,
     )
     try:
@@ -141,41 +104,16 @@ def test_a_second_driver_in_the_same_process_is_refused(workdir: Path):
         stepstone.open_run("demo")
 
 
-MERGE_LOOP = textwrap.dedent(
-    """
-    import os, pathlib, signal, sys, stepstone
-    kill_at_first_delete = sys.argv[1] == "delete"
-    real_unlink = os.unlink
-
-    def unlink(path, *args, **kwargs):
-        if kill_at_first_delete and str(path).endswith(".idx"):
-            os.kill(os.getpid(), signal.SIGKILL)  # merged pack written, old ones not yet gone
-        return real_unlink(path, *args, **kwargs)
-
-    os.unlink = unlink
-    with stepstone.open_run("loop") as run:
-        run.store._writer().packs.pack_limit = 2  # merge every few commits
-        i = 0
-        while True:
-            i += 1
-            run.decide(f"d{i % 7}", str(i), "churn", revise=True)
-            if i == 7:  # every one of the seven keys decided at least once
-                pathlib.Path("ready").write_text("")
-    """
-)
-
-
 def _merge_loop(workdir: Path, mode: str) -> subprocess.Popen:
     (workdir / "ready").unlink(missing_ok=True)
     return subprocess.Popen(
-        [sys.executable, "merge.py", mode], cwd=workdir, stderr=subprocess.DEVNULL
+        [sys.executable, LOOPS, "merges", mode], cwd=workdir, stderr=subprocess.DEVNULL
     )
 
 
 def test_a_kill_between_writing_a_merged_pack_and_removing_the_old_ones_loses_nothing(
     workdir: Path,
 ):
-    (workdir / "merge.py").write_text(MERGE_LOOP)
     proc = _merge_loop(workdir, "delete")
     assert proc.wait(timeout=60) == -signal.SIGKILL
     fsck(workdir / ".stepstone")  # the duplicates are harmless
@@ -191,7 +129,6 @@ def test_a_kill_between_writing_a_merged_pack_and_removing_the_old_ones_loses_no
 
 @pytest.mark.slow
 def test_kill_at_random_instants_during_pack_merges_never_loses_an_object(workdir: Path):
-    (workdir / "merge.py").write_text(MERGE_LOOP)
     rng = random.Random(99)
     for _ in range(10):
         proc = _merge_loop(workdir, "random")
@@ -204,27 +141,12 @@ def test_kill_at_random_instants_during_pack_merges_never_loses_an_object(workdi
             assert len(reader.decisions) == 7  # every record of the tip reads back
 
 
-INDEXED_LOOP = textwrap.dedent(
-    """
-    import stepstone, stepstone.run
-
-    stepstone.run._SAVE_INDEX_EVERY = 3  # save the step index often, to be killed while at it
-    with stepstone.open_run("long") as run:
-        if not run.steps:
-            run.set_plan([f"s{i}" for i in range(400)])
-        for i in range(len(run.records), 400):
-            run.step(f"s{i}", lambda: None)
-    """
-)
-
-
 def test_kills_while_the_step_index_is_saved_leave_reads_equal_to_git(workdir: Path):
     """The step index is derived data a driver rewrites as it goes: after kills at random
     instants, a read through it says exactly what a read of every record from Git says."""
-    (workdir / "loop.py").write_text(INDEXED_LOOP)
     rng = random.Random(7)
     for _ in range(6):
-        proc = subprocess.Popen([sys.executable, "loop.py"], cwd=workdir)
+        proc = subprocess.Popen([sys.executable, LOOPS, "indexed"], cwd=workdir)
         time.sleep(rng.uniform(0.8, 2.0))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -232,7 +154,7 @@ def test_kills_while_the_step_index_is_saved_leave_reads_equal_to_git(workdir: P
         full = stepstone.open_run("long", drive=False, cached=False).status()
         assert cached == full
         assert json.loads(cached.json_text()) == full.to_json()
-    done = subprocess.run([sys.executable, "loop.py"], cwd=workdir, timeout=120)
+    done = subprocess.run([sys.executable, LOOPS, "indexed"], cwd=workdir, timeout=120)
     assert done.returncode == 0
     status = stepstone.open_run("long", drive=False).status()
     assert [s.state for s in status.steps] == ["verified"] * 400

@@ -9,7 +9,7 @@ from conftest import git
 from conftest import stepstone_cli as cli
 
 import stepstone
-from stepstone.packs import read_index
+from stepstone.store.packs import read_index
 
 
 def _three_steps(workdir: Path, *, effect: bool = False) -> None:

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -18,57 +17,7 @@ import stepstone
 from stepstone.effects import derive_key, fingerprint
 from stepstone.redaction import redact
 
-DRIVER = textwrap.dedent(
-    """
-    import json, os, pathlib, time, urllib.error, urllib.request
-    import stepstone
-
-    URL, KIND, PAUSE = os.environ["RECEIVER"], os.environ["KIND"], os.environ.get("PAUSE", "")
-
-    def pause(point):
-        if PAUSE == point:
-            pathlib.Path("paused").write_text(point)
-            time.sleep(120)
-
-    def post(key):
-        headers = {"Content-Type": "application/json"}
-        if KIND == "keyed":
-            headers["Idempotency-Key"] = key
-        if PAUSE == "in-flight":
-            headers["X-Delay-Before"] = "120"
-        if PAUSE == "after-commit":
-            headers["X-Delay-After"] = "120"
-        body = json.dumps({"ref": key, "msg": "hello"}).encode()
-        request = urllib.request.Request(URL + "/" + KIND, data=body, headers=headers)
-        with urllib.request.urlopen(request, timeout=300) as response:
-            return json.load(response)
-
-    def lookup(key):
-        try:
-            with urllib.request.urlopen(URL + "/lookup/" + key, timeout=30) as response:
-                return json.load(response)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise
-
-    def notify():
-        pause("before-intent")
-        def do(key):
-            pause("before-request")
-            return post(key)
-        receipt = stepstone.effect("notify", do, keyed=KIND == "keyed",
-                                   lookup=lookup if KIND == "lookup" else None,
-                                   payload={"msg": "hello"})
-        pause("after-confirm")
-        return receipt
-
-    with stepstone.open_run("fx") as run:
-        run.step("prepare", lambda: 1)
-        run.step("notify", notify)
-        run.step("after", lambda: 2)
-    """
-)
+DRIVER = str(Path(__file__).resolve().parent / "drivers" / "effect_driver.py")
 
 POINTS = ["before-intent", "before-request", "in-flight", "after-commit", "after-confirm"]
 # where a blind receiver leaves the outcome unknown, and whether the write had landed
@@ -79,7 +28,7 @@ def _driver(workdir: Path, receiver: Receiver, kind: str, pause: str = "") -> su
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
     env.update(RECEIVER=receiver.url, KIND=kind, PAUSE=pause)
     return subprocess.Popen(
-        [sys.executable, "driver.py"],
+        [sys.executable, DRIVER],
         cwd=workdir,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -109,7 +58,6 @@ def _effect_records(workdir: Path) -> list[dict]:
 @pytest.mark.parametrize("point", POINTS)
 @pytest.mark.parametrize("kind", ["keyed", "lookup", "blind"])
 def test_kill_at_each_boundary_never_duplicates_an_effect(workdir: Path, kind, point):
-    (workdir / "driver.py").write_text(DRIVER)
     with Receiver(workdir / "receiver.db") as receiver:
         proc = _driver(workdir, receiver, kind, point)
         ready = {

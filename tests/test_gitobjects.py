@@ -9,8 +9,8 @@ from conftest import git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepstone import gitobjects, packs
-from stepstone.gitobjects import BLOB_MODE, TREE_MODE, ObjectWriter
+from stepstone.store import gitobjects, packs
+from stepstone.store.gitobjects import BLOB_MODE, TREE_MODE, ObjectWriter
 
 names = st.text(alphabet=st.sampled_from("ab.-_/0"), min_size=1, max_size=4).filter(
     lambda n: "/" not in n and n not in (".", "..")

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -115,19 +114,15 @@ def test_file_evidence_that_did_not_travel_runs_again(tmp_path: Path, origin: st
         ).skipped
 
 
-HOLD = textwrap.dedent("""
-    import pathlib, sys, time, stepstone
-    run = stepstone.open_run("job", repo=sys.argv[1])
-    run.step(sys.argv[2], lambda: 1)
-    pathlib.Path(sys.argv[3]).write_text("")
-    time.sleep(120)
-""")
+HOLD = str(Path(__file__).resolve().parent / "drivers" / "holder.py")
 
 
 def _holder(tmp_path: Path, store: Path, agent: str, step: str) -> subprocess.Popen:
     ready = tmp_path / f"{agent}.ready"
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(store), step, str(ready)], env=_env(agent), cwd=tmp_path
+        [sys.executable, HOLD, "job", str(ready), "--repo", str(store), "--step", step],
+        env=_env(agent),
+        cwd=tmp_path,
     )
     deadline = time.monotonic() + 60
     while not ready.exists():
@@ -141,10 +136,10 @@ def _two_copies(tmp_path: Path, origin: str, lease_seconds: int = 600) -> tuple[
     with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
         run.step("start", lambda: 0)
         remote.set_remote(run.store, origin)
-        run.store.repo.config[remote.LEASE_SECONDS_KEY] = lease_seconds
+        run.store.set_config(remote.LEASE_SECONDS_KEY, lease_seconds)
         remote.push(run.store, "job")
     remote.clone(origin, b)
-    GitStore(b).repo.config[remote.LEASE_SECONDS_KEY] = lease_seconds
+    GitStore(b).set_config(remote.LEASE_SECONDS_KEY, lease_seconds)
     return a, b
 
 
@@ -225,7 +220,7 @@ def test_an_unreachable_remote_leaves_the_run_usable_and_the_next_push_catches_u
     a, _ = _two_copies(tmp_path, origin)
     store = GitStore(a)
     remote.set_remote(store, str(tmp_path / "gone.git"))
-    store.repo.config["stepstone.autopush"] = True
+    store.set_config("stepstone.autopush", True)
     with (
         pytest.warns(stepstone.StepstoneWarning, match="cannot be reached"),
         stepstone.open_run("job", repo=a, workdir=a.parent) as run,
@@ -240,7 +235,7 @@ def test_an_unreachable_remote_leaves_the_run_usable_and_the_next_push_catches_u
 
 def test_autopush_pushes_each_commit_in_the_background(tmp_path, origin):
     a, _ = _two_copies(tmp_path, origin)
-    GitStore(a).repo.config["stepstone.autopush"] = True
+    GitStore(a).set_config("stepstone.autopush", True)
     with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
         run.step("auto", lambda: 1)
     assert "step 2 auto: confirmed" in git("log", "--format=%s", "job", cwd=Path(origin))

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import urllib.error
@@ -23,6 +22,8 @@ from receiver import Receiver
 import stepstone
 from stepstone import remote
 from stepstone.store import GitStore
+
+DRIVERS = Path(__file__).resolve().parent / "drivers"
 
 
 @pytest.fixture
@@ -185,40 +186,7 @@ def test_a_driver_whose_lease_was_lost_records_nothing_more(
     assert list(receiver.applied("blind").values()) == [1]
 
 
-CAROL = textwrap.dedent(
-    """
-    import json, os, pathlib, sys, time, urllib.request
-    import stepstone
-
-    store, url, ready, go = sys.argv[1:5]
-
-    def post(kind, key):
-        request = urllib.request.Request(
-            f"{url}/{kind}", data=json.dumps({"ref": key}).encode()
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.load(response)
-
-    def lookup(key):
-        try:
-            with urllib.request.urlopen(f"{url}/lookup/{key}", timeout=30) as response:
-                return json.load(response)
-        except urllib.error.HTTPError:
-            return None
-
-    run = stepstone.open_run("job", repo=store)
-    run.step("publish", lambda: stepstone.effect("publish", lambda k: post("lookup", k),
-                                                 lookup=lookup))
-    pathlib.Path(ready).write_text("")
-    while not pathlib.Path(go).exists():
-        time.sleep(0.05)
-    try:
-        run.step("announce", lambda: stepstone.effect("announce", lambda k: post("blind", k)))
-    except stepstone.LeaseLost as exc:
-        print("LOST", exc)
-        sys.exit(3)
-    """
-)
+CAROL = str(DRIVERS / "carol.py")
 
 
 def test_a_steal_starts_from_the_newest_history_and_fences_the_old_holder(
@@ -227,7 +195,7 @@ def test_a_steal_starts_from_the_newest_history_and_fences_the_old_holder(
     a, b = two_copies(tmp_path, origin)  # B is cloned now: behind Carol's coming work
     ready, go = tmp_path / "ready", tmp_path / "go"
     carol = subprocess.Popen(
-        [sys.executable, "-c", CAROL, str(a), receiver.url, str(ready), str(go)],
+        [sys.executable, CAROL, str(a), receiver.url, str(ready), str(go)],
         env=clean_env(STEPSTONE_AGENT="carol"),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -364,23 +332,13 @@ def test_a_lookup_that_answers_an_empty_receipt_is_refused(workdir: Path, receiv
         assert run.effects[next(iter(run.effects))].state == "submitted"
 
 
-SET_PAYLOAD = textwrap.dedent(
-    """
-    import stepstone
-    tags = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"}
-    with stepstone.open_run("job") as run:
-        run.step("tag", lambda: stepstone.effect("tag", lambda k: {"ok": 1},
-                                                  payload={"tags": tags}), force=True)
-        run.set_plan([{"name": "tag", "checks": ["expr:True"]}])
-    print("ok")
-    """
-)
+SET_PAYLOAD = str(DRIVERS / "set_payload.py")
 
 
 def test_a_payload_with_a_set_has_one_fingerprint_in_every_process(workdir: Path):
     for seed in ("1", "2", "3", "4"):
         done = subprocess.run(
-            [sys.executable, "-c", SET_PAYLOAD],
+            [sys.executable, SET_PAYLOAD],
             cwd=workdir,
             env=clean_env(PYTHONHASHSEED=seed),
             capture_output=True,

@@ -1,6 +1,7 @@
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import stepstone
 
@@ -26,8 +27,8 @@ def test_every_error_derives_from_stepstone_error():
 
 
 def test_import_stepstone_loads_no_ipython():
-    code = "import sys, stepstone; print('IPython' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    probe = Path(__file__).resolve().parent / "drivers" / "ipython_loaded.py"
+    out = subprocess.run([sys.executable, probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 

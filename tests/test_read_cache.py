@@ -9,6 +9,7 @@ import pytest
 import stepstone
 from stepstone.errors import RecordError
 from stepstone.run import step_path
+from stepstone.settings import Settings
 
 
 def _state(run: stepstone.Run) -> tuple:
@@ -142,19 +143,20 @@ def _saved_index(workdir: Path) -> tuple:
     return index.tree, index.plan, index.extras, records, index.legacy_layout
 
 
-def test_a_driver_saves_the_index_it_kept_up_to_date(workdir: Path, monkeypatch):
-    monkeypatch.setattr("stepstone.run._SAVE_INDEX_EVERY", 7)
-    with stepstone.open_run("big") as run:
+def test_a_driver_saves_the_index_it_kept_up_to_date(workdir: Path):
+    with stepstone.open_run("big", settings=Settings.from_env(index_every=7)) as run:
         run.set_plan([f"s{i}" for i in range(200)])  # worth keeping an index for
         for i in range(20):
             run.step(f"s{i}", lambda: None)
             if i == 10:  # saved between steps, every 7 commits
                 mid = _saved_index(workdir)
                 # 7 commits (created, plan, s0-s4) before s5 began: saved with 5 records
-                assert mid[0] != run._snap.tree and sorted(mid[3]) == [f"s{k}" for k in range(5)]
+                assert mid[0] != run.state.snap.tree and sorted(mid[3]) == [
+                    f"s{k}" for k in range(5)
+                ]
         with pytest.raises(ZeroDivisionError):
             run.step("s20", lambda: 1 / 0)
-        tip_tree = run._snap.tree
+        tip_tree = run.state.snap.tree
     kept = _saved_index(workdir)
     assert kept[0] == tip_tree  # saved at close, describing the last commit
     _caches(workdir)[1].unlink()

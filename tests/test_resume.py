@@ -183,7 +183,9 @@ def test_a_run_begun_with_the_two_level_layout_keeps_it(workdir: Path):
         failed = StepRecord(
             number=1, name="a", status="failed", started=now(), finished=now(), seq=run.seq + 1
         )
-        run._commit({step_path("a", legacy=True): dump(failed)}, "as an older version wrote it", [])
+        run.ledger.commit(
+            {step_path("a", legacy=True): dump(failed)}, "as an older version wrote it", []
+        )
     with stepstone.open_run("old") as run:
         assert run.step("a", lambda: 1).value == 1  # rewritten where it was, not duplicated
         run.step("b", lambda: 2)

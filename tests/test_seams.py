@@ -21,6 +21,8 @@ from receiver import Receiver
 
 import stepstone
 
+DRIVERS = Path(__file__).resolve().parent / "drivers"
+
 
 @pytest.fixture
 def receiver(tmp_path: Path) -> Iterator[Receiver]:
@@ -289,16 +291,11 @@ def test_the_briefs_command_works_in_a_shell_with_spaces_and_parentheses(
     assert shlex.join(command["argv"]) in text
 
 
-SCRIPT = """
-import stepstone
-with stepstone.open_run("etl") as run:
-    run.step("fetch", lambda: 1)
-    run.step("load", lambda: 2)
-"""
+SCRIPT = DRIVERS / "etl.py"  # a user's script: copied into their folder as etl.py
 
 
 def test_the_brief_of_a_python_run_names_its_script_and_not_a_notebook(tmp_path: Path):
-    (tmp_path / "etl.py").write_text(SCRIPT)
+    shutil.copy(SCRIPT, tmp_path / "etl.py")
     done = subprocess.run(
         [sys.executable, "etl.py"], cwd=tmp_path, env=clean_env(), capture_output=True, text=True
     )
@@ -361,21 +358,12 @@ def test_a_folder_check_is_evidenced_by_the_files_in_it(workdir: Path):
     assert status.steps[0].state == "stale" and "changed" in status.steps[0].reason
 
 
-KILLED_AFTER_TWO_EFFECTS = """
-import os, signal, stepstone
-def work():
-    stepstone.effect("first", lambda k: {"n": 1})
-    stepstone.effect("second", lambda k: {"n": 2})
-    os.kill(os.getpid(), signal.SIGKILL)
-with stepstone.open_run("job") as run:
-    run.set_plan(["send", "after"])
-    run.step("send", work)
-"""
+KILLED_AFTER_TWO_EFFECTS = str(DRIVERS / "killed_after_effects.py")
 
 
 def test_a_step_killed_after_its_effects_says_so(workdir: Path):
     killed = subprocess.run(
-        [sys.executable, "-c", KILLED_AFTER_TWO_EFFECTS], cwd=workdir, env=clean_env(), check=False
+        [sys.executable, KILLED_AFTER_TWO_EFFECTS], cwd=workdir, env=clean_env(), check=False
     )
     assert killed.returncode == -9
     status = json.loads(cli("status", "--json", cwd=workdir).stdout)
@@ -541,13 +529,7 @@ def test_a_commit_made_by_hand_in_a_work_tree_clone_that_drops_effects_is_refuse
     assert list(receiver.applied("blind").values()) == [1]
 
 
-COPIED_HOLDER = """
-import pathlib, sys, time, stepstone
-run = stepstone.open_run("job", repo=sys.argv[1])
-run.step("a", lambda: 1)
-pathlib.Path(sys.argv[2]).write_text("")
-time.sleep(120)
-"""
+HOLDER = str(DRIVERS / "holder.py")
 
 
 def test_a_store_copied_while_its_run_is_driven_is_not_driven_too(tmp_path: Path):
@@ -555,7 +537,7 @@ def test_a_store_copied_while_its_run_is_driven_is_not_driven_too(tmp_path: Path
     a.mkdir()
     ready = tmp_path / "ready"
     holder = subprocess.Popen(
-        [sys.executable, "-c", COPIED_HOLDER, str(a / ".stepstone"), str(ready)],
+        [sys.executable, HOLDER, "job", str(ready), "--repo", str(a / ".stepstone"), "--step", "a"],
         env=clean_env(),
         cwd=a,
     )
@@ -582,7 +564,7 @@ def test_opening_a_run_twice_in_one_process_says_so(workdir: Path):
 def test_a_script_run_from_another_folder_does_not_start_its_run_again(tmp_path: Path):
     project = tmp_path / "project"
     project.mkdir()
-    (project / "etl.py").write_text(SCRIPT)
+    shutil.copy(SCRIPT, project / "etl.py")
     first = subprocess.run([sys.executable, "etl.py"], cwd=project, env=clean_env())
     assert first.returncode == 0
     elsewhere = subprocess.run(

@@ -7,7 +7,6 @@ resume re-verifies that evidence before it skips a step.
 from typing import Any as _Any
 
 from .checks import check
-from .effects import effect
 from .errors import (
     CheckFailed,
     DecisionConflict,
@@ -31,7 +30,7 @@ from .errors import (
     UnknownCheck,
     UnresolvedEffect,
 )
-from .run import Run, StepResult, decided, open_run
+from .run import Run, StepResult, decided, effect, open_run
 from .status import RunStatus, StepStatus
 
 __version__ = "0.1.0"

@@ -1,4 +1,7 @@
-"""A short Markdown hand-off brief: where a run stands, for a person or an agent."""
+"""A hand-off brief's content: where a run stands, for a person or an agent.
+
+What the brief says, as data (its context, the command that continues the run, the
+`--json` shape); `render.brief` writes it as Markdown."""
 
 from __future__ import annotations
 
@@ -8,23 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .status import RunStatus, StepStatus
-
 if TYPE_CHECKING:
     from .run import Run
-
-_DETAILED_DONE = 3
-
-
-def _ranges(steps: list[StepStatus]) -> str:
-    """`1-4, 7` for the numbers of consecutive steps."""
-    spans: list[list[int]] = []
-    for step in steps:
-        if spans and step.number == spans[-1][1] + 1:
-            spans[-1][1] = step.number
-        else:
-            spans.append([step.number, step.number])
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+    from .status import RunStatus
 
 
 @dataclass(frozen=True)
@@ -72,18 +61,6 @@ def command(status: RunStatus, where: Context) -> Command | None:
     return None
 
 
-def _command_text(status: RunStatus, where: Context) -> str:
-    found = command(status, where)
-    if status.finished:
-        return "The run is finished: `stepstone reopen --why REASON` opens it again."
-    if found is None:
-        return (
-            f"Run again the code that drives it: it opens the run with "
-            f"`stepstone.open_run({status.run!r})` and goes on from the first step not verified."
-        )
-    return f"In `{found.cwd}`:\n\n    {shlex.join(found.argv)}"
-
-
 def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
     """The brief's content as data (`stepstone brief --json`)."""
     found = command(status, where)
@@ -114,51 +91,3 @@ def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
         ),
         "notes": list(status.notes),
     }
-
-
-def render(status: RunStatus, where: Context) -> str:
-    """The brief as Markdown: short enough to paste into a prompt."""
-    goal, notebook, store = where.goal, where.notebook, where.store
-    done = [s for s in status.steps if s.state == "verified"]
-    pending = [s for s in status.steps if s.state == "pending"]
-    other = [s for s in status.steps if s.state not in ("verified", "pending")]
-    lines = [f"# Hand-off: run `{status.run}`", ""]
-    lines.append(f"**Goal:** {goal or '(not recorded; the step names say what the run does)'}")
-    source = (
-        f"notebook `{notebook}`"
-        if notebook
-        else (f"script `{where.program}`" if where.program else f"{status.plan_mode} plan")
-    )
-    lines.append(f"**Store:** `{store}` · {source} · {len(status.steps)} steps")
-    if status.finished:
-        lines.append(f"**Finished:** {status.finished}")
-    lines += ["", f"## Done ({len(done)} of {len(status.steps)} verified now)"]
-    shown = done if len(done) <= _DETAILED_DONE + 1 else done[-_DETAILED_DONE:]
-    if len(shown) < len(done):
-        lines.append(f"- steps {_ranges(done[: -len(shown)])}: verified (`stepstone status`)")
-    lines += [f"- {s.number} {s.name}: {s.evidence_text}" for s in shown]
-    if not done:
-        lines.append("- nothing yet")
-    if other or pending:
-        lines += ["", "## Not done"]
-        lines += [f"- {s.number} {s.name}: **{s.state}**: {s.reason}" for s in other]
-        if pending:
-            lines.append(f"- steps {_ranges(pending)}: pending")
-    if status.decisions:
-        lines += ["", "## Decisions (settled: do not reopen)"]
-        lines += [f"- `{d.key}` = `{d.value}`: {d.why}" for d in status.decisions]
-    if status.open_unknowns:
-        lines += ["", "## Open unknowns (not settled)"]
-        lines += [f"- {u.id}: {u.question}" for u in status.open_unknowns]
-    if status.unresolved_effects:
-        lines += ["", "## Unresolved effects (never repeat them blindly)"]
-        lines += [
-            f"- `{e['key']}` ({e['step']}/{e['name']}), intent {e['intent']}: check the "
-            f"receiver, then `stepstone resolve {e['key']} --run {status.run} --happened` or "
-            f"`--not-happened`"
-            for e in status.unresolved_effects
-        ]
-    if status.notes:
-        lines += ["", "## Notes"] + [f"- {n}" for n in status.notes]
-    lines += ["", "## Next", f"{status.next_action}.", "", _command_text(status, where)]
-    return "\n".join(lines) + "\n"

@@ -1,15 +1,31 @@
-"""The option grammar of `%%step`, shared by the magic and by plan extraction from a notebook."""
+"""The options of every stepstone magic, declared once: each parser reads its magic's
+line and makes its `%magic?` help (as IPython's `magic_arguments` does). No IPython
+here: `%%step`'s grammar also reads the plan of a notebook without a kernel."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .errors import InvalidInput
+
+_HELP_WIDTH = 88
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """`%magic?` help: a fixed width, the description as written, positionals by the
+    name their declaration shows (`NAME`, `KEY=VALUE`)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_HELP_WIDTH, max_help_position=24)
+
+    def _get_default_metavar_for_positional(self, action: argparse.Action) -> str:
+        return str(getattr(action, "shown", action.dest.upper()))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -17,12 +33,22 @@ class _Parser(argparse.ArgumentParser):
 
     _number = re.compile(r"-\d+$|-\d*\.\d+$")  # argparse reads these as values, not options
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, prog: str, description: str) -> None:
         self.options: list[str] = []  # first: the constructor may add -h
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            prog=prog,
+            description=description,
+            add_help=False,
+            allow_abbrev=False,
+            formatter_class=_Formatter,
+        )
 
-    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+    def add_argument(self, *args: Any, shown: str | None = None, **kwargs: Any) -> argparse.Action:
+        """argparse's, and `shown`: how the help names a positional (errors name it by
+        its `dest`, as before)."""
         action = super().add_argument(*args, **kwargs)
+        if shown is not None:
+            setattr(action, "shown", shown)  # noqa: B010  # an attribute argparse has not
         self.options.extend(action.option_strings)
         return action
 
@@ -48,15 +74,123 @@ class _Parser(argparse.ArgumentParser):
         raise InvalidInput(f"{self.prog}: {message}")
 
 
-def _step_parser() -> _Parser:
-    parser = _Parser(prog="%%step", add_help=False, allow_abbrev=False)
-    parser.add_argument("name")
-    parser.add_argument("--check", action="append", default=[])
-    parser.add_argument("--out", action="append", default=[])
-    parser.add_argument("--in", dest="inputs", action="append", default=[])
-    parser.add_argument("--force", action="store_true")
-    parser.add_argument("--was", metavar="OLD_NAME")
+# -- the declarations -------------------------------------------------------------
+# A description is the magic's help as `%magic?` shows it; help strings are
+# %-formatted by argparse, so they spell a percent sign `%%`.
+
+
+def _step() -> _Parser:
+    parser = _Parser(
+        "%%step",
+        "Run the cell as one step. While its recorded evidence verifies and its\n"
+        "source is unchanged the cell is skipped and its --out variables are\n"
+        "restored; otherwise it runs, its checks run, and the record is committed.",
+    )
+    parser.add_argument("name", shown="NAME", help="the step's name, unique in the plan")
+    parser.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        help="evidence that the step is done: file:PATH, sha256:PATH=HEX, cmd:COMMAND, "
+        "expr:EXPRESSION or call:NAME (repeatable)",
+    )
+    parser.add_argument(
+        "--out",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="a variable the cell makes: saved, and restored when the cell is skipped (repeatable)",
+    )
+    parser.add_argument(
+        "--in",
+        dest="inputs",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="a variable the cell reads (repeatable)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="run the cell although its evidence verifies"
+    )
+    parser.add_argument(
+        "--was",
+        metavar="OLD_NAME",
+        help="the step's earlier name, when it was renamed: its effects keep their keys",
+    )
     return parser
+
+
+def _resume() -> _Parser:
+    parser = _Parser(
+        "%resume",
+        "Open the run (create it if new), read its latest commit, verify the\n"
+        "recorded evidence and show every step's state and the next action.\n"
+        "The run id defaults to STEPSTONE_RUN, then to the notebook's name;\n"
+        "the store to STEPSTONE_REPO, then `.stepstone` in the current folder.\n"
+        "With a remote, the run's lease is taken there; --steal takes a live one.",
+    )
+    parser.add_argument("--run", metavar="ID", help="the run to open")
+    parser.add_argument("--repo", metavar="DIR", help="the store")
+    parser.add_argument(
+        "--steal", metavar="REASON", help="take the run's lease from a live holder, saying why"
+    )
+    return parser
+
+
+def _decide() -> _Parser:
+    parser = _Parser(
+        "%decide",
+        "Record a decision with its reason; read it with stepstone.decided(KEY).\n"
+        "A resumed run does not reopen it: the same line again is a no-op, a\n"
+        "different value needs --revise.",
+    )
+    parser.add_argument("assignment", shown="KEY=VALUE", help="what was decided")
+    parser.add_argument("--why", required=True, metavar="REASON", help="why (required)")
+    parser.add_argument("--revise", action="store_true", help="change an earlier decision")
+    return parser
+
+
+def _unknown() -> _Parser:
+    parser = _Parser(
+        "%unknown",
+        "Record an open question, or close one with its answer:\n"
+        "`%unknown QUESTION` or `%unknown --resolve ID ANSWER`.",
+    )
+    parser.add_argument("--resolve", metavar="ID", help="answer the open question ID (U1...)")
+    parser.add_argument("text", nargs="+", shown="WORDS", help="the question, or the answer")
+    return parser
+
+
+def _finish() -> _Parser:
+    parser = _Parser(
+        "%finish",
+        "Write the summary from the records and archive the run (tag\n"
+        "stepstone/<run>). Refuses while a step is not verified, an unknown is\n"
+        "open or an effect is unresolved, unless --force.",
+    )
+    parser.add_argument("--force", action="store_true", help="finish anyway")
+    return parser
+
+
+_DECLARED: dict[str, Callable[[], _Parser]] = {
+    "step": _step,
+    "resume": _resume,
+    "decide": _decide,
+    "unknown": _unknown,
+    "finish": _finish,
+}
+LINE_MAGICS = frozenset(_DECLARED) - {"step"}
+"""The stepstone line magics (`%%step` is a cell magic; `%%plan` takes no options)."""
+
+
+@functools.cache
+def _parser(magic: str) -> _Parser:
+    return _DECLARED[magic]()
+
+
+def help_text(magic: str) -> str:
+    """The `%magic?` help of a stepstone magic, made by the parser that reads its line."""
+    return _parser(magic).format_help()
 
 
 @dataclass(frozen=True)
@@ -81,7 +215,7 @@ def split(line: str) -> list[str]:
 
 def parse_step_line(line: str) -> StepLine:
     """Parse `NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--force] [--was OLD]`."""
-    args = _step_parser().parse_args(split(line))
+    args = _parser("step").parse_args(split(line))
     return StepLine(
         name=args.name,
         checks=tuple(args.check),
@@ -104,26 +238,14 @@ def split_cell(source: str) -> tuple[str, str] | None:
     return rest.strip(), body
 
 
-def _parser(prog: str) -> _Parser:
-    return _Parser(prog=prog, add_help=False, allow_abbrev=False)
-
-
 def parse_resume_line(line: str) -> argparse.Namespace:
     """`%resume [--run ID] [--repo DIR] [--steal REASON]`."""
-    parser = _parser("%resume")
-    parser.add_argument("--run")
-    parser.add_argument("--repo")
-    parser.add_argument("--steal", metavar="REASON")
-    return parser.parse_args(split(line))
+    return _parser("resume").parse_args(split(line))
 
 
 def parse_decide_line(line: str) -> tuple[str, str, str, bool]:
     """`%decide KEY=VALUE --why REASON [--revise]` as (key, value, why, revise)."""
-    parser = _parser("%decide")
-    parser.add_argument("assignment")
-    parser.add_argument("--why", required=True)
-    parser.add_argument("--revise", action="store_true")
-    args = parser.parse_args(split(line))
+    args = _parser("decide").parse_args(split(line))
     key, eq, value = args.assignment.partition("=")
     if not eq or not key:
         raise InvalidInput(f"%decide: write KEY=VALUE, not {args.assignment!r}")
@@ -132,15 +254,10 @@ def parse_decide_line(line: str) -> tuple[str, str, str, bool]:
 
 def parse_unknown_line(line: str) -> tuple[str | None, str]:
     """`%unknown QUESTION` as (None, question); `%unknown --resolve ID ANSWER` as (id, answer)."""
-    parser = _parser("%unknown")
-    parser.add_argument("--resolve", metavar="ID")
-    parser.add_argument("text", nargs="+")
-    args = parser.parse_args(split(line))
+    args = _parser("unknown").parse_args(split(line))
     return args.resolve, " ".join(args.text)
 
 
 def parse_finish_line(line: str) -> bool:
     """`%finish [--force]`: whether to force."""
-    parser = _parser("%finish")
-    parser.add_argument("--force", action="store_true")
-    return bool(parser.parse_args(split(line)).force)
+    return bool(_parser("finish").parse_args(split(line)).force)

@@ -32,19 +32,16 @@ from typing import Any, TypeAlias
 from .deadline import call_within
 from .errors import InvalidInput, UnknownCheck
 from .models import Evidence
+from .settings import CHECK_TIMEOUT_ENV, Settings
 
 KINDS = ["file", "sha256", "cmd", "expr", "call"]
 COMMANDS = ("cmd", "call")  # checks that run code: read-only commands do not re-run them
-TIMEOUT_ENV = "STEPSTONE_CHECK_TIMEOUT"
-DEFAULT_TIMEOUT = 300.0  # seconds a cmd: or call: check may take
 
 
-def timeout() -> float:
-    """Seconds a `cmd:` or `call:` check may take: `STEPSTONE_CHECK_TIMEOUT`, else 300."""
-    try:
-        return float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
-    except ValueError:
-        return DEFAULT_TIMEOUT
+def _seconds(timeout: float | None) -> float:
+    """Seconds a `cmd:` or `call:` check may take: `timeout`, else the settings'
+    (`STEPSTONE_CHECK_TIMEOUT`, else 300)."""
+    return timeout if timeout is not None else Settings.from_env().check_timeout
 
 
 CheckFn: TypeAlias = Callable[[], Any]
@@ -206,8 +203,15 @@ def _identifier(value: Any) -> str | int | bool:
     return True
 
 
-def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None = None) -> Evidence:
-    """Run a check now; return its evidence or raise CheckNotPassed with the reason."""
+def run(
+    spec: CheckSpec,
+    *,
+    workdir: Path,
+    namespace: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+) -> Evidence:
+    """Run a check now; return its evidence or raise CheckNotPassed with the reason.
+    `cmd:` and `call:` checks may take `timeout` seconds (default: the settings')."""
     if spec.kind in ("file", "sha256"):
         raw_path = spec.arg.rpartition("=")[0] if spec.kind == "sha256" else spec.arg
         path = (
@@ -243,7 +247,7 @@ def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None =
             detail=f"{kind}, {path.stat().st_size} bytes",
         )
     if spec.kind == "cmd":
-        code, output = _command(spec.arg, workdir)
+        code, output = _command(spec.arg, workdir, _seconds(timeout))
         if code != 0:
             tail = output.strip().splitlines()[-1:] or [""]
             raise CheckNotPassed(f"{spec.arg!r} exited {code} {tail[0]}".rstrip())
@@ -258,23 +262,24 @@ def run(spec: CheckSpec, *, workdir: Path, namespace: Mapping[str, Any] | None =
         raise CheckNotPassed(
             f"no check registered as {spec.arg!r}; register it with @stepstone.check before use"
         )
-    seconds = timeout()
+    seconds = _seconds(timeout)
     try:
         finished, result = call_within(seconds, fn)
     except Exception as exc:
         raise CheckNotPassed(f"{spec.arg} raised {type(exc).__name__}: {exc}") from exc
     if not finished:
-        raise CheckNotPassed(f"{spec.arg}() did not return within {seconds:g} s ({TIMEOUT_ENV})")
+        raise CheckNotPassed(
+            f"{spec.arg}() did not return within {seconds:g} s ({CHECK_TIMEOUT_ENV})"
+        )
     if not result:
         raise CheckNotPassed(f"{spec.arg}() returned {result!r}")
     return Evidence(check=spec.text, kind="call", value=_identifier(result))
 
 
-def _command(command: str, workdir: Path) -> tuple[int, str]:
-    """Run a shell command in its own process group, bounded by `timeout()`: (exit status,
+def _command(command: str, workdir: Path, seconds: float) -> tuple[int, str]:
+    """Run a shell command in its own process group, bounded by `seconds`: (exit status,
     its output). Output goes to a temporary file, so a background child that keeps it
     open cannot hold the check; on timeout the whole group is killed."""
-    seconds = timeout()
     with tempfile.TemporaryFile() as output:
         try:
             process = subprocess.Popen(
@@ -293,7 +298,7 @@ def _command(command: str, workdir: Path) -> tuple[int, str]:
         except subprocess.TimeoutExpired:
             _kill_group(process)
             raise CheckNotPassed(
-                f"{command!r} did not finish within {seconds:g} s ({TIMEOUT_ENV})"
+                f"{command!r} did not finish within {seconds:g} s ({CHECK_TIMEOUT_ENV})"
             ) from None
         except BaseException:
             _kill_group(process)
@@ -314,6 +319,7 @@ def verify(
     workdir: Path,
     namespace: Mapping[str, Any] | None = None,
     run_commands: bool = True,
+    timeout: float | None = None,
 ) -> Verdict:
     """Re-check recorded evidence against the real state now; with `run_commands` False,
     `cmd:` and `call:` evidence is not re-run (a verdict that is not `checkable`)."""
@@ -328,7 +334,7 @@ def verify(
     if spec.kind == "call" and spec.arg not in _registry:
         return Verdict(True, f"{spec.arg} is not registered in this process", checkable=False)
     try:
-        fresh = run(spec, workdir=workdir, namespace=namespace)
+        fresh = run(spec, workdir=workdir, namespace=namespace, timeout=timeout)
     except CheckNotPassed as exc:
         return Verdict(False, str(exc))
     if spec.kind in ("file", "sha256") and fresh.value != evidence.value:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -18,11 +17,11 @@ from typing import Any, TypeVar
 
 import click
 
-from . import names
+from . import message, names, render
 from . import notebook as nbrun
 from .errors import InvalidInput, StepstoneError, StoreError
 from .run import Run, holding, open_run, problems_at
-from .status import RunStatus
+from .settings import AUTOPUSH_KEY
 from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore, holder_identity
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -152,31 +151,11 @@ def status(run_id: str | None, repo: str | None, as_json: bool, every: bool, rec
     if as_json:
         click.echo(state.json_text())
     elif sys.stdout.isatty():
-        _rich_status(state, every)
+        render.print_rich_status(state, every=every)
     else:
-        click.echo(state.render_text(every=every))
+        click.echo(render.status_text(state, every=every))
     if state.unresolved_effects or reader.corrupt:
         sys.exit(1)
-
-
-def _rich_status(state: RunStatus, every: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    colour = {"verified": "green", "stale": "yellow", "failed": "red", "pending": "dim"}
-    table = Table(title=f"run {state.run} ({state.plan_mode} plan)")
-    for column in ("#", "step", "state", "evidence / reason"):
-        table.add_column(column)
-    for s in state.shown_steps(every=every):
-        if isinstance(s, str):
-            table.add_row("", f"[dim]{s}[/]", "", "")
-            continue
-        detail = s.evidence_text if s.state == "verified" else s.reason
-        table.add_row(str(s.number), s.name, f"[{colour[s.state]}]{s.state}[/]", detail)
-    console = Console()
-    console.print(table)
-    for line in state.footer_lines(every=every):
-        console.print(line, markup=False, highlight=False)
 
 
 @main.command()
@@ -204,8 +183,8 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
         head = json.dumps({"run": state.run, "ok": not bad})
         click.echo(f'{head[:-1]}, "steps": {state.steps_json()}}}')
     else:
-        for s in state.steps:
-            click.echo(f"{s.number:>4} {s.name}: {s.state}{' - ' + s.reason if s.reason else ''}")
+        for line in render.verify_lines(state):
+            click.echo(line)
     sys.exit(1 if bad else 0)
 
 
@@ -223,8 +202,8 @@ def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | No
         raise InvalidInput(f"run {reader.id!r} has no step {step_name!r} (steps: {known})")
     entries = []
     for commit in reader.store.history(reader.id):
-        step_trailer = (commit.trailers.get("Stepstone-Step") or [""])[0]
-        if step_name is not None and step_trailer.partition(" ")[2] != step_name:
+        step = (commit.trailers.get(message.STEP) or [""])[0]
+        if step_name is not None and step.partition(" ")[2] != step_name:
             continue
         when = datetime.fromtimestamp(commit.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         entries.append(
@@ -232,16 +211,16 @@ def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | No
                 "commit": commit.id,
                 "time": when,
                 "subject": commit.subject,
-                "status": (commit.trailers.get("Stepstone-Status") or [""])[0],
-                "step": (commit.trailers.get("Stepstone-Step") or [""])[0],
-                "evidence": commit.trailers.get("Stepstone-Evidence", []),
+                "status": (commit.trailers.get(message.STATUS) or [""])[0],
+                "step": step,
+                "evidence": commit.trailers.get(message.EVIDENCE, []),
             }
         )
     if as_json:
         click.echo(json.dumps(entries))
         return
     for e in entries:
-        click.echo(f"{e['commit'][:10]} {e['time']} {e['subject']}")
+        click.echo(render.log_line(e))
 
 
 @main.command()
@@ -276,10 +255,7 @@ def runs(repo: str | None, as_json: bool) -> None:
     elif not rows:
         click.echo("no runs")
     for row in rows if not as_json else []:
-        click.echo(
-            f"{row['run']:<24} {row['state']:<9} {row['confirmed']}/{row['steps']} steps  "
-            f"last activity {row['last_activity']}"
-        )
+        click.echo(render.run_row(row))
 
 
 @main.command()
@@ -363,7 +339,7 @@ def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) ->
     if as_json:
         click.echo(json.dumps(briefing.to_json(state, where), indent=2))
     else:
-        click.echo(briefing.render(state, where), nl=False)
+        click.echo(render.brief(state, where), nl=False)
 
 
 @main.command()
@@ -424,7 +400,7 @@ def push_command(run_id: str | None, repo: str | None, url: str | None, auto: bo
     if url:
         remote.set_remote(store, url)
     if auto is not None:
-        store.repo.config["stepstone.autopush"] = auto
+        store.set_config(AUTOPUSH_KEY, auto)
     reader = _reader(run_id, repo)
     tip = remote.push(store, reader.id)
     click.echo(f"pushed run {reader.id} at {tip[:10]}")
@@ -488,19 +464,7 @@ def handoff(run_id: str | None, repo: str | None) -> None:
     with open_run(run_id, repo=repo, create=False) as run:
         remote.push(run.store, run.id)
         state = run.status()
-        url = run.store.repo.remotes[remote.remote_name(run.store) or "origin"].url or ""
+        url = remote.remote_url(run.store)
         where = briefing.Context.of(run)
-        text = briefing.render(state, where)
-        found = briefing.command(state, where)
-    click.echo(text, nl=False)
-    # on the next agent's machine: the store cloned beside the notebook, as the default
-    then = (
-        shlex.join(["stepstone", "run", run.info.notebook, "--run", run.id])
-        if run.info.notebook
-        else (shlex.join(found.argv) if found is not None else "(run the code that drives it)")
-    )
-    click.echo(
-        "\n## For the next agent\n\n"
-        f"    stepstone clone {shlex.quote(url)} .stepstone    # with a clone: stepstone pull\n"
-        f"    {then}\n"
-    )
+    click.echo(render.brief(state, where), nl=False)
+    click.echo(render.next_agent(state, where, run=run.id, url=url))

@@ -22,14 +22,16 @@ import enum
 import hashlib
 import json
 import math
-import os
 import re
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from . import message
 from .deadline import call_within
+from .effectbook import EffectBook
 from .errors import (
     EffectChanged,
     EffectRenamed,
@@ -38,15 +40,42 @@ from .errors import (
     StepstoneError,
     UnresolvedEffect,
 )
-from .models import EffectRecord, Resolution, dump, now
+from .models import EffectRecord, Resolution, RunInfo, dump, now
 from .redaction import error_text, redact
-
-if TYPE_CHECKING:
-    from .run import Run
+from .settings import Settings
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=@/-]{0,199}")
-TIMEOUT_ENV = "STEPSTONE_EFFECT_TIMEOUT"
-DEFAULT_TIMEOUT = 600.0  # seconds a write may take before it is left in doubt
+
+
+class Run(Protocol):
+    """What effects need of the run they belong to (`stepstone.Run` is one)."""
+
+    id: str
+    holder: str
+    settings: Settings
+
+    @property
+    def info(self) -> RunInfo: ...
+    @property
+    def current_step(self) -> str | None: ...
+    @property
+    def guard(self) -> threading.RLock: ...
+    @property
+    def effect_book(self) -> EffectBook: ...
+    @property
+    def effects(self) -> dict[str, EffectRecord]: ...
+    def identity_of(self, name: str) -> str: ...
+    def identities(self) -> set[str]: ...
+    def step_label(self, name: str) -> str: ...
+    def fence(self) -> None: ...
+    def commit_effect(
+        self,
+        record: EffectRecord,
+        path: str,
+        data: bytes,
+        subject: str,
+        trailers: list[tuple[str, str]],
+    ) -> None: ...
 
 
 def canonical(value: Any) -> Any:
@@ -122,14 +151,6 @@ def _check_name(name: str) -> str:
     return name
 
 
-def default_timeout() -> float:
-    """Seconds a write may take: `STEPSTONE_EFFECT_TIMEOUT`, else ten minutes."""
-    try:
-        return float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
-    except ValueError:
-        return DEFAULT_TIMEOUT
-
-
 def perform(
     run: Run,
     name: str,
@@ -155,7 +176,7 @@ def perform(
     identity = run.identity_of(step)
     key = derive_key(run.id, identity, was or name, run.info.uid)
     print_ = fingerprint(payload)
-    seconds = default_timeout() if timeout is None else timeout
+    seconds = run.settings.effect_timeout if timeout is None else timeout
     book = run.effect_book
     with run.guard:
         if book.ask(key):
@@ -310,10 +331,10 @@ def _save(run: Run, record: EffectRecord, subject: str) -> None:
         dump(record),
         subject,
         [
-            f"Stepstone-Step: {run.step_label(run.current_step or record.step)}",
-            f"Stepstone-Status: {record.state}",
-            f"Stepstone-Key: {record.key}",
-            f"Stepstone-Effect: {record.name}",
+            (message.STEP, run.step_label(run.current_step or record.step)),
+            (message.STATUS, record.state),
+            (message.KEY, record.key),
+            (message.EFFECT, record.name),
         ],
     )
 
@@ -376,44 +397,3 @@ NEXT_ACTION = {
     "confirmed": "none: never performed again",
     "unresolved": "a person settles it with `stepstone resolve KEY --happened|--not-happened`",
 }
-
-
-def effect(
-    name: str,
-    do: Callable[[str], Any],
-    *,
-    keyed: bool = False,
-    lookup: Callable[[str], Any] | None = None,
-    payload: Any = None,
-    was: str | None = None,
-    new: bool = False,
-    timeout: float | None = None,
-) -> Any:
-    """Perform an external write at most once and return its receipt.
-
-    `do(key)` performs the write with the idempotency key and returns a
-    JSON-serialisable receipt. `keyed=True`: the receiver honours the key, so
-    an unconfirmed attempt is retried with it. `lookup(key)` returns the
-    receipt if the effect already exists, else None (or False). With neither,
-    an intent found without a confirmation raises `UnresolvedEffect`.
-    `payload` is fingerprinted (never stored): the same key with another
-    payload raises `EffectChanged`. `was` is the effect's earlier name when it
-    was renamed (it keeps its key); `new=True` says the effect is new, not a
-    renamed one: the guards of `EffectRenamed` do not apply to it. `do` may take `timeout` seconds
-    (default `STEPSTONE_EFFECT_TIMEOUT`, else 600) before it is interrupted and
-    the effect left in doubt with `EffectTimedOut` (on the main thread; `do`
-    always runs in the caller's thread).
-    """
-    from .run import active_run
-
-    return perform(
-        active_run(),
-        name,
-        do,
-        keyed=keyed,
-        lookup=lookup,
-        payload=payload,
-        was=was,
-        new=new,
-        timeout=timeout,
-    )

@@ -7,6 +7,8 @@
     ├── RecordError             a stored file that fails validation
     │   └── SchemaTooNew        written by a newer stepstone
     ├── StoreError              the repository cannot be used as a store
+    │   ├── RefMoved            a ref moved under its writer (compare-and-swap failed)
+    │   └── GitFailed           a git command against the remote failed
     ├── RunNotFound             no such run in the store
     ├── RunFinished             a finished run would change
     ├── RunLocked               another process drives the run
@@ -85,6 +87,34 @@ class StoreError(StepstoneError):
         self.path = path
         self.problem = problem
         super().__init__(f"store {path}: {problem}")
+
+
+class RefMoved(StoreError):
+    """A ref no longer points where its writer expected: another process moved it, and
+    the compare-and-swap refused to overwrite its work."""
+
+    def __init__(self, path: str, ref: str, current: str | None, expected: str | None) -> None:
+        self.ref = ref
+        self.current = current
+        self.expected = expected
+        super().__init__(
+            path,
+            f"{self.detail}: another process moved it and nothing was overwritten; reopen "
+            f"the run (or `stepstone pull`) and try again",
+        )
+
+    @property
+    def detail(self) -> str:
+        """Where the ref is and where its writer expected it."""
+        return f"{self.ref} is at {self.current}, expected {self.expected}"
+
+
+class GitFailed(StoreError):
+    """A git command against the remote failed (unreachable, refused, rejected)."""
+
+    def __init__(self, path: str, problem: str, stderr: str = "") -> None:
+        super().__init__(path, problem)
+        self.stderr = stderr
 
 
 class RunNotFound(StepstoneError):

@@ -22,7 +22,7 @@ from typing import Any, overload
 
 from . import trust
 from .models import PlannedStep, StepRecord
-from .store import CACHE_AFTER, READ_ERRORS, GitStore, Snapshot, write_derived
+from .store import CACHE_AFTER, GitStore, Snapshot
 
 FORMAT = 3  # bump when the layout changes: an index of another format is rebuilt
 INDEXED = ("plan", "steps")  # the top folders whose records the index holds
@@ -272,32 +272,27 @@ def read_index(
     tree = commit.tree
     if tree is None:
         return StepIndex()
-    path = store.cache_path(run, "index")
-    try:
-        if not cached:
-            raise ValueError("a full read was asked for")
-        index = StepIndex.loads(path.read_bytes())
-        changed, deleted = store.tree_changes(index.tree or "", tree, _in_index)
-    except Exception:  # derived data: whatever is wrong with it only means a rebuild
-        index = StepIndex()
-        try:
-            changed, deleted = store.tree_files(tree, _in_index), []
-        except READ_ERRORS as exc:
-            raise store.damaged(run, commit.commit or "", exc) from exc
+    found = store.catch_up(run, "index", commit, _in_index, _decode, cached=cached)
+    index = found.kept if found.kept is not None else StepIndex()
     if index.tree == tree:
         return index
     index.tree = tree
-    index.update(changed, deleted, load)
+    index.update(found.changed, found.deleted, load)
     if index.complete:
         save_index(store, run, index)
     return index
+
+
+def _decode(data: bytes) -> tuple[str, StepIndex]:
+    index = StepIndex.loads(data)
+    return index.tree or "", index
 
 
 def save_index(store: GitStore, run: str, index: StepIndex) -> None:
     """Keep `index` (complete, and describing `index.tree`) for the next open. A small
     run is not worth it: reading all its records also finds a damaged one at once."""
     if len(index.plan) + len(index.records) >= CACHE_AFTER:
-        write_derived(store.cache_path(run, "index"), index.dumps())
+        store.save_derived(run, "index", index.dumps())
 
 
 class PlanSteps(Sequence[PlannedStep]):

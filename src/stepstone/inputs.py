@@ -27,7 +27,9 @@ from IPython.core.inputtransformer2 import (
     make_tokens_by_line,
 )
 
-MAGICS = frozenset({"resume", "decide", "unknown", "finish"})
+from .cellargs import LINE_MAGICS
+
+MAGICS = LINE_MAGICS
 HELP_MAGICS = ("pinfo", "pinfo2", "psearch")
 
 _originals: dict[int, dict[str, Callable[..., Any]]] = {}

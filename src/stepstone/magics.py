@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import Markdown, display
 
-from . import cellargs, names
+from . import cellargs, names, render
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
 from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, plan_from_notebook
 from .run import Run, open_run
-from .status import RunStatus, evidence_text
+from .settings import STEAL_ENV
+from .status import RunStatus
 from .store import RUN_ENV, STORE_ENV, resolve_store_path
+
+M = TypeVar("M", bound=Callable[..., Any])
+_FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
 
 
 def _relative(path: Path) -> str:
@@ -28,8 +35,44 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def _usage(exc: StepstoneError) -> UsageError:
-    return UsageError(str(exc))
+def _usage_errors(magic: M) -> M:
+    """Show a `StepstoneError` as a one-line `UsageError`, as IPython shows bad input;
+    every magic is wrapped in this. What a `%%step` cell's own code raised goes on as
+    it is (see `_cell_code`)."""
+
+    @functools.wraps(magic)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return magic(*args, **kwargs)
+        except StepstoneError as exc:
+            if getattr(exc, _FROM_CELL, False):
+                raise
+            raise UsageError(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _options(magic: str) -> Callable[[M], M]:
+    """Give a magic its `%magic?` help from the parser that reads its line (`cellargs`),
+    after the first line of its docstring."""
+
+    def document(method: M) -> M:
+        summary = (method.__doc__ or "").strip().splitlines()[:1]
+        method.__doc__ = "\n\n".join([*summary, cellargs.help_text(magic)])
+        return method
+
+    return document
+
+
+@contextmanager
+def _cell_code() -> Iterator[None]:
+    """Around the user's code of a cell: a `StepstoneError` it raises (a failed
+    `stepstone.effect`, say) keeps its traceback instead of becoming a `UsageError`."""
+    try:
+        yield
+    except StepstoneError as exc:
+        setattr(exc, _FROM_CELL, True)
+        raise
 
 
 @magics_class
@@ -63,48 +106,40 @@ class StepstoneMagics(Magics):
         return self.run
 
     def _show(self, status: RunStatus) -> None:
-        display({"text/plain": status.render_text(), "text/html": status.render_html()}, raw=True)
+        display(render.status_bundle(status), raw=True)
 
     # -- magics -----------------------------------------------------------------
 
     @line_magic
+    @_usage_errors
+    @_options("resume")
     def resume(self, line: str) -> None:
-        """%resume [--run ID] [--repo DIR] [--steal REASON]
-
-        Open the run (create it if new), read its latest commit, verify the
-        recorded evidence and show every step's state and the next action.
-        The run id defaults to STEPSTONE_RUN, then to the notebook's name;
-        the store to STEPSTONE_REPO, then `.stepstone` in the current folder.
-        With a remote, the run's lease is taken there; --steal takes a live one.
-        """
+        """Open the run, verify its evidence and show where it stands."""
+        args = cellargs.parse_resume_line(line)
+        notebook = self._notebook_path()
+        run_id = args.run or os.environ.get(RUN_ENV)
+        plan = plan_from_notebook(notebook) if notebook is not None else None
+        if run_id is None and notebook is not None and plan is not None:
+            run_id = choose_run(
+                resolve_store_path(args.repo),
+                names.from_filename(notebook.stem),
+                notebook,
+                plan,
+                default_store=not (args.repo or os.environ.get(STORE_ENV)),
+            )
+        if run_id is None:
+            raise UsageError("cannot tell which run this is: write %resume --run ID")
+        if self.run is not None:
+            self.run.close()
+            self.run = None
+        steal = args.steal or os.environ.get(STEAL_ENV) or None
+        run = open_run(run_id, repo=args.repo, workdir=Path.cwd(), steal=steal)
         try:
-            args = cellargs.parse_resume_line(line)
-            notebook = self._notebook_path()
-            run_id = args.run or os.environ.get(RUN_ENV)
-            plan = plan_from_notebook(notebook) if notebook is not None else None
-            if run_id is None and notebook is not None and plan is not None:
-                run_id = choose_run(
-                    resolve_store_path(args.repo),
-                    names.from_filename(notebook.stem),
-                    notebook,
-                    plan,
-                    default_store=not (args.repo or os.environ.get(STORE_ENV)),
-                )
-            if run_id is None:
-                raise UsageError("cannot tell which run this is: write %resume --run ID")
-            if self.run is not None:
-                self.run.close()
-                self.run = None
-            steal = args.steal or os.environ.get("STEPSTONE_STEAL") or None
-            run = open_run(run_id, repo=args.repo, workdir=Path.cwd(), steal=steal)
-            try:
-                status = self._open_plan(run, notebook, plan)
-            except BaseException:
-                run.close()
-                raise
-            self.run = run
-        except StepstoneError as exc:
-            raise _usage(exc) from exc
+            status = self._open_plan(run, notebook, plan)
+        except BaseException:
+            run.close()
+            raise
+        self.run = run
         self._show(status)
 
     def _open_plan(
@@ -125,6 +160,7 @@ class StepstoneMagics(Magics):
         return run.status(namespace=self.ip.user_ns)
 
     @cell_magic
+    @_usage_errors
     def plan(self, line: str, cell: str) -> None:
         """%%plan
 
@@ -140,112 +176,76 @@ class StepstoneMagics(Magics):
             raise UsageError(f"%%plan: not YAML or JSON ({exc})") from exc
         if not isinstance(steps, list):
             raise UsageError("%%plan: write a list of steps (names or mappings with a name)")
-        try:
-            changes = run.set_plan(steps, mode="explicit")
-            status = run.status(namespace=self.ip.user_ns)
-        except StepstoneError as exc:
-            raise _usage(exc) from exc
+        changes = run.set_plan(steps, mode="explicit")
+        status = run.status(namespace=self.ip.user_ns)
         if changes:
             print("plan changed: " + "; ".join(changes))
         self._show(status)
 
     @cell_magic
+    @_usage_errors
+    @_options("step")
     def step(self, line: str, cell: str) -> None:
-        """%%step NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--force]
-
-        Run the cell as one step. While its recorded evidence verifies and its
-        source is unchanged the cell is skipped and its --out variables are
-        restored; otherwise it runs, its checks run, and the record is
-        committed. CHECK is file:PATH, sha256:PATH=HEX, cmd:COMMAND,
-        expr:EXPRESSION or call:NAME.
-        """
+        """Run the cell as one step, or skip it while its evidence verifies."""
         run = self._require_run()
         ns = self.ip.user_ns
-        try:
-            parsed = cellargs.parse_step_line(line)
-            start = run.begin(
-                parsed.name,
-                checks=parsed.checks,
-                inputs=parsed.inputs,
-                outputs=parsed.outputs,
-                source=cell,
-                force=parsed.force,
-                namespace=ns,
-                was=parsed.was,
-            )
-        except StepstoneError as exc:
-            raise _usage(exc) from exc
-        label = f"step {start.planned.number} {parsed.name}"
+        parsed = cellargs.parse_step_line(line)
+        start = run.begin(
+            parsed.name,
+            checks=parsed.checks,
+            inputs=parsed.inputs,
+            outputs=parsed.outputs,
+            source=cell,
+            force=parsed.force,
+            namespace=ns,
+            was=parsed.was,
+        )
+        number = start.planned.number
         if start.skip and start.record is not None:
             ns.update(start.values)
-            print(f"{label}: skipped, verified ({evidence_text(evidence_rows(start.record))})")
+            evidence = evidence_rows(start.record)
+            print(render.step_outcome(number, parsed.name, "skipped, verified", evidence))
             return
         try:
             code = self.ip.transform_cell(cell)
             filename = self.ip.compile.cache(code)
-            with run.running(start):
+            with run.running(start), _cell_code():
                 exec(compile(code, filename, "exec"), ns)
         except BaseException as exc:
             run.fail(start, exc)
             raise
-        try:
-            values = {var: ns[var] for var in parsed.outputs if var in ns}
-            record = run.confirm(start, values=values, namespace=ns)
-        except StepstoneError as exc:
-            raise _usage(exc) from exc
-        print(f"{label}: confirmed ({evidence_text(evidence_rows(record))})")
+        values = {var: ns[var] for var in parsed.outputs if var in ns}
+        record = run.confirm(start, values=values, namespace=ns)
+        print(render.step_outcome(number, parsed.name, "confirmed", evidence_rows(record)))
 
     @line_magic
+    @_usage_errors
+    @_options("decide")
     def decide(self, line: str) -> None:
-        """%decide KEY=VALUE --why REASON [--revise]
-
-        Record a decision with its reason; read it with stepstone.decided(KEY).
-        A resumed run does not reopen it: the same line again is a no-op, a
-        different value needs --revise.
-        """
+        """Record a decision with its reason; a resumed run does not reopen it."""
         run = self._require_run()
-        try:
-            key, value, why, revise = cellargs.parse_decide_line(line)
-            decision = run.decide(key, value, why, revise=revise)
-        except StepstoneError as exc:
-            raise _usage(exc) from exc
-        print(f"decided {decision.key}={decision.value} ({decision.why})")
+        key, value, why, revise = cellargs.parse_decide_line(line)
+        print(render.decision(run.decide(key, value, why, revise=revise)))
 
     @line_magic
+    @_usage_errors
+    @_options("unknown")
     def unknown(self, line: str) -> None:
-        """%unknown QUESTION  |  %unknown --resolve ID ANSWER
-
-        Record an open question, or close one with its answer.
-        """
+        """Record an open question, or close one with its answer."""
         run = self._require_run()
-        try:
-            resolve_id, text = cellargs.parse_unknown_line(line)
-            if resolve_id is None:
-                item = run.unknown(text)
-                if item.state == "open":
-                    print(f"unknown {item.id} is open: {item.question}")
-                else:
-                    print(f"unknown {item.id} was answered: {item.answer} (not asked again)")
-            else:
-                item = run.resolve_unknown(resolve_id, text)
-                print(f"unknown {item.id} resolved: {item.answer}")
-        except StepstoneError as exc:
-            raise _usage(exc) from exc
+        resolve_id, text = cellargs.parse_unknown_line(line)
+        if resolve_id is None:
+            print(render.unknown(run.unknown(text)))
+        else:
+            print(render.unknown(run.resolve_unknown(resolve_id, text), resolved=True))
 
     @line_magic
+    @_usage_errors
+    @_options("finish")
     def finish(self, line: str) -> None:
-        """%finish [--force]
-
-        Write the summary from the records and archive the run (tag
-        stepstone/<run>). Refuses while a step is not verified, an unknown is
-        open or an effect is unresolved, unless --force.
-        """
+        """Write the run's summary from its records and archive it."""
         run = self._require_run()
-        try:
-            text = run.finish(force=cellargs.parse_finish_line(line))
-        except StepstoneError as exc:
-            raise _usage(exc) from exc
-        display(Markdown(text))
+        display(Markdown(run.finish(force=cellargs.parse_finish_line(line))))
 
     def close(self) -> None:
         """Let go of the run."""

@@ -14,7 +14,8 @@ from .errors import RecordError, SchemaTooNew
 SCHEMA_VERSION = 1
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
-StepStatus = Literal["confirmed", "failed"]
+RecordStatus = Literal["confirmed", "failed"]  # a step record's outcome
+StepStatus = RecordStatus  # the old name, until its last users (run/stepping.py) move
 EvidenceKind = Literal["file", "sha256", "cmd", "expr", "call", "completed"]
 
 
@@ -87,7 +88,7 @@ class StepRecord(Record):
 
     number: int
     name: str
-    status: StepStatus
+    status: RecordStatus
     attempt: int = 1
     started: str
     finished: str

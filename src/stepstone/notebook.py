@@ -30,7 +30,8 @@ from .cellargs import parse_step_line, split_cell
 from .errors import InvalidInput, PlanError, StepstoneError
 from .models import PlannedStep, StepRecord, load
 from .run import Run, open_run, source_hash, step_path
-from .store import DEFAULT_STORE, GitStore, parse_trailers
+from .settings import RUN_ENV, STEAL_ENV, STORE_ENV
+from .store import DEFAULT_STORE, GitStore
 
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
 
@@ -303,8 +304,9 @@ class _Stopper:
         if self.signum is not None:
             raise _Stopped
 
-    def run(self, client: Any) -> BaseException | None:
+    def run(self, client: Any, env: dict[str, str]) -> BaseException | None:
         """Execute `client`'s notebook in a thread while this one waits; its error, if any.
+        The kernel starts with the environment `env` (jupyter_client's `start_kernel`).
 
         In a thread other than the main one nbclient installs no signal handlers of its
         own (they would shut the kernel down under the running cell), so `on_signal`,
@@ -315,7 +317,7 @@ class _Stopper:
 
         def target() -> None:
             try:
-                asyncio.run(self.client.async_execute())
+                asyncio.run(self.client.async_execute(env=env))
             except BaseException as exc:
                 errors.append(exc)
 
@@ -335,41 +337,33 @@ class _Stopper:
         return errors[0] if errors else None
 
 
-def _stored(run_id: str, repo: Path, name: str) -> tuple[int, StepRecord | None]:
-    """The run's sequence number and step `name`'s record ((0, None): no run), read from
-    its latest commit alone (a cell's outcome; the run may be large)."""
+def _record(run_id: str, repo: Path, name: str) -> StepRecord | None:
+    """Step `name`'s record in the run's latest commit (None: no run, no record), read
+    from that commit alone: a cell's outcome is read twice per step of a large run."""
     try:
         store = GitStore(repo, create=False)
         head = store.head(run_id)
     except StepstoneError:
-        return 0, None
+        return None
     if head.tree is None:
-        return 0, None
-    seq = parse_trailers(head.message).get("Stepstone-Seq", ["0"])[0]
+        return None
     for legacy in (False, True):
         data = store.blob(head.tree, step_path(name, legacy=legacy))
         if data is not None:
             try:
-                record = load(StepRecord, data, name)
+                return load(StepRecord, data, name)
             except StepstoneError:
-                record = None
-            return int(seq) if seq.isdigit() else 0, record
-    return int(seq) if seq.isdigit() else 0, None
+                return None
+    return None
 
 
-@contextmanager
-def _kernel_environment(variables: dict[str, str]) -> Iterator[None]:
-    """Set `variables` for the kernel to inherit, then restore the environment."""
-    before = {k: os.environ.get(k) for k in (*variables, "STEPSTONE_STEAL")}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+def _outcome(before: StepRecord | None, after: StepRecord | None, reply_ok: bool) -> str:
+    """What a step's cell did, from the step's record before and after the cell: `done`
+    or `failed` when the cell wrote a record (another `seq`), else `failed` when the cell
+    raised, else `skipped` (its evidence verified and nothing was written)."""
+    if after is not None and (before is None or after.seq != before.seq):
+        return "done" if after.status == "confirmed" else "failed"
+    return "skipped" if reply_ok else "failed"
 
 
 def execute(
@@ -397,29 +391,24 @@ def execute(
         parts = split_cell(cell.source) if cell.cell_type == "code" else None
         if parts is not None:
             steps[index] = (len(steps) + 1, parts[0].split()[0] if parts[0] else "?")
-    seq_before = 0
+    before: StepRecord | None = None  # the record of the step whose cell runs, before it
     failed_step: list[str] = []
     stopper = _Stopper()
 
     def on_cell_execute(cell_index: int, **_: Any) -> None:
-        nonlocal seq_before
+        nonlocal before
         stopper.step = steps[cell_index][1] if cell_index in steps else None
         stopper.check()
         if stopper.step is not None:
-            seq_before = _stored(run_id, repo, stopper.step)[0]
+            before = _record(run_id, repo, stopper.step)
 
     def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
         stopper.step = None
         if cell_index not in steps:
             return
         number, name = steps[cell_index]
-        record = _stored(run_id, repo, name)[1]
-        if record is not None and record.seq > seq_before:
-            state = "done" if record.status == "confirmed" else "failed"
-        elif execute_reply.get("content", {}).get("status", "ok") != "ok":
-            state = "failed"
-        else:
-            state = "skipped"
+        reply_ok = execute_reply.get("content", {}).get("status", "ok") == "ok"
+        state = _outcome(before, _record(run_id, repo, name), reply_ok)
         if state == "failed":
             failed_step.append(name)
         elif stopper.signum is not None:
@@ -427,9 +416,9 @@ def execute(
         if progress is not None and not (state == "failed" and stopper.signum is not None):
             progress(f"[{number}/{len(steps)}] {name}: {state}")
 
-    variables = {"STEPSTONE_RUN": run_id, "STEPSTONE_REPO": str(repo), NOTEBOOK_ENV: str(path)}
+    env = {**os.environ, RUN_ENV: run_id, STORE_ENV: str(repo), NOTEBOOK_ENV: str(path)}
     if steal:
-        variables["STEPSTONE_STEAL"] = steal
+        env[STEAL_ENV] = steal
     client = NotebookClient(
         nb,
         timeout=timeout,
@@ -440,8 +429,8 @@ def execute(
         on_cell_executed=on_cell_executed,
     )
     expected = (CellExecutionError, DeadKernelError)
-    with _kernel_environment(variables), _signal_handlers(stopper.on_signal):
-        error = stopper.run(client)
+    with _signal_handlers(stopper.on_signal):
+        error = stopper.run(client, env)
         if error is not None and stopper.signum is None and not isinstance(error, expected):
             raise error
         unwritten = ""

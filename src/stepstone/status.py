@@ -1,9 +1,10 @@
-"""Where a run stands: every step's state, decisions, unknowns, effects, the next action."""
+"""Where a run stands: every step's state, decisions, unknowns, effects, the next action.
+
+The data and its JSON shape; `render` shows it to people (text, HTML, rich)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -14,7 +15,6 @@ if TYPE_CHECKING:
     from .index import EvidenceRow
 
 StepState = Literal["verified", "stale", "failed", "pending"]
-_SHOWN_EDGE = 2  # steps shown at each end of a long run of steps in one state
 
 
 class StepStatus(NamedTuple):
@@ -29,18 +29,10 @@ class StepStatus(NamedTuple):
 
     @property
     def evidence_text(self) -> str:
-        """The step's evidence in one short line."""
-        return evidence_text(self.evidence)
+        """The step's evidence in one short line (`render.evidence_text`)."""
+        from . import render
 
-
-def evidence_text(evidence: Iterable[EvidenceRow]) -> str:
-    """Evidence rows in one short line."""
-    parts = []
-    for check, kind, value, _ in evidence:
-        if isinstance(value, str) and len(value) == 64:
-            value = f"sha256 {value[:12]}"
-        parts.append(f"{check} ({value})" if kind != "completed" else "completed")
-    return "; ".join(parts)
+        return render.evidence_text(self.evidence)
 
 
 def _evidence_json(evidence: tuple[EvidenceRow, ...]) -> list[dict[str, Any]]:
@@ -172,109 +164,14 @@ class RunStatus:
         with collector_paused():
             return '{"steps": ' + self.steps_json() + ", " + rest[1:]
 
-    def shown_steps(self, *, every: bool = False) -> list[StepStatus | str]:
-        """The steps to show a person: with `every` all of them, else each run of more
-        than five steps in the same state as its first two, a line saying how many
-        are left out, and its last two (a 100,000-step run is a few lines)."""
-        if every or len(self.steps) <= _SHOWN_EDGE * 2 + 1:
-            return list(self.steps)
-        shown: list[StepStatus | str] = []
-        start = 0
-        while start < len(self.steps):
-            state = self.steps[start].state
-            end = start
-            while end < len(self.steps) and self.steps[end].state == state:
-                end += 1
-            group = self.steps[start:end]
-            if len(group) <= _SHOWN_EDGE * 2 + 1:
-                shown.extend(group)
-            else:
-                left_out = group[_SHOWN_EDGE:-_SHOWN_EDGE]
-                shown.extend(group[:_SHOWN_EDGE])
-                shown.append(
-                    f"... {len(left_out):,} more {state} "
-                    f"(steps {left_out[0].number:,}-{left_out[-1].number:,})"
-                )
-                shown.extend(group[-_SHOWN_EDGE:])
-            start = end
-        return shown
-
-    def shown_effects(self, *, every: bool = False) -> tuple[list[dict[str, Any]], str]:
-        """The effects to show a person, and a line counting the ones left out: with
-        `every` all of them, else those not confirmed (up to five), then the rest as a
-        count by state (a run may have sent thousands)."""
-        if every or len(self.effects) <= _SHOWN_EDGE * 2 + 1:
-            return list(self.effects), ""
-        open_ = [e for e in self.effects if e["state"] != "confirmed"]
-        shown = open_[: _SHOWN_EDGE * 2 + 1]
-        left = [e for e in self.effects if e not in shown]
-        counts: dict[str, int] = {}
-        for e in left:
-            counts[e["state"]] = counts.get(e["state"], 0) + 1
-        said = ", ".join(f"{n:,} {state}" for state, n in counts.items())
-        return shown, f"{'more ' if shown else ''}effects: {said} (--all lists each)"
-
-    def footer_lines(self, *, every: bool = False) -> list[str]:
-        """Decisions, open unknowns, effects, notes and the next action, a line each."""
-        lines = [f"  decided {d.key}={d.value}  ({d.why})" for d in self.decisions]
-        lines += [f"  unknown {u.id}: {u.question}" for u in self.open_unknowns]
-        effects, rest = self.shown_effects(every=every)
-        lines += [
-            f"  effect {e['key']} ({e['step']}/{e['name']}): {e['state']}; next: {e['next_action']}"
-            for e in effects
-        ]
-        if rest:
-            lines.append(f"  {rest}")
-        lines += [f"  note: {note}" for note in self.notes]
-        lines.append(f"next: {self.next_action}")
-        return lines
-
     def render_text(self, *, every: bool = False) -> str:
-        """A plain-text status table for a terminal (long runs shortened, see
-        `shown_steps`)."""
-        lines = [f"run {self.run} ({self.plan_mode} plan)"]
-        shown = self.shown_steps(every=every)
-        steps = [s for s in shown if isinstance(s, StepStatus)]
-        width = max((len(s.name) for s in steps), default=4)
-        digits = max((len(str(s.number)) for s in steps), default=3)
-        for s in shown:
-            if isinstance(s, str):
-                lines.append(f"  {s}")
-                continue
-            detail = s.evidence_text if s.state == "verified" else s.reason
-            lines.append(
-                f"  {s.number:>{digits}}  {s.name:<{width}}  {s.state:<8}  {detail}".rstrip()
-            )
-        return "\n".join(lines + self.footer_lines(every=every))
+        """A plain-text status table for a terminal (`render.status_text`)."""
+        from . import render
+
+        return render.status_text(self, every=every)
 
     def render_html(self) -> str:
-        """An HTML status table for Jupyter (long runs shortened, see `shown_steps`)."""
-        from html import escape
+        """An HTML status table for Jupyter (`render.status_html`)."""
+        from . import render
 
-        rows = "".join(
-            f"<tr><td>{s.number}</td><td>{escape(s.name)}</td><td>{s.state}</td>"
-            f"<td>{escape(s.evidence_text if s.state == 'verified' else s.reason)}</td></tr>"
-            if isinstance(s, StepStatus)
-            else f'<tr><td colspan="4"><i>{escape(s)}</i></td></tr>'
-            for s in self.shown_steps()
-        )
-        extra = (
-            "".join(
-                f"<li>decided <code>{escape(d.key)}={escape(d.value)}</code>: {escape(d.why)}</li>"
-                for d in self.decisions
-            )
-            + "".join(
-                f"<li>unknown {escape(u.id)}: {escape(u.question)}</li>" for u in self.open_unknowns
-            )
-            + "".join(
-                f"<li>effect <code>{escape(e['key'])}</code>: {escape(e['state'])}</li>"
-                for e in self.shown_effects()[0]
-            )
-            + (f"<li>{escape(self.shown_effects()[1])}</li>" if self.shown_effects()[1] else "")
-            + "".join(f"<li>note: {escape(n)}</li>" for n in self.notes)
-        )
-        return (
-            f"<div><b>run {escape(self.run)}</b> ({escape(self.plan_mode)} plan)"
-            f"<table><tr><th>#</th><th>step</th><th>state</th><th>evidence</th></tr>{rows}"
-            f"</table><ul>{extra}</ul><p>next: {escape(self.next_action)}</p></div>"
-        )
+        return render.status_html(self)

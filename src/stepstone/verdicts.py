@@ -10,11 +10,96 @@ from the index alone, the leading run of them in one pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import repeat
 
+from .errors import StepOrderError
 from .index import NO_EXTRA, EvidenceRow, PlanSteps, RecordTable, plain_prefix
 from .status import StepState, StepStatus
+
+
+def runs_after(name: str) -> str:
+    """Why a step recorded after step `name` is stale: `name` runs again."""
+    return f"it runs again after step {name}"
+
+
+def plan_changed(
+    planned_checks: Sequence[str],
+    planned_source: str | None,
+    recorded_checks: Sequence[str],
+    recorded_source: str | None,
+) -> str | None:
+    """Why a record no longer stands for its planned step (checks or source edited), or
+    None. A step planned or recorded without a source hash is not compared by source."""
+    if tuple(planned_checks) != tuple(recorded_checks):
+        return "its checks changed since it ran"
+    if planned_source and recorded_source and planned_source != recorded_source:
+        return "its source changed since it ran"
+    return None
+
+
+class Verdicts:
+    """The state of each step of a run as this process knows it: decided by
+    `step_states` when the run is read, then moved by what the driver does (a step
+    confirmed, failed, or found stale when it was about to be skipped)."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, StepState] = {}
+        self.reasons: dict[str, str] = {}
+        self.last_verified = 0  # no step after this number is verified
+
+    @property
+    def known(self) -> bool:
+        """Whether the states were decided since the plan last changed."""
+        return bool(self.states)
+
+    def forget(self) -> None:
+        """The plan changed: decide every state again before the next step."""
+        self.states.clear()
+
+    def decided(self, results: list[StepStatus], last_verified: int) -> None:
+        """Keep the states of a full read (`step_states`)."""
+        self.states = {s.name: s.state for s in results}
+        self.reasons = {s.name: s.reason for s in results if s.reason}
+        self.last_verified = last_verified
+
+    def state(self, name: str) -> StepState:
+        """Step `name`'s state (`pending` when it has none)."""
+        return self.states.get(name, "pending")
+
+    def check_order(self, run: str, steps: PlanSteps, number: int, *, force: bool) -> None:
+        """Refuse step `number` while the step before it is not verified (unless `force`)."""
+        if number == 1 or force:
+            return
+        before = steps.names[number - 2]
+        if self.states.get(before) != "verified":
+            raise StepOrderError(run, steps.names[number - 1], before)
+
+    def stale_from(self, names: Sequence[str], number: int, reason: str) -> None:
+        """Step `number` is stale for `reason`, and every verified step after it runs
+        again after it."""
+        name = names[number - 1]
+        for index in range(number - 1, min(self.last_verified, len(names))):
+            later = names[index]
+            if self.states.get(later) == "verified":
+                self.states[later] = "stale"
+                self.reasons[later] = reason if later == name else runs_after(name)
+        self.last_verified = min(self.last_verified, number - 1)
+
+    def confirmed(self, names: Sequence[str], number: int) -> None:
+        """Step `number` was confirmed just now: later steps run again after it."""
+        self.stale_from(names, number, "")
+        name = names[number - 1]
+        self.states[name] = "verified"
+        self.reasons[name] = ""
+        self.last_verified = max(self.last_verified, number)
+
+    def failed(self, names: Sequence[str], number: int, error: str) -> None:
+        """Step `number` failed just now with `error`."""
+        self.stale_from(names, number, "failed")
+        name = names[number - 1]
+        self.states[name] = "failed"
+        self.reasons[name] = error
 
 
 def step_states(
@@ -92,13 +177,12 @@ def step_states(
             if status == "failed":
                 state, reason = "failed", error or "failed"
             elif blocked is not None:
-                state, reason = "stale", f"it runs again after step {blocked}"
+                state, reason = "stale", runs_after(blocked)
             elif seq < latest_pred_seq:
                 state, reason = "stale", "an earlier step was redone after it"
             elif (
                 not world
-                and planned_checks == recorded_checks
-                and not (planned_source and source and planned_source != source)
+                and plan_changed(planned_checks, planned_source, recorded_checks, source) is None
             ):
                 state = "verified"  # nothing to re-check against the world
             else:

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .atomic import fsync_dir
+from ..atomic import fsync_dir
+from ..errors import RefMoved
 
 _libc: ctypes.CDLL | None = None
 _syncfs_missing = False
@@ -65,10 +66,6 @@ def sync_filesystem_of(fd: int) -> None:
         raise OSError(errno, os.strerror(errno))
 
 
-class RefMoved(Exception):
-    """The ref no longer points where the writer expected (compare-and-swap failed)."""
-
-
 def _take_lock_file(lock: Path, *, patience: float = 2.0) -> int:
     """Create `lock` exclusively, waiting a little for a brief holder (a `git gc`, say)."""
     deadline = time.monotonic() + patience
@@ -104,7 +101,7 @@ def update_ref(
     try:
         current = read_current()
         if current != expected:
-            raise RefMoved(f"{ref} is at {current}, expected {expected}")
+            raise RefMoved(str(git_dir), ref, current, expected)
         os.write(fd, f"{new}\n".encode())
         flush(fd)
         os.close(fd)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .atomic import fsync_dir
+from ..atomic import fsync_dir
 
 TYPE_CODES = {b"commit": 1, b"tree": 2, b"blob": 3}
 _COMPRESSION = 1  # objects are small; git's pack default is -1, loose objects 1

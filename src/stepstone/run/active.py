@@ -1,0 +1,56 @@
+"""Which run a bare `stepstone.effect(...)` or `stepstone.decided(...)` belongs to: the
+run whose step runs in this context, else the run this process drives now."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+from ..errors import StepstoneError
+
+if TYPE_CHECKING:
+    from .facade import Run
+
+_driven: list[Run] = []  # the run this process drives now (opened last, not closed)
+_stepping: ContextVar[Run | None] = ContextVar("stepstone_stepping", default=None)
+
+
+def active_run() -> Run:
+    """The run whose step is running in this context, else the run this process drives
+    now (opened last and not closed)."""
+    stepping = _stepping.get()
+    if stepping is not None:
+        return stepping
+    if not _driven:
+        raise StepstoneError(
+            "no run is open in this process: call stepstone.open_run(...) or run %resume first"
+        )
+    return _driven[-1]
+
+
+def driven_run() -> Run | None:
+    """The run this process drives now, if any."""
+    return _driven[-1] if _driven else None
+
+
+def now_driving(run: Run) -> None:
+    """`run` is the one this process drives now."""
+    _driven[:] = [run]
+
+
+def let_go(run: Run) -> None:
+    """`run` was closed: it is no longer the one driven."""
+    if _driven and _driven[-1] is run:
+        _driven.clear()
+
+
+@contextmanager
+def stepping_in(run: Run) -> Iterator[None]:
+    """While the body runs, this context's steps and effects belong to `run`."""
+    token = _stepping.set(run)
+    try:
+        yield
+    finally:
+        _stepping.reset(token)

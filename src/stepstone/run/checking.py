@@ -1,0 +1,197 @@
+"""Re-checking a run's records against the world: each step's evidence, its saved
+outputs, and the run's status (what is verified, stale, failed, pending)."""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import artifacts, checks, effects, names, trust
+from ..bulk import collector_paused
+from ..effectbook import MAYBE_HAPPENED
+from ..errors import StepstoneError, StoreError
+from ..models import Artifact, PlannedStep, StepRecord
+from ..settings import Settings
+from ..status import RunStatus, StepStatus
+from ..verdicts import Verdicts, plan_changed, step_states
+from .state import RunState
+
+RETURN = "return"  # the output that holds a Python-API step's return value
+
+
+class Checker:
+    """Verifies the records of the run `state` holds; relative paths resolve in `workdir`."""
+
+    def __init__(
+        self,
+        state: RunState,
+        verdicts: Verdicts,
+        settings: Settings,
+        workdir: Path,
+        notes: list[str],
+    ) -> None:
+        self.state = state
+        self.verdicts = verdicts
+        self.settings = settings
+        self.workdir = workdir
+        self.notes = notes
+        self._not_rerun: list[str] = []
+
+    def verify_step(
+        self,
+        planned: PlannedStep,
+        record: StepRecord,
+        namespace: Mapping[str, Any] | None,
+        run_commands: bool = True,
+    ) -> str | None:
+        """Why `record` no longer stands for `planned`, or None when it verifies."""
+        changed = plan_changed(
+            planned.checks, planned.source_hash, record.checks, record.source_hash
+        )
+        if changed is not None:
+            return changed
+        for var, art in record.outputs.items():
+            if not self.may_load(art):
+                return self.untrusted(var)
+        scope = dict(namespace or {})
+        if any(ev.kind == "expr" for ev in record.evidence):
+            try:
+                scope = check_scope(namespace, self.load_outputs(record))
+            except StepstoneError as exc:
+                return str(exc)
+        for ev in record.evidence:
+            verdict = checks.verify(
+                ev,
+                workdir=self.workdir,
+                namespace=scope,
+                run_commands=run_commands,
+                timeout=self.settings.check_timeout,
+            )
+            if not verdict.checkable:
+                self._not_rerun.append(f"{planned.name} ({ev.check})")
+            if not verdict.ok:
+                return verdict.reason
+        return None
+
+    def status(
+        self,
+        *,
+        namespace: Mapping[str, Any] | None,
+        progress: Callable[[int], object] | None,
+        run_commands: bool,
+    ) -> RunStatus:
+        """Verify every recorded step now (running `cmd:`/`call:` checks again only with
+        `run_commands`) and say what is next; the verdicts keep each step's state."""
+        self._not_rerun = []
+        state = self.state
+        with collector_paused():
+            results, last_verified = step_states(
+                state.steps,
+                state.records.table,
+                lambda number: self._recheck(number, namespace, run_commands),
+                progress,
+            )
+            results = self._interrupted(results)
+            self.verdicts.decided(results, last_verified)
+            notes = list(self.notes)
+            if self._not_rerun:
+                notes.append(
+                    f"{len(self._not_rerun)} cmd:/call: check(s) were not re-run, as reading "
+                    f"a run runs no code: {names.listing(self._not_rerun, 5)} (`stepstone "
+                    f"verify`, or --recheck, re-runs them)"
+                )
+            effect_records = state.effect_book.records.values()
+            return RunStatus(
+                run=state.id,
+                plan_mode=state.info.plan_mode,
+                steps=tuple(results),
+                decisions=tuple(sorted(state.decisions.values(), key=lambda d: (d.time, d.key))),
+                unknowns=tuple(sorted(state.unknowns.values(), key=lambda u: int(u.id[1:]))),
+                effects=tuple(
+                    effects.as_status(e)
+                    for e in sorted(effect_records, key=lambda e: (e.intent, e.key))
+                ),
+                finished=state.info.finished,
+                notes=tuple(notes + state.corrupt),
+            )
+
+    def _interrupted(self, results: list[StepStatus]) -> list[StepStatus]:
+        """Pending steps that performed effects were interrupted partway: say so."""
+        book = self.state.effect_book
+        if not book.records:
+            return results
+        renamed = self.state.renamed()
+        for number, status in enumerate(results):
+            if status.state != "pending":
+                continue
+            done = book.of_step(renamed.get(status.name, status.name))
+            if not done:
+                continue
+            counts = Counter[str](r.state for r in done)
+            said = ", ".join(
+                f"{counts[state]} effect(s) {state}" for state in MAYBE_HAPPENED if counts[state]
+            )
+            results[number] = status._replace(reason=f"interrupted partway; {said}")
+        return results
+
+    def _recheck(
+        self, number: int, namespace: Mapping[str, Any] | None, run_commands: bool
+    ) -> str | None:
+        planned = self.state.steps[number - 1]
+        record = self.state.records.get(planned.name)
+        if record is None:
+            return "its record cannot be read"
+        return self.verify_step(planned, record, namespace, run_commands)
+
+    # -- saved outputs ----------------------------------------------------------
+
+    def may_load(self, art: Artifact) -> bool:
+        """Whether a saved value may be loaded here: not a pickle, or one this user wrote,
+        or from a store this user trusts."""
+        return (
+            art.format != "pickle"
+            or trust.signed_here(art.sha256, art.mark)
+            or trust.store_trusted(self.state.store.git_dir)
+        )
+
+    def untrusted(self, var: str) -> str:
+        """Why saved output `var` is not loaded here, and how to trust its store."""
+        return (
+            f"saved output {var!r} is a pickle written elsewhere, and loading a pickle runs "
+            f"its code, so it is not loaded here and the step runs again. If you trust who "
+            f"wrote this store, `stepstone trust --repo "
+            f"{shlex.quote(str(self.state.store.path))}` (once) loads its values"
+        )
+
+    def load_outputs(self, record: StepRecord) -> dict[str, Any]:
+        """The values `record` saved, loaded (raises when one cannot be)."""
+        values: dict[str, Any] = {}
+        for var, art in record.outputs.items():
+            data = self.state.blob(artifacts.path_for(art.sha256, art.format))
+            if data is None or artifacts.sha256(data) != art.sha256:
+                raise StepstoneError(
+                    f"saved output {var!r} is missing or does not match its sha256"
+                )
+            if not self.may_load(art):
+                raise StoreError(str(self.state.store.path), self.untrusted(var))
+            try:
+                values[var] = artifacts.decode(art.format, data)
+            except Exception as exc:  # a pickle whose class is gone, a missing pyarrow...
+                raise StepstoneError(
+                    f"saved output {var!r} cannot be loaded here ({type(exc).__name__}: "
+                    f"{exc}); the step runs again. A class defined in the step's own cell "
+                    f"is not there when the step is skipped: define it in a cell before"
+                ) from exc
+        return values
+
+
+def check_scope(namespace: Mapping[str, Any] | None, values: Mapping[str, Any]) -> dict[str, Any]:
+    """What `expr:` checks see: the namespace, the step's outputs, its return value as
+    `result`."""
+    scope = {**(namespace or {}), **values}
+    if RETURN in values:
+        scope["result"] = values[RETURN]
+    return scope

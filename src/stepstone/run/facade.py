@@ -1,0 +1,344 @@
+"""`Run`: one run of a store, as its driver or a reader sees it.
+
+A small facade over the parts that each own one idea: the `RunState` read from the
+run's latest commit, the `Ledger` (the one writer), the `Planner`, the `Checker`
+(evidence and status), the `Stepper` (the step protocol), the `RemoteLink` (lease and
+pusher), decisions and unknowns, finishing.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from .. import checks, effects, message, models, names
+from ..errors import InvalidInput, RunNotFound, StepstoneError, StoreError
+from ..index import INDEXED
+from ..lock import RunLock
+from ..models import Decision, EffectRecord, PlannedStep, StepRecord, Unknown
+from ..settings import Settings
+from ..store import GitStore, holder_identity
+from ..verdicts import Verdicts
+from . import active, finishing, questions
+from .checking import RETURN, Checker
+from .history import rolled_back_effects
+from .ledger import Ledger, Trailers
+from .link import RemoteLink
+from .planning import Planner
+from .program import driver_program
+from .state import RunState
+from .stepping import Attempt, Stepper, StepResult, StepStart
+from .view import RunView
+
+
+def run_lock(store: GitStore, run: str, holder: str) -> RunLock:
+    """The lock that lets one process at a time drive `run` in `store`."""
+    return RunLock(store.git_dir / "stepstone" / "locks" / f"{run}.lock", run, holder)
+
+
+class Run(RunView):
+    """One run in a store. Open it with `open_run`; close it (or use `with`) when done."""
+
+    def __init__(
+        self,
+        store: GitStore,
+        run_id: str,
+        *,
+        workdir: Path | None,
+        drive: bool = True,
+        create: bool = True,
+        steal: str | None = None,
+        cached: bool = True,
+        at: str | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.store = store
+        self.id = names.run_id(run_id)
+        self.settings = settings if settings is not None else store.settings
+        self.holder = holder_identity()
+        self.notes: list[str] = []
+        self._lock = run_lock(store, self.id, self.holder)
+        self.state = RunState(store, self.id, tolerant=not drive)
+        self.ledger = Ledger(self.state, self.holder, self.settings)
+        self._link = RemoteLink(self.ledger, self.notes)
+        verdicts = Verdicts()
+        self._planner = Planner(self.ledger, verdicts, self.notes)
+        self._checker = Checker(self.state, verdicts, self.settings, Path.cwd(), self.notes)
+        self._stepper = Stepper(self.ledger, self._planner, self._checker, verdicts)
+        self._stepped: set[str] = set()  # steps `step` completed or skipped in this process
+        if drive:
+            self._lock.acquire()
+        try:
+            if drive:
+                for lock in store.clear_stale_ref_locks(self.id):
+                    self.notes.append(f"removed a stale lock {lock.name} left by a killed process")
+                self._link.join(steal)
+            self._open(workdir, drive=drive, create=create, cached=cached, at=at)
+        except BaseException:
+            self._let_go()
+            raise
+
+    def _open(
+        self, workdir: Path | None, *, drive: bool, create: bool, cached: bool, at: str | None
+    ) -> None:
+        store = self.store
+        snap = store.read(self.id, skip=("artifacts", *INDEXED), cached=cached, at=at)
+        if snap.commit is None:
+            traces = store.traces(self.id)
+            if traces:  # never start afresh a run whose history is damaged or hidden
+                raise StoreError(
+                    str(store.path),
+                    f"run {self.id!r} has history here ({'; '.join(traces)}) but no "
+                    f"readable ref, so it is not started afresh. `stepstone repair --run "
+                    f"{self.id}` points it at its newest readable commit",
+                )
+            if not (drive and create):
+                raise RunNotFound(self.id, str(store.path), store.runs())
+        self.state.read(snap, cached=cached)
+        lost = rolled_back_effects(store, snap.commit) if drive and snap.commit else []
+        if lost:
+            raise StoreError(
+                str(store.path),
+                f"the tip of run {self.id!r} was made by hand and sets back effect records "
+                f"({'; '.join(lost[:3])}), so their effects would be performed again. "
+                f"`stepstone repair --run {self.id}` moves the run back to its newest "
+                f"commit made by stepstone",
+            )
+        self._settle_workdir(workdir)
+        if drive and snap.commit is None:
+            self.state.note_info(uid=secrets.token_hex(8))
+            self.ledger.commit({}, f"run {self.id}: created", [(message.STATUS, "created")])
+        if drive:
+            store.point_head_at(self.id)
+
+    def _settle_workdir(self, asked: Path | None) -> None:
+        """Where relative paths resolve: the folder asked for, else the one recorded (if
+        it exists here), else the current folder. A driver records the folder it was
+        asked to work in, or the one it works in when none was recorded yet."""
+        recorded = self.previous_workdir = self.state.recorded_workdir()
+        self._checker.workdir = asked or recorded or Path.cwd()
+        if self.driving and (asked is not None or not self.info.workdir):
+            self.state.note_info(workdir=self.state.relative_to_store(self.workdir))
+            program = driver_program()
+            if program is not None and not self.info.notebook:
+                script = Path(os.path.relpath(program, self.workdir)).as_posix()
+                self.state.note_info(program=shlex.join([script, *sys.argv[1:]]))
+
+    # -- changing it (a driver only) --------------------------------------------
+
+    def _require_lock(self) -> None:
+        if not self._lock.held:
+            raise StepstoneError(
+                f"run {self.id!r} was opened read-only or is closed; open it with "
+                f"stepstone.open_run({self.id!r}) to drive it"
+            )
+
+    def set_plan(
+        self,
+        steps: Sequence[PlannedStep | Mapping[str, Any] | str],
+        *,
+        mode: models.PlanMode = "explicit",
+        goal: str | None = None,
+        notebook: str | None = None,
+    ) -> list[str]:
+        """Commit a plan (names, mappings or `PlannedStep`s, in order); return what changed."""
+        self._require_lock()
+        return self._planner.set_plan(steps, mode=mode, goal=goal, notebook=notebook)
+
+    def stepping(
+        self,
+        name: str,
+        *,
+        checks: Iterable[checks.CheckLike] = (),
+        inputs: Iterable[str] = (),
+        outputs: Iterable[str] = (),
+        source: str | None = None,
+        force: bool = False,
+        namespace: Mapping[str, Any] | None = None,
+        was: str | None = None,
+    ) -> AbstractContextManager[Attempt]:
+        """The step protocol, as a context manager: `with run.stepping(name) as attempt:`
+        skipped while its evidence verifies (`attempt.skipped`, `attempt.values`
+        restored); else the body runs and the step is confirmed with what it kept
+        (`attempt.keep({...})`) and its checks, or failed with what the body raised.
+        `namespace` is what `expr:` checks see; `was` the step's earlier name."""
+        self._require_lock()
+        return self._stepper.stepping(
+            self,
+            name,
+            checks=checks,
+            inputs=inputs,
+            outputs=outputs,
+            source=source,
+            force=force,
+            namespace=namespace,
+            was=was,
+        )
+
+    def begin(
+        self,
+        name: str,
+        *,
+        checks: Iterable[checks.CheckLike] = (),
+        inputs: Iterable[str] = (),
+        outputs: Iterable[str] = (),
+        source: str | None = None,
+        force: bool = False,
+        namespace: Mapping[str, Any] | None = None,
+        was: str | None = None,
+    ) -> StepStart:
+        """Decide whether step `name` is skipped (evidence verifies) or must run; unless
+        it is skipped, the step holds the run until `confirm` or `fail` (`stepping`
+        does all three)."""
+        self._require_lock()
+        return self._stepper.begin(name, checks, inputs, outputs, source, force, namespace, was)
+
+    def confirm(
+        self,
+        start: StepStart,
+        *,
+        values: Mapping[str, Any] | None = None,
+        facts: Mapping[str, Any] | None = None,
+        namespace: Mapping[str, Any] | None = None,
+    ) -> StepRecord:
+        """Run the step's checks, then commit its record with evidence and saved outputs;
+        a check that does not pass records the step as failed and raises `CheckFailed`."""
+        self._require_lock()
+        return self._stepper.confirm(start, values=values, facts=facts, namespace=namespace)
+
+    def fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
+        """Commit the step as failed (not confirmed); later steps will run again."""
+        self._require_lock()
+        return self._stepper.fail(start, error)
+
+    def running(self, start: StepStart) -> AbstractContextManager[None]:
+        """Mark `start`'s step as the one running (effects belong to it)."""
+        return self._stepper.running(self, start)
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        *,
+        checks: Iterable[checks.CheckLike] = (),
+        inputs: Iterable[str] = (),
+        force: bool = False,
+        was: str | None = None,
+    ) -> StepResult:
+        """Run `fn` as step `name`, or skip it while its evidence verifies.
+
+        `fn`'s return value is saved and returned again when the step is skipped;
+        `expr:` checks name it `result`. `was` is the step's earlier name, when it was
+        renamed: its effects keep their keys and are not performed again. A name is
+        run once per process: a second `step` with it is an error, not a silent skip.
+        """
+        if name in self._stepped:
+            raise InvalidInput(
+                f"step {name!r} was already run by this process: a step name stands for one "
+                f"piece of work, so a second run.step({name!r}, ...) would skip or repeat "
+                f"it. Give each call its own name, for example f'{name}-{{item}}'"
+            )
+        value = None
+        with self.stepping(name, checks=checks, inputs=inputs, force=force, was=was) as attempt:
+            if attempt.skipped:
+                value = attempt.values.get(RETURN)
+            else:
+                value = fn()
+                attempt.keep({RETURN: value} if value is not None else {})
+        self._stepped.add(name)
+        assert attempt.record is not None
+        return StepResult(name, attempt.skipped, value, attempt.record)
+
+    def decide(self, key: str, value: str, why: str, *, revise: bool = False) -> Decision:
+        """Record a decision with its reason; a resumed run does not reopen it."""
+        self._require_lock()
+        return questions.decide(self.ledger, key, value, why, revise=revise)
+
+    def decided(self, key: str, default: Any = None) -> Any:
+        """The value decided for `key`, or `default`."""
+        decision = self.decisions.get(key)
+        return decision.value if decision is not None else default
+
+    def unknown(self, question: str) -> Unknown:
+        """Record an open question (asked again, it is the unknown already recorded)."""
+        self._require_lock()
+        return questions.ask(self.ledger, question)
+
+    def resolve_unknown(self, unknown_id: str, answer: str) -> Unknown:
+        """Close an open unknown with its answer."""
+        self._require_lock()
+        return questions.answer(self.ledger, unknown_id, answer)
+
+    def effect(self, name: str, do: Callable[[str], Any], **options: Any) -> Any:
+        """Perform an external write of the running step at most once (see `stepstone.effect`)."""
+        self._require_lock()
+        return effects.perform(self, name, do, **options)
+
+    def resolve_effect(
+        self, key: str, *, happened: bool, receipt: Any = None, why: str = ""
+    ) -> EffectRecord:
+        """Settle an unresolved effect: it happened (with its receipt) or it did not."""
+        self._require_lock()
+        return effects.resolve(self, key, happened=happened, receipt=receipt, why=why)
+
+    def fence(self) -> None:
+        """Before an effect's write: push the run with its lease (see `RemoteLink.fence`)."""
+        self._link.fence()
+
+    def commit_effect(
+        self, record: EffectRecord, path: str, data: bytes, subject: str, trailers: Trailers
+    ) -> None:
+        """Commit an effect's record (used by effects) and keep it as the effect's state."""
+        self._require_lock()
+        with self.ledger.guard:
+            self.ledger.commit({path: data}, subject, trailers)
+            self.effect_book.put(record)
+
+    def commit_record(self, path: str, data: bytes, subject: str, trailers: Trailers) -> None:
+        """Commit one record file of this run as it is (a hand edit, a tool's repair)."""
+        self._require_lock()
+        self.ledger.commit({path: data}, subject, trailers)
+
+    def finish(self, *, force: bool = False) -> str:
+        """Write `summary.md` from the records, commit it and tag the run `stepstone/<id>`.
+
+        Refuses while a step is not verified, an unknown is open or an effect is
+        unresolved, unless `force`.
+        """
+        self._require_lock()
+        status = None if self.info.finished else self.status()
+        return finishing.finish(self.ledger, status, force=force)
+
+    def reopen(self, why: str) -> None:
+        """Reopen a finished run so that it can change again, recording why (its archive
+        tag stays on the finished commit)."""
+        self._require_lock()
+        finishing.reopen(self.ledger, why)
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def _let_go(self) -> None:
+        try:
+            self._link.let_go()
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        """Let go of the run so another process can drive it."""
+        if self._lock.held:
+            self.ledger.save_index()
+            self.store.collect_garbage_in_background()
+        self._let_go()
+        active.let_go(self)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

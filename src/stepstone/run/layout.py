@@ -1,0 +1,40 @@
+"""Where a run's records live in its tree, and the hash that notices an edited step."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def plan_path(number: int) -> str:
+    """Where the plan entry of step `number` lives in a run's tree."""
+    key = f"{number:08d}"
+    return f"plan/{key[:4]}/{key[4:6]}/{key}.json"
+
+
+def step_path(name: str, *, legacy: bool = False) -> str:
+    """Where the record of step `name` lives: `steps/a/b/c/<name>.json` by the sha1 of
+    the name, three levels of 16 folders, so that a step's commit rewrites small trees.
+    Runs begun with the two-level layout (`steps/ab/<name>.json`, `legacy`) keep it."""
+    digest = hashlib.sha1(name.encode()).hexdigest()
+    if legacy:
+        return f"steps/{digest[:2]}/{name}.json"
+    return f"steps/{digest[0]}/{digest[1]}/{digest[2]}/{name}.json"
+
+
+def source_hash(source: str) -> str:
+    """The hash of a step's source, used to notice an edited cell."""
+    return hashlib.sha256(source.strip().encode()).hexdigest()
+
+
+def decision_path(key: str) -> str:
+    """Where decision `key` lives."""
+    return f"decisions/{key}.json"
+
+
+def unknown_path(unknown_id: str) -> str:
+    """Where unknown `unknown_id` (`U1`...) lives."""
+    return f"unknowns/{unknown_id}.json"
+
+
+RUN_INFO = "run.json"
+SUMMARY = "summary.md"

@@ -1,0 +1,105 @@
+"""The one writer of a run: each change is one commit, numbered in sequence.
+
+The ledger commits files to the run's ref, keeps the `RunState` it writes for in
+step with each commit (snapshot, sequence number, head file), saves the step index
+now and then, and tells its listeners (the lease, the background pusher) after each
+commit. Nothing else in stepstone commits to a run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from ..errors import RunFinished
+from ..index import INDEXED, StepIndex, save_index
+from ..message import run_commit
+from ..models import dump, now
+from ..settings import Settings
+from .layout import RUN_INFO
+from .state import RunState
+
+Trailers = list[tuple[str, str]]
+
+
+class Ledger:
+    """Commits to one run on behalf of its driver `holder`."""
+
+    def __init__(self, state: RunState, holder: str, settings: Settings) -> None:
+        self.state = state
+        self.holder = holder
+        self.settings = settings
+        # Commits are serialised, so a step's effects may be performed from several
+        # threads at once; the step protocol holds it around its bookkeeping too.
+        self.guard = threading.RLock()
+        self.before: list[Callable[[], None]] = []  # may refuse a commit by raising
+        self.after: list[Callable[[], None]] = []  # told after each commit
+        self._since_save = 0
+
+    def commit(
+        self,
+        writes: dict[str, bytes | None],
+        subject: str,
+        trailers: Trailers,
+        *,
+        info_changed: bool = False,
+        indexed: bool = False,
+        finishing: bool = False,
+    ) -> None:
+        """Commit `writes` (path -> data, None deletes) with a message of `subject` and
+        `trailers`. `indexed` says the caller keeps the step index's rows in step with
+        what they write to the plan and the step records. A finished run takes no
+        commit but its finishing and reopening ones."""
+        state = self.state
+        if state.info.finished and not finishing:
+            raise RunFinished(state.id, state.info.finished)
+        for check in self.before:
+            check()
+        with self.guard:
+            if not indexed and any(path.split("/", 1)[0] in INDEXED for path in writes):
+                state.index_trusted = False
+            # The sequence number travels in the commit message, so a step's commit
+            # rewrites only its own record, not run.json.
+            state.seq += 1
+            if info_changed or state.info_changed or state.snap.commit is None:
+                state.info = state.info.model_copy(update={"seq": state.seq, "updated": now()})
+                writes = {RUN_INFO: dump(state.info), **writes}
+                state.info_changed = False
+            message = run_commit(state.id, subject, trailers, seq=state.seq, holder=self.holder)
+            try:
+                state.snap = state.store.commit(
+                    state.id, state.snap, writes, str(message), author=self.holder
+                )
+            except BaseException:
+                state.index_trusted = False  # the rows may have moved ahead of the store
+                raise
+            self._since_save += 1
+            for listener in self.after:
+                listener()
+
+    def save_index_if_due(self) -> None:
+        """Save the step index once `settings.index_every` commits were made since the last
+        save (so that a kill costs the next open at most that many records' reads)."""
+        if self._since_save >= self.settings.index_every:
+            self.save_index()
+
+    def save_index(self) -> None:
+        """Save the step index of the latest commit, so that the next open need not read
+        the records committed since the last save. Between steps, the rows match the
+        commit."""
+        self._since_save = 0
+        state = self.state
+        if not state.index_trusted or state.snap.tree in (None, state.index_saved_at):
+            return
+        save_index(
+            state.store,
+            state.id,
+            StepIndex(
+                state.snap.tree,
+                list[str | None](state.steps.names),
+                state.steps.extras,
+                state.records.table,
+                state.legacy_layout,
+            ),
+        )
+        state.index_saved_at = state.snap.tree

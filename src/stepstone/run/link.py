@@ -1,0 +1,126 @@
+"""A driven run's tie to its store's remote: the lease, the fence before each effect's
+write, and the background pusher."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import TYPE_CHECKING
+
+from ..errors import Diverged, StepstoneError, StepstoneWarning, StoreError
+from ..settings import OFFLINE_ENV
+from .ledger import Ledger
+
+if TYPE_CHECKING:
+    from ..remote import BackgroundPusher, LeaseKeeper
+
+
+class RemoteLink:
+    """What a driver holds on the remote (nothing when the store has none)."""
+
+    def __init__(self, ledger: Ledger, notes: list[str]) -> None:
+        self.ledger = ledger
+        self.state = ledger.state
+        self.notes = notes
+        self.lease: LeaseKeeper | None = None
+        self.remote = False
+        self.pusher: BackgroundPusher | None = None
+        ledger.before.append(self.check)
+        ledger.after.append(self.after_commit)
+
+    def join(self, steal: str | None) -> None:
+        """With a remote: take the run's lease there, then bring in the remote's newer
+        history of the run before anything runs (a copy that diverged is not driven).
+        An unreachable remote is warned about: this copy may be behind."""
+        from .. import remote
+
+        store, run = self.state.store, self.state.id
+        self.remote = remote.remote_name(store) is not None
+        if not self.remote:
+            return
+        keeper = remote.LeaseKeeper(store, run, self.ledger.holder)
+        try:
+            keeper.take(steal=steal)
+        except remote.GitFailed as exc:
+            message = (
+                f"the remote of run {run!r} cannot be reached ({exc.problem}): driving "
+                f"this copy without its lease. Steps go on; an effect's write waits until the "
+                f"lease can be taken (or {OFFLINE_ENV}=1 writes without it, at the risk of "
+                f"repeating what another copy did)"
+            )
+            self.notes.append(message)
+            warnings.warn(message, StepstoneWarning, stacklevel=4)
+        else:
+            self.lease = keeper
+            brought = remote.pull(store, run).state
+            if brought in ("fast-forwarded", "created"):
+                self.notes.append(f"brought in the remote's newer history of the run ({brought})")
+        if store.autopush:
+            self.pusher = remote.BackgroundPusher(store, run, self.lease)
+
+    def check(self) -> None:
+        """Before each commit: a driver whose lease was taken records nothing more."""
+        if self.lease is not None:
+            self.lease.check()
+
+    def after_commit(self) -> None:
+        """Renew the lease when due and wake the pusher."""
+        if self.lease is not None:
+            try:
+                self.lease.renew_if_due()
+            except StepstoneError as exc:
+                self.notes.append(f"could not renew the lease: {exc}")
+        if self.pusher is not None:
+            self.pusher.poke()
+
+    def fence(self) -> None:
+        """Before an effect's write: with a lease, push the run (its intent included) with
+        the lease, atomically; raises `LeaseLost` when another agent took the run. A run
+        opened while its remote could not be reached takes the lease now, or refuses the
+        write (unless `STEPSTONE_OFFLINE=1`)."""
+        if self.lease is None and self.remote and not self.ledger.settings.offline:
+            self.lease = self._late_lease()
+        if self.lease is not None:
+            with self.ledger.guard:
+                self.lease.fence(self.state.snap.commit)
+
+    def _late_lease(self) -> LeaseKeeper:
+        from .. import remote
+
+        store, run = self.state.store, self.state.id
+        keeper = remote.LeaseKeeper(store, run, self.ledger.holder)
+        try:
+            keeper.take()
+            theirs = remote.remote_tip(store, run)
+        except remote.GitFailed as exc:
+            raise StoreError(
+                str(store.path),
+                f"the remote of run {run!r} cannot be reached ({exc.problem}), so this "
+                f"copy cannot take the run's lease before writing an effect; nothing was "
+                f"sent. Retry when the remote can be reached, or set {OFFLINE_ENV}=1 to write "
+                f"without the lease (another copy that drove the run may then be repeated)",
+            ) from exc
+        if theirs is not None and not store.descends(self.state.snap.commit, theirs):
+            with contextlib.suppress(StepstoneError):
+                keeper.release()
+            raise Diverged(
+                run,
+                "the remote has history of this run that this copy, opened offline, does not; "
+                "nothing was sent. Close the run and open it again to bring that history in "
+                "(`stepstone pull` shows both)",
+            )
+        return keeper
+
+    def let_go(self) -> None:
+        """Stop the pusher and hand the lease back (each even if the other fails)."""
+        pusher, self.pusher = self.pusher, None
+        lease, self.lease = self.lease, None
+        try:
+            if pusher is not None:
+                pusher.close()
+        finally:
+            try:
+                if lease is not None and lease.lost is None:
+                    lease.release()
+            except StepstoneError as exc:
+                self.notes.append(f"could not release the lease (it expires by itself): {exc}")

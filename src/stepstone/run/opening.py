@@ -1,0 +1,128 @@
+"""Opening runs, and the module-level API that acts on the run this process drives."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .. import names
+from ..errors import StepstoneError
+from ..settings import Settings
+from ..store import GitStore, holder_identity
+from . import active
+from .facade import Run, run_lock
+from .history import rolled_back_effects
+from .program import refuse_a_second_store
+
+
+def open_run(
+    run: str | None = None,
+    *,
+    repo: str | os.PathLike[str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    drive: bool = True,
+    create: bool = True,
+    steal: str | None = None,
+    cached: bool = True,
+    settings: Settings | None = None,
+) -> Run:
+    """Open a run (creating it and its store if new) and hold it as its only driver.
+
+    `run` defaults to `STEPSTONE_RUN`, then to the store's only run; `repo` to
+    `STEPSTONE_REPO`, then `.stepstone` in the current folder. With
+    `drive=False` the run is opened read-only and no lock is taken. When the
+    store has a remote, driving also takes the run's lease there; `steal`
+    (a reason) takes a live lease from another agent and records that it did.
+    `cached=False` reads every record from Git instead of through the read caches
+    (derived data under `<git dir>/stepstone/cache`), as `stepstone verify` does.
+    `workdir` is where the run's relative paths (`file:` checks, commands)
+    resolve; by default the folder the run recorded (kept relative to the store's
+    folder, so a copied project keeps it), else the current folder. A driver
+    records the folder it works in. `settings` replaces what the environment and
+    the store's Git config say (`stepstone.settings.Settings`).
+    """
+    if drive and create and repo is None:
+        refuse_a_second_store(run)
+    store = GitStore(repo, create=create and drive, settings=settings)
+    run_id = store.pick_run(run)
+    opened = Run(
+        store,
+        run_id,
+        workdir=Path(workdir).absolute() if workdir is not None else None,
+        drive=drive,
+        create=create,
+        steal=steal,
+        cached=cached,
+    )
+    if drive:
+        active.now_driving(opened)
+    return opened
+
+
+@contextmanager
+def holding(store: GitStore, run: str) -> Iterator[None]:
+    """Hold `run` (as its driver would) without opening it: for moving its ref."""
+    lock = run_lock(store, names.run_id(run), holder_identity())
+    lock.acquire()
+    try:
+        store.clear_stale_ref_locks(run)
+        yield
+    finally:
+        lock.release()
+
+
+def problems_at(store: GitStore, run: str, commit: str) -> list[str]:
+    """What a driver would refuse in `run`'s commit `commit`: its corrupt records and plan,
+    effect records a commit made by hand rolled back (none when the commit is sound);
+    `stepstone repair` moves a run to a sound one."""
+    try:
+        reader = Run(store, run, workdir=None, drive=False, create=False, cached=False, at=commit)
+    except StepstoneError as exc:
+        return [str(exc)]
+    return list(reader.corrupt) + rolled_back_effects(store, commit)
+
+
+def decided(key: str, default: Any = None) -> Any:
+    """The value decided for `key` in the run this process drives, or `default`."""
+    return active.active_run().decided(key, default)
+
+
+def effect(
+    name: str,
+    do: Callable[[str], Any],
+    *,
+    keyed: bool = False,
+    lookup: Callable[[str], Any] | None = None,
+    payload: Any = None,
+    was: str | None = None,
+    new: bool = False,
+    timeout: float | None = None,
+) -> Any:
+    """Perform an external write at most once and return its receipt.
+
+    `do(key)` performs the write with the idempotency key and returns a
+    JSON-serialisable receipt. `keyed=True`: the receiver honours the key, so
+    an unconfirmed attempt is retried with it. `lookup(key)` returns the
+    receipt if the effect already exists, else None (or False). With neither,
+    an intent found without a confirmation raises `UnresolvedEffect`.
+    `payload` is fingerprinted (never stored): the same key with another
+    payload raises `EffectChanged`. `was` is the effect's earlier name when it
+    was renamed (it keeps its key); `new=True` says the effect is new, not a
+    renamed one: the guards of `EffectRenamed` do not apply to it. `do` may take
+    `timeout` seconds (default `STEPSTONE_EFFECT_TIMEOUT`, else 600) before it is
+    interrupted and the effect left in doubt with `EffectTimedOut` (on the main
+    thread; `do` always runs in the caller's thread).
+    """
+    return active.active_run().effect(
+        name,
+        do,
+        keyed=keyed,
+        lookup=lookup,
+        payload=payload,
+        was=was,
+        new=new,
+        timeout=timeout,
+    )

@@ -1,0 +1,243 @@
+"""A run's plan: committed whole (`set_plan`) or grown a step at a time, with each
+step's earlier names carried across renames so that its effects keep their keys."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import checks, message, models, names
+from ..errors import PlanError
+from ..index import NO_EXTRA, PlanRow, plan_extra, plan_row
+from ..message import one_line
+from ..models import PlannedStep, dump
+from ..verdicts import Verdicts
+from .layout import plan_path
+from .ledger import Ledger
+
+
+class Planner:
+    """Changes the plan of the run `ledger` writes."""
+
+    def __init__(self, ledger: Ledger, verdicts: Verdicts, notes: list[str]) -> None:
+        self.ledger = ledger
+        self.state = ledger.state
+        self.verdicts = verdicts
+        self.notes = notes
+
+    def set_plan(
+        self,
+        steps: Sequence[PlannedStep | Mapping[str, Any] | str],
+        *,
+        mode: models.PlanMode = "explicit",
+        goal: str | None = None,
+        notebook: str | None = None,
+    ) -> list[str]:
+        """Commit a plan (names, mappings or `PlannedStep`s, in order); return what changed."""
+        state = self.state
+        new = self._carry_renames(_validated(steps))
+        old_rows = [state.steps.row(i) for i in range(len(state.steps))]
+        new_rows = [plan_row(s) for s in new]
+        changes = plan_changes(old_rows, new_rows)
+        info_changed = (
+            mode != state.info.plan_mode
+            or (goal is not None and goal != state.info.goal)
+            or (notebook is not None and notebook != state.info.notebook)
+        )
+        if not changes and not info_changed:
+            return []
+        writes: dict[str, bytes | None] = {}
+        for step, row in zip(new, new_rows, strict=True):
+            if step.number > len(old_rows) or old_rows[step.number - 1] != row:
+                writes[plan_path(step.number)] = dump(step)
+        for number in range(len(new) + 1, len(old_rows) + 1):
+            writes[plan_path(number)] = None
+        state.info = state.info.model_copy(
+            update={
+                "plan_mode": mode,
+                "goal": goal if goal is not None else state.info.goal,
+                "notebook": notebook if notebook is not None else state.info.notebook,
+            }
+        )
+        state.set_steps(
+            [s.name for s in new],
+            {s.number: plan_extra(s) for s in new if plan_extra(s) != NO_EXTRA},
+        )
+        self.ledger.commit(
+            writes,
+            f"plan: {len(new)} steps" + (f" ({'; '.join(changes)})" if changes else ""),
+            [(message.STATUS, "planned"), (message.PLAN, f"{mode}, {len(new)} steps")],
+            info_changed=True,
+            indexed=True,
+        )
+        self.verdicts.forget()
+        return changes
+
+    def _carry_renames(self, new: list[PlannedStep]) -> list[PlannedStep]:
+        """`new` with each step's earlier names: kept from the plan for a step it has,
+        set by `--was OLD`, or found for a new step whose source is that of a step that
+        left the plan or whose own source changed (a clear rename, also when a new step
+        took the old name). A renamed step's effects keep their keys, so what it already
+        sent is never sent again; a step that takes a name another step's effects are
+        keyed by gets keys of its own."""
+        state = self.state
+        new_sources = {step.name: step.source_hash for step in new}
+        by_source: dict[str, list[PlannedStep]] = {}
+        for number, extra in state.steps.extras.items():
+            name = state.steps.names[number - 1]
+            if extra[3] and new_sources.get(name) != extra[3]:  # gone, or its source changed
+                by_source.setdefault(extra[3], []).append(state.steps[number - 1])
+        carried = []
+        for step in new:
+            before: PlannedStep | None = None
+            declared = step.renamed_from[-1] if step.renamed_from else None
+            planned = state.planned(step.name)
+            if planned is not None and (
+                declared is None or planned.renamed_from[-1:] == (declared,)
+            ):
+                renamed_from = planned.renamed_from
+            elif declared is not None:
+                before = state.planned(declared)  # --was, new or added to a step the plan has
+                renamed_from = (declared,)
+            else:
+                twins = by_source.get(step.source_hash or "", [])
+                before = twins[0] if len(twins) == 1 else None
+                renamed_from = ()
+            if before is not None:
+                renamed_from = (*before.renamed_from, before.name)
+            if renamed_from != step.renamed_from:
+                step = step.model_copy(update={"renamed_from": renamed_from})
+            carried.append(step)
+        return self._own_identities(carried)
+
+    def _own_identities(self, steps: list[PlannedStep]) -> list[PlannedStep]:
+        """Give a step whose name another (renamed) step's effects are keyed by an
+        identity of its own, `NAME@2` and so on, never used by the plan or an effect."""
+        renamed = {step.identity for step in steps if step.renamed_from}
+        clashing = [s for s in steps if not s.renamed_from and s.name in renamed]
+        if not clashing:
+            return steps
+        taken = renamed | {s.identity for s in steps}
+        fresh = {step.name: self._fresh_identity(step.name, taken) for step in clashing}
+        return [
+            step.model_copy(update={"renamed_from": (fresh[step.name],)})
+            if step.name in fresh
+            else step
+            for step in steps
+        ]
+
+    def _fresh_identity(self, name: str, taken: set[str]) -> str:
+        """`NAME@k` for the smallest k from 2 that no step of `taken`, the plan or an
+        effect record uses; added to `taken`."""
+        used = taken | self.state.identities() | set(self.state.effect_book.steps())
+        k = 2
+        while f"{name}@{k}" in used:
+            k += 1
+        taken.add(f"{name}@{k}")
+        return f"{name}@{k}"
+
+    def ensure_planned(
+        self,
+        name: str,
+        specs: tuple[str, ...],
+        inputs: tuple[str, ...],
+        outputs: tuple[str, ...],
+        source: str | None,
+        was: str | None = None,
+    ) -> PlannedStep:
+        """Step `name` as planned, added to an incremental plan or updated with what the
+        caller says now (what it leaves out, the plan supplies)."""
+        state = self.state
+        existing = state.planned(name)
+        if existing is None and state.info.plan_mode == "explicit":
+            listing = names.listing(state.steps.names)
+            raise PlanError(
+                f"step {name!r} is not in the plan of run {state.id!r} (steps: {listing}); "
+                f"add it to the plan, or use a new run"
+            )
+        number = existing.number if existing else len(state.steps) + 1
+        renamed_from: tuple[str, ...] = ()
+        if existing is not None:
+            specs = specs or existing.checks
+            inputs = inputs or existing.inputs
+            outputs = outputs or existing.outputs
+            source = source or existing.source_hash
+            renamed_from = existing.renamed_from
+        elif was is not None:
+            before = state.planned(was)
+            renamed_from = (*before.renamed_from, was) if before is not None else (was,)
+        elif name in state.identities():  # a renamed step's effects are keyed by this name
+            renamed_from = (self._fresh_identity(name, set()),)
+        wanted = PlannedStep(
+            number=number,
+            name=name,
+            checks=specs,
+            inputs=inputs,
+            outputs=outputs,
+            source_hash=source,
+            renamed_from=renamed_from,
+        )
+        if existing == wanted:
+            return existing
+        if existing is None:
+            subject = f"plan: add step {number} {name}"
+        else:
+            subject = f"plan: update step {number} {name}"
+            self.notes.append(f"step {number} {name} changed since it was planned")
+        state.put_step(wanted)
+        self.ledger.commit(
+            {plan_path(number): dump(wanted)},
+            subject,
+            [(message.STATUS, "planned"), (message.STEP, f"{number} {name}")],
+            indexed=True,
+        )
+        return wanted
+
+
+def _validated(steps: Sequence[PlannedStep | Mapping[str, Any] | str]) -> list[PlannedStep]:
+    new: list[PlannedStep] = []
+    for number, raw in enumerate(steps, start=1):
+        fields: dict[str, Any] = (
+            {"name": raw}
+            if isinstance(raw, str)
+            else dict(raw.model_dump() if isinstance(raw, PlannedStep) else raw)
+        )
+        fields["number"] = number
+        fields.pop("schema_version", None)
+        try:
+            step = PlannedStep.model_validate(fields)
+        except Exception as exc:
+            raise PlanError(f"plan step {number}: {one_line(str(exc))}") from exc
+        names.step_name(step.name)
+        for spec in step.checks:
+            checks.parse(spec)
+        new.append(step)
+    counts = Counter(s.name for s in new)
+    if len(counts) != len(new):
+        dupes = sorted(name for name, count in counts.items() if count > 1)
+        raise PlanError(f"duplicate step names in the plan: {names.listing(dupes)}")
+    return new
+
+
+def plan_changes(old: Sequence[PlanRow], new: Sequence[PlanRow]) -> list[str]:
+    """What changed between two plans, as `renamed a -> b`, `added c`, `moved d 2->3`..."""
+    before = {row[0]: (number, row) for number, row in enumerate(old, start=1)}
+    after = {row[0]: (number, row) for number, row in enumerate(new, start=1)}
+    renamed = {
+        row[5][-1]: name
+        for name, (_, row) in after.items()
+        if name not in before and row[5] and row[5][-1] in before
+    }
+    changes = [f"renamed {old_name} -> {name}" for old_name, name in renamed.items()]
+    changes += [f"added {n}" for n in after if n not in before and n not in renamed.values()]
+    changes += [f"removed {n}" for n in before if n not in after and n not in renamed]
+    for name, (number, row) in after.items():
+        prior = before.get(name)
+        if prior is None:
+            continue
+        if prior[0] != number:
+            changes.append(f"moved {name} {prior[0]}->{number}")
+        elif prior[1] != row:
+            changes.append(f"changed {name}")
+    return changes

@@ -1,0 +1,74 @@
+"""A run's decisions (a value with its reason, revised only on purpose) and unknowns
+(open questions, closed with an answer)."""
+
+from __future__ import annotations
+
+from .. import message, names
+from ..errors import DecisionConflict, InvalidInput
+from ..message import one_line
+from ..models import Decision, Unknown, dump, now
+from .layout import decision_path, unknown_path
+from .ledger import Ledger
+
+
+def decide(ledger: Ledger, key: str, value: str, why: str, *, revise: bool = False) -> Decision:
+    """Record a decision with its reason; a resumed run does not reopen it."""
+    state = ledger.state
+    names.step_name(key, "decision key")
+    value = str(value)
+    if not why.strip():
+        raise InvalidInput(f"decision {key!r} needs a reason (--why REASON)")
+    old = state.decisions.get(key)
+    if old is not None and old.value == value:
+        return old
+    if old is not None and not revise:
+        raise DecisionConflict(key, old.value, value, old.why)
+    decision = Decision(
+        key=key, value=value, why=why, time=now(), revised_from=old.value if old else None
+    )
+    ledger.commit(
+        {decision_path(key): dump(decision)},
+        f"decide {key}={one_line(value)[:60]}",
+        [(message.STATUS, "decided"), (message.DECISION, key)],
+    )
+    state.decisions[key] = decision
+    return decision
+
+
+def ask(ledger: Ledger, question: str) -> Unknown:
+    """Record an open question. The same question is recorded once: asked again (a
+    notebook run again), it is the unknown already recorded, open or answered."""
+    state = ledger.state
+    question = question.strip()
+    if not question:
+        raise InvalidInput("an unknown needs a question")
+    for existing in state.unknowns.values():
+        if existing.question == question:
+            return existing
+    item = Unknown(id=f"U{len(state.unknowns) + 1}", question=question, asked=now())
+    ledger.commit(
+        {unknown_path(item.id): dump(item)},
+        f"unknown {item.id}: {one_line(question)[:60]}",
+        [(message.STATUS, "unknown"), (message.UNKNOWN, item.id)],
+    )
+    state.unknowns[item.id] = item
+    return item
+
+
+def answer(ledger: Ledger, unknown_id: str, text: str) -> Unknown:
+    """Close an open unknown with its answer."""
+    state = ledger.state
+    item = state.unknowns.get(unknown_id)
+    if item is None:
+        known = ", ".join(state.unknowns) or "none"
+        raise InvalidInput(f"no unknown {unknown_id!r} in run {state.id!r} (unknowns: {known})")
+    if item.state == "resolved" and item.answer == text:
+        return item
+    closed = item.model_copy(update={"state": "resolved", "answer": text, "resolved": now()})
+    ledger.commit(
+        {unknown_path(item.id): dump(closed)},
+        f"resolve {item.id}: {one_line(text)[:60]}",
+        [(message.STATUS, "resolved"), (message.UNKNOWN, item.id)],
+    )
+    state.unknowns[item.id] = closed
+    return closed

@@ -1,0 +1,186 @@
+"""What a run holds, read from one of its commits: its head file, plan, step records,
+decisions, unknowns and effects. Reading never changes anything; the `Ledger` is
+the one writer and keeps this state in step with each commit it makes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .. import models
+from ..bulk import collector_paused
+from ..effectbook import EffectBook
+from ..errors import RecordError, SchemaTooNew
+from ..index import PlanExtra, PlanSteps, RecordBook, read_index
+from ..message import CommitMessage
+from ..models import Decision, EffectRecord, PlannedStep, RunInfo, StepRecord, Unknown, load, now
+from ..store import GitStore, Snapshot
+from .layout import RUN_INFO, plan_path, step_path
+
+
+class RunState:
+    """A run as read from a commit (`snap`). A reader (`tolerant`) notes a corrupt
+    record in `corrupt` and goes on; a driver stops at it."""
+
+    def __init__(self, store: GitStore, run: str, *, tolerant: bool) -> None:
+        self.store = store
+        self.id = run
+        self.tolerant = tolerant
+        self.corrupt: list[str] = []
+        self.info_changed = False  # the head file changed; the next commit writes it
+        self._identities: set[str] | None = None
+
+    # -- reading ----------------------------------------------------------------
+
+    def read(self, snap: Snapshot, *, cached: bool) -> None:
+        """Load everything from `snap` (its indexed folders through the step index)."""
+        self.snap = snap
+        files = snap.files
+        stamp = now()
+        raw_info = files.get(RUN_INFO)
+        info = self.load(RunInfo, RUN_INFO, raw_info) if raw_info is not None else None
+        self.info = info or RunInfo(run=self.id, created=stamp, updated=stamp)
+        groups: dict[str, dict[str, bytes]] = {}
+        for path, data in files.items():
+            groups.setdefault(path.split("/", 1)[0], {})[path] = data
+        with collector_paused():
+            index = read_index(self.store, self.id, snap, self.load_all, cached=cached)
+        self.index_saved_at = snap.tree  # the tree the saved index describes
+        self.index_trusted = index.complete  # the rows follow every commit of ours
+        self.legacy_layout = index.legacy_layout
+        self.records = RecordBook(index.records, self.read_record)
+        self.decisions: dict[str, Decision] = {
+            d.key: d for d in self.load_all(Decision, groups.get("decisions", {}))
+        }
+        self.unknowns: dict[str, Unknown] = {
+            u.id: u for u in self.load_all(Unknown, groups.get("unknowns", {}))
+        }
+        self.effect_book = EffectBook(self.load_all(EffectRecord, groups.get("effects", {})))
+        self._read_plan(index.plan, index.extras)
+        self.seq = max(self.info.seq, CommitMessage.parse(snap.message).seq)
+
+    def _read_plan(self, names: list[str | None], extras: dict[int, PlanExtra]) -> None:
+        problems = []
+        if None in names:
+            missing = names.index(None) + 1
+            problems.append((plan_path(missing), f"plan has no step {missing}"))
+            kept = [n for n, name in enumerate(names, start=1) if name is not None]
+            extras = {new: extras[old] for new, old in enumerate(kept, 1) if old in extras}
+            names = [names[old - 1] for old in kept]
+        self.set_steps(names, extras)  # type: ignore[arg-type]  # no None left
+        if len(self.numbers) != len(names):
+            problems.append(("plan/", "two plan steps share a name"))
+        for path, problem in problems:
+            self.problem(RecordError(self.where(path), problem))
+
+    def problem(self, error: RecordError) -> None:
+        """A driver stops at a corrupt record; a reader notes it and goes on."""
+        if not self.tolerant:
+            raise error
+        self.corrupt.append(str(error))
+
+    def where(self, path: str) -> str:
+        """`path` named with the commit it was read from, for error messages."""
+        commit = (self.snap.commit or "")[:10]
+        return f"{path} in commit {commit} of {self.store.path}"
+
+    def load(self, cls: type[models.R], path: str, data: bytes) -> models.R | None:
+        """Load one record (None when it is corrupt and this is a reader)."""
+        try:
+            return load(cls, data, path, where=self.where)
+        except SchemaTooNew:
+            raise
+        except RecordError as exc:
+            self.problem(exc)
+            return None
+
+    def load_all(self, cls: type[models.R], files: dict[str, bytes]) -> list[models.R]:
+        """Load a folder's records in one pass; file by file when one of them is bad."""
+        loaded = models.load_many(cls, list(files.values()))
+        if loaded is not None:
+            return loaded
+        return [r for path, data in files.items() if (r := self.load(cls, path, data))]
+
+    def read_record(self, name: str) -> StepRecord | None:
+        """Step `name`'s record, read from the run's latest tree and validated."""
+        path = step_path(name, legacy=self.legacy_layout)
+        data = self.store.blob(self.snap.tree, path) if self.snap.tree else None
+        return None if data is None else self.load(StepRecord, path, data)
+
+    def blob(self, path: str) -> bytes | None:
+        """A file of the run's latest tree, or None."""
+        return self.store.blob(self.snap.tree, path) if self.snap.tree else None
+
+    # -- the plan ---------------------------------------------------------------
+
+    def set_steps(self, names: list[str], extras: dict[int, PlanExtra]) -> None:
+        """Replace the plan's steps (names in order, and their extras by number)."""
+        self._identities = None
+        self.effect_book.plan_changed()
+        self.steps = PlanSteps(names, extras)
+        self.numbers = dict(zip(names, range(1, len(names) + 1), strict=True))
+
+    def put_step(self, step: PlannedStep) -> None:
+        """Add step `step` at the end of the plan, or replace the step of its number."""
+        if step.number > len(self.steps):
+            self.steps.append(step)
+        else:
+            self.steps[step.number - 1] = step
+        if self._identities is not None:
+            self._identities.add(step.identity)
+        self.numbers[step.name] = step.number
+
+    @property
+    def plan(self) -> models.Plan:
+        """The committed plan."""
+        return models.Plan(run=self.id, mode=self.info.plan_mode, steps=tuple(self.steps))
+
+    def planned(self, name: str) -> PlannedStep | None:
+        """Step `name` of the plan, or None."""
+        number = self.numbers.get(name)
+        return None if number is None else self.steps[number - 1]
+
+    def identity_of(self, name: str) -> str:
+        """The name step `name`'s effects are keyed by (its first, across renames)."""
+        planned = self.planned(name)
+        return planned.identity if planned is not None else name
+
+    def renamed(self) -> dict[str, str]:
+        """Name -> identity for the plan's steps whose effects are keyed by another name."""
+        names, extras = self.steps.names, self.steps.extras
+        return {names[number - 1]: extra[4][0] for number, extra in extras.items() if extra[4]}
+
+    def identities(self) -> set[str]:
+        """The names the plan's steps key their effects by."""
+        if self._identities is None:
+            renamed = self.renamed()
+            self._identities = {renamed.get(name, name) for name in self.steps.names}
+        return self._identities
+
+    def step_label(self, name: str) -> str:
+        """`N name` for a step of the plan (as commit trailers write it), else `name`."""
+        number = self.numbers.get(name)
+        if number is None:  # an effect's step, named by its identity
+            step = next((s for s, identity in self.renamed().items() if identity == name), None)
+            number = self.numbers.get(step) if step is not None else None
+        return f"{number} {name}" if number is not None else name
+
+    # -- the head file ----------------------------------------------------------
+
+    def note_info(self, **changes: str | None) -> None:
+        """Change the run's head file; it is written with the next commit."""
+        if any(getattr(self.info, key) != value for key, value in changes.items()):
+            self.info = self.info.model_copy(update=changes)
+            self.info_changed = True
+
+    def recorded_workdir(self) -> Path | None:
+        """The run's recorded work folder, if it exists on this machine."""
+        if not self.info.workdir:
+            return None
+        found = (self.store.path.parent / self.info.workdir).resolve()
+        return found if found.is_dir() else None
+
+    def relative_to_store(self, path: Path) -> str:
+        """`path` relative to the store's folder, as the head file keeps it."""
+        return Path(os.path.relpath(path.resolve(), self.store.path.parent.resolve())).as_posix()

@@ -1,0 +1,365 @@
+"""The one step protocol: begin (skip while the evidence verifies, else run), then
+confirm with evidence and saved outputs, or fail. `Run.step`, `%%step` and any other
+front-end go through `Stepper.stepping`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import artifacts, checks, message, models, names, trust
+from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
+from ..models import PlannedStep, StepRecord, dump, now
+from ..redaction import error_text, redact
+from ..verdicts import Verdicts
+from .active import stepping_in
+from .checking import Checker, check_scope
+from .layout import source_hash, step_path
+from .ledger import Ledger
+from .planning import Planner
+
+
+@dataclass
+class StepStart:
+    """The outcome of `Run.begin`: skip the step (with restored values) or run it."""
+
+    planned: PlannedStep
+    skip: bool
+    reason: str
+    record: StepRecord | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    started: str = field(default_factory=now)
+    check_specs: tuple[checks.CheckSpec, ...] = ()
+
+
+@dataclass
+class Attempt:
+    """One pass through a step: skipped (`values` restored, `record` the one that
+    verified) or run (`keep` the outputs to save; `record` is set once confirmed)."""
+
+    start: StepStart
+    namespace: Mapping[str, Any] | None = None
+    kept: dict[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, Any] | None = None
+
+    @property
+    def skipped(self) -> bool:
+        """Whether the step is skipped (its evidence verified)."""
+        return self.start.skip
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The outputs restored for a skipped step."""
+        return self.start.values
+
+    @property
+    def record(self) -> StepRecord | None:
+        """The step's record: the verified one when skipped, the new one once confirmed."""
+        return self.start.record
+
+    def keep(self, values: Mapping[str, Any]) -> None:
+        """Save `values` (name -> value) as the step's outputs when it is confirmed."""
+        self.kept.update(values)
+
+
+class Stepper:
+    """Begins, confirms and fails the steps of the run `ledger` writes, one at a time."""
+
+    def __init__(
+        self, ledger: Ledger, planner: Planner, checker: Checker, verdicts: Verdicts
+    ) -> None:
+        self.ledger = ledger
+        self.state = ledger.state
+        self.planner = planner
+        self.checker = checker
+        self.verdicts = verdicts
+        self.current: str | None = None  # the step running now
+        self._claim: tuple[int, str] | None = None  # (thread, step) of the step under way
+
+    @contextmanager
+    def stepping(
+        self,
+        run: Any,
+        name: str,
+        *,
+        checks: Iterable[checks.CheckLike] = (),
+        inputs: Iterable[str] = (),
+        outputs: Iterable[str] = (),
+        source: str | None = None,
+        force: bool = False,
+        namespace: Mapping[str, Any] | None = None,
+        was: str | None = None,
+    ) -> Iterator[Attempt]:
+        """Begin step `name` of `run`; run the body unless `attempt.skipped`, then
+        confirm the step with what the body kept (or fail it with what it raised)."""
+        start = self.begin(name, checks, inputs, outputs, source, force, namespace, was)
+        attempt = Attempt(start, namespace)
+        if start.skip:
+            yield attempt
+            return
+        try:
+            with self.running(run, start):
+                yield attempt
+        except BaseException as exc:
+            self.fail(start, exc)
+            raise
+        start.record = self.confirm(
+            start, values=attempt.kept, facts=attempt.facts, namespace=attempt.namespace
+        )
+
+    @contextmanager
+    def running(self, run: Any, start: StepStart) -> Iterator[None]:
+        """Mark `start`'s step as the one running (effects belong to it)."""
+        previous = self.current
+        self.current = start.planned.name
+        try:
+            with stepping_in(run):
+                yield
+        finally:
+            self.current = previous
+
+    # -- one at a time ----------------------------------------------------------
+
+    def _take(self, name: str) -> None:
+        """Claim the run for step `name` on this thread; refuse a nested or concurrent step."""
+        me = threading.get_ident()
+        if self._claim is not None:
+            thread, running = self._claim
+            if thread == me:
+                raise StepstoneError(
+                    f"step {name!r} was started inside step {running!r}: steps do not nest. "
+                    f"Call {name!r}'s code as a plain function inside {running!r}, or run it "
+                    f"as its own step after {running!r} ends; the plan was not changed"
+                )
+            raise StepstoneError(
+                f"step {name!r} was started from another thread while step {running!r} runs: "
+                f"a run drives one step at a time. Run the steps one after another, or give "
+                f"each thread a run of its own (effects inside one step may use threads)"
+            )
+        self._claim = (me, name)
+
+    def _end(self, name: str) -> None:
+        if self._claim is not None and self._claim[1] == name:
+            self._claim = None
+
+    # -- begin ------------------------------------------------------------------
+
+    def begin(
+        self,
+        name: str,
+        checks: Iterable[checks.CheckLike],
+        inputs: Iterable[str],
+        outputs: Iterable[str],
+        source: str | None,
+        force: bool,
+        namespace: Mapping[str, Any] | None,
+        was: str | None,
+    ) -> StepStart:
+        """Decide whether step `name` is skipped (evidence verifies) or must run. Unless
+        it is skipped, the step holds the run until `confirm` or `fail`."""
+        names.step_name(name)
+        with self.ledger.guard:
+            self._take(name)
+            try:
+                start = self._begin(name, checks, inputs, outputs, source, force, namespace, was)
+            except BaseException:
+                self._end(name)
+                raise
+            if start.skip:
+                self._end(name)
+            elif self.state.info.finished:
+                self._end(name)
+                raise RunFinished(self.state.id, self.state.info.finished)
+            return start
+
+    def _begin(
+        self,
+        name: str,
+        checks: Iterable[checks.CheckLike],
+        inputs: Iterable[str],
+        outputs: Iterable[str],
+        source: str | None,
+        force: bool,
+        namespace: Mapping[str, Any] | None,
+        was: str | None,
+    ) -> StepStart:
+        self.ledger.save_index_if_due()
+        specs = tuple(_parse_all(checks))
+        out_names = tuple(outputs)
+        for var in out_names:
+            if not var.isidentifier():
+                raise InvalidInput(f"--out {var!r} is not a Python variable name")
+        planned = self.planner.ensure_planned(
+            name,
+            tuple(s.text for s in specs),
+            tuple(inputs),
+            out_names,
+            source_hash(source) if source is not None else None,
+            was,
+        )
+        specs = tuple(_parse_all(planned.checks))
+        self.state.effect_book.step_begun(planned.identity)
+        if not self.verdicts.known:
+            self.checker.status(namespace=namespace, progress=None, run_commands=True)
+        self.verdicts.check_order(self.state.id, self.state.steps, planned.number, force=force)
+        record = self.state.records.get(name)
+        state = self.verdicts.state(name)
+        if record is not None and state == "verified":
+            problem = self.checker.verify_step(planned, record, namespace)  # every check
+            if problem is None:
+                try:
+                    values = self.checker.load_outputs(record)
+                except StepstoneError as exc:
+                    problem = f"its saved outputs cannot be restored ({exc})"
+                else:
+                    if set(out_names) <= set(values) or not out_names:
+                        return StepStart(
+                            planned, True, "verified", record, values, check_specs=specs
+                        )
+                    problem = "it has outputs that were not saved"
+            self.verdicts.stale_from(self.state.steps.names, planned.number, problem)
+        reason = self.verdicts.reasons.get(name) or ("not run yet" if record is None else state)
+        return StepStart(planned, False, reason, record, check_specs=specs)
+
+    # -- confirm or fail --------------------------------------------------------
+
+    def confirm(
+        self,
+        start: StepStart,
+        *,
+        values: Mapping[str, Any] | None = None,
+        facts: Mapping[str, Any] | None = None,
+        namespace: Mapping[str, Any] | None = None,
+    ) -> StepRecord:
+        """Run the step's checks, then commit its record with evidence and saved outputs.
+        A check that does not pass records the step as failed and raises `CheckFailed`."""
+        try:
+            with self.ledger.guard:
+                return self._confirm(start, dict(values or {}), facts, namespace)
+        finally:
+            self._end(start.planned.name)
+
+    def _confirm(
+        self,
+        start: StepStart,
+        values: dict[str, Any],
+        facts: Mapping[str, Any] | None,
+        namespace: Mapping[str, Any] | None,
+    ) -> StepRecord:
+        planned = start.planned
+        missing = [var for var in planned.outputs if var not in values]
+        if missing:
+            problem = f"--out {', '.join(missing)} not defined by step {planned.name!r}"
+            self._fail(start, problem)
+            raise InvalidInput(problem + "; define it in the step or drop --out")
+        scope = check_scope(namespace, values)
+        evidence: list[models.Evidence] = []
+        for spec in start.check_specs:
+            try:
+                evidence.append(
+                    checks.run(
+                        spec,
+                        workdir=self.checker.workdir,
+                        namespace=scope,
+                        timeout=self.ledger.settings.check_timeout,
+                    )
+                )
+            except checks.CheckNotPassed as exc:
+                self._fail(start, f"check {spec.text} did not pass: {exc}")
+                raise CheckFailed(planned.name, spec.text, str(exc)) from None
+        if not evidence:
+            evidence.append(models.Evidence(check="completed", kind="completed", value=True))
+        writes: dict[str, bytes | None] = {}
+        saved: dict[str, models.Artifact] = {}
+        for var, value in values.items():
+            try:
+                fmt, data = artifacts.encode(var, value)
+            except InvalidInput as exc:
+                self._fail(start, str(exc))
+                raise
+            digest = artifacts.sha256(data)
+            writes[artifacts.path_for(digest, fmt)] = data
+            mark = trust.sign(digest) if fmt == "pickle" else None
+            saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data), mark=mark)
+        record = self._record(start, "confirmed", evidence=evidence, outputs=saved, facts=facts)
+        writes[step_path(planned.name, legacy=self.state.legacy_layout)] = dump(record)
+        trailers = [
+            (message.STEP, f"{planned.number} {planned.name}"),
+            (message.STATUS, "confirmed"),
+            *((message.EVIDENCE, _evidence_line(ev)) for ev in evidence),
+        ]
+        self.ledger.commit(
+            writes, f"step {planned.number} {planned.name}: confirmed", trailers, indexed=True
+        )
+        self.state.records[planned.name] = record
+        self.verdicts.confirmed(self.state.steps.names, planned.number)
+        return record
+
+    def fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
+        """Commit the step as failed (not confirmed); later steps will run again."""
+        try:
+            with self.ledger.guard:
+                return self._fail(start, error)
+        finally:
+            self._end(start.planned.name)
+
+    def _fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
+        planned = start.planned
+        text = error_text(error) if isinstance(error, BaseException) else str(redact(error))
+        record = self._record(start, "failed", error=text)
+        self.ledger.commit(
+            {step_path(planned.name, legacy=self.state.legacy_layout): dump(record)},
+            f"step {planned.number} {planned.name}: failed",
+            [
+                (message.STEP, f"{planned.number} {planned.name}"),
+                (message.STATUS, "failed"),
+                (message.ERROR, text.splitlines()[-1][:200] if text else "failed"),
+            ],
+            indexed=True,
+        )
+        self.state.records[planned.name] = record
+        self.verdicts.failed(self.state.steps.names, planned.number, text)
+        return record
+
+    def _record(self, start: StepStart, status: models.StepStatus, **fields: Any) -> StepRecord:
+        previous = start.record
+        fields = {k: v for k, v in fields.items() if v is not None}
+        return StepRecord(
+            number=start.planned.number,
+            name=start.planned.name,
+            status=status,
+            attempt=(previous.attempt + 1) if previous else 1,
+            started=start.started,
+            finished=now(),
+            seq=self.state.seq + 1,
+            checks=start.planned.checks,
+            source_hash=start.planned.source_hash,
+            holder=self.ledger.holder,
+            **fields,
+        )
+
+
+def _parse_all(specs: Iterable[checks.CheckLike]) -> list[checks.CheckSpec]:
+    if isinstance(specs, str):
+        specs = [specs]
+    return [checks.parse(spec) for spec in specs]
+
+
+def _evidence_line(ev: models.Evidence) -> str:
+    if ev.kind == "completed":
+        return "completed"
+    value = f"sha256={ev.value}" if ev.kind in ("file", "sha256") else f"{ev.value}"
+    return f"{ev.check} {value}"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What `Run.step` did: ran or skipped the step, and the step's return value."""
+
+    name: str
+    skipped: bool
+    value: Any
+    record: StepRecord

@@ -1,0 +1,144 @@
+"""What every `Run` answers, read-only: what the run holds and its status now."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import models
+from ..effectbook import EffectBook
+from ..index import PlanSteps, RecordBook
+from ..lock import RunLock
+from ..models import Decision, EffectRecord, RunInfo, Unknown
+from ..settings import Settings
+from ..status import RunStatus
+from ..store import GitStore
+from .checking import Checker
+from .ledger import Ledger
+from .state import RunState
+from .stepping import Stepper
+
+
+class RunView:
+    """The reading half of `Run`: its parts are set up by `Run.__init__`."""
+
+    store: GitStore
+    id: str
+    settings: Settings
+    holder: str
+    notes: list[str]
+    previous_workdir: Path | None
+    state: RunState
+    ledger: Ledger
+    _lock: RunLock
+    _checker: Checker
+    _stepper: Stepper
+
+    # -- what the run holds -----------------------------------------------------
+
+    @property
+    def workdir(self) -> Path:
+        """Where the run's relative paths (`file:` checks, commands) resolve."""
+        return self._checker.workdir
+
+    @property
+    def info(self) -> RunInfo:
+        """The run's head file (`run.json`)."""
+        return self.state.info
+
+    @property
+    def steps(self) -> PlanSteps:
+        """The plan's steps, in order."""
+        return self.state.steps
+
+    @property
+    def plan(self) -> models.Plan:
+        """The committed plan."""
+        return self.state.plan
+
+    @property
+    def records(self) -> RecordBook:
+        """The step records by step name."""
+        return self.state.records
+
+    @property
+    def decisions(self) -> dict[str, Decision]:
+        """The decisions by key."""
+        return self.state.decisions
+
+    @property
+    def unknowns(self) -> dict[str, Unknown]:
+        """The unknowns by id (`U1`...)."""
+        return self.state.unknowns
+
+    @property
+    def effect_book(self) -> EffectBook:
+        """The run's effect records, indexed."""
+        return self.state.effect_book
+
+    @property
+    def effects(self) -> dict[str, EffectRecord]:
+        """The run's effect records by key."""
+        return self.state.effect_book.records
+
+    @property
+    def corrupt(self) -> list[str]:
+        """What a reader found corrupt (a driver refuses to open such a run)."""
+        return self.state.corrupt
+
+    @property
+    def seq(self) -> int:
+        """The run's sequence number: how many commits it has."""
+        return self.state.seq
+
+    @property
+    def current_step(self) -> str | None:
+        """The name of the step running now, if any."""
+        return self._stepper.current
+
+    @property
+    def guard(self) -> threading.RLock:
+        """Held while the run's state changes (commits, effects' bookkeeping)."""
+        return self.ledger.guard
+
+    @property
+    def driving(self) -> bool:
+        """Whether this object holds the run (may commit to it)."""
+        return self._lock.held
+
+    def recorded_workdir(self) -> Path | None:
+        """The run's recorded work folder, if it exists on this machine."""
+        return self.state.recorded_workdir()
+
+    def identity_of(self, name: str) -> str:
+        """The name step `name`'s effects are keyed by (its first, across renames)."""
+        return self.state.identity_of(name)
+
+    def identities(self) -> set[str]:
+        """The names the plan's steps key their effects by."""
+        return self.state.identities()
+
+    def step_label(self, name: str) -> str:
+        """`N name` for a step of the plan (as commit trailers write it), else `name`."""
+        return self.state.step_label(name)
+
+    def status(
+        self,
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        progress: Callable[[int], object] | None = None,
+        recheck: bool | None = None,
+    ) -> RunStatus:
+        """Verify every recorded step against the real state now and say what is next.
+
+        `progress(1)` is called after each step, for long runs. `recheck` says whether
+        `cmd:` and `call:` checks are run again: by default a driver does (it is about to
+        skip steps on their word) and a read-only run does not (looking must not run
+        code); the status notes the checks that were not re-run.
+        """
+        run_commands = self.driving if recheck is None else recheck
+        return self._checker.status(
+            namespace=namespace, progress=progress, run_commands=run_commands
+        )

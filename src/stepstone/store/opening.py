@@ -1,0 +1,116 @@
+"""Finding, opening and creating a store; who drives it; how its writes are flushed."""
+
+from __future__ import annotations
+
+import errno
+import getpass
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pygit2
+
+from ..atomic import fsync_dir
+from ..errors import StoreError
+from ..settings import Settings
+from . import durable
+from .errors import cannot_create, damaged_repository
+
+DEFAULT_STORE = ".stepstone"
+DEDICATED_KEY = "stepstone.dedicated"
+_fsync_enabled = False
+
+
+def resolve_store_path(
+    repo: str | os.PathLike[str] | None, *, settings: Settings | None = None
+) -> Path:
+    """The store path from an argument, then `STEPSTONE_REPO`, then `.stepstone`."""
+    if repo is None:
+        repo = (settings or Settings.from_env()).store or DEFAULT_STORE
+    return Path(repo).expanduser().absolute()
+
+
+def holder_identity(settings: Settings | None = None) -> str:
+    """Who drives: `user@host pid N`, used in locks, commits and records; the user is
+    the settings' agent (`STEPSTONE_AGENT`), else the login name."""
+    agent = (settings or Settings.from_env()).agent
+    if not agent:
+        try:
+            agent = getpass.getuser()
+        except (KeyError, OSError):
+            agent = "unknown"
+    return f"{agent}@{socket.gethostname()} pid {os.getpid()}"
+
+
+def batch_sync(settings: Settings) -> bool:
+    """Whether commits flush their objects with one `syncfs` (else each object is fsynced)."""
+    return not settings.sync_each and durable.can_sync_filesystem()
+
+
+def enable_fsync(settings: Settings) -> None:
+    """Have libgit2 fsync what it writes, once a store of this process flushes each
+    object on its own (no `syncfs` flushes the batch)."""
+    global _fsync_enabled
+    if not _fsync_enabled and not batch_sync(settings):
+        pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 1)
+        _fsync_enabled = True
+
+
+def make_dedicated(repo: pygit2.Repository, path: Path) -> None:
+    """Configure a bare repository as a store of stepstone's own (runs on branches)."""
+    repo.config[DEDICATED_KEY] = True
+    repo.config["core.logAllRefUpdates"] = False
+    repo.config["gc.packRefs"] = False  # refs stay loose: only drivers lock them
+    # The parent project should not pick the store up as untracked files.
+    (path / ".gitignore").write_text("*\n")
+
+
+def open_repository(path: Path, *, create: bool) -> pygit2.Repository:
+    """The repository of the store at `path` (a bare store, or a work tree's `.git`),
+    created as a store of stepstone's own when nothing is there and `create`."""
+    where = str(path)
+    if path.is_file():
+        raise StoreError(where, "is a file, not a store; pass --repo a folder")
+    if path.is_dir():
+        found = pygit2.discover_repository(str(path))
+        if found and Path(found).resolve() in (path.resolve(), (path / ".git").resolve()):
+            try:
+                return pygit2.Repository(found)
+            except pygit2.GitError as exc:
+                raise damaged_repository(path, exc) from exc
+        if any(path.iterdir()):
+            inside = path / DEFAULT_STORE
+            raise StoreError(
+                where,
+                "is a folder but not a Git repository; pass --repo an empty or new "
+                "folder, or a Git repository"
+                + (f" (the store here is {inside})" if inside.is_dir() else ""),
+            )
+    if not create:
+        raise StoreError(where, "does not exist; run a notebook or `%resume` to create it")
+    return _create(path)
+
+
+def _create(path: Path) -> pygit2.Repository:
+    # Built aside and renamed into place, so that processes creating the same
+    # store at once see either no store or a whole one.
+    parent = path.parent
+    tmp = parent / f".{path.name}.init-{os.getpid()}"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        repo = pygit2.init_repository(str(tmp), bare=True)
+        make_dedicated(repo, tmp)
+        del repo
+        try:
+            os.rename(tmp, path)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another process made it first
+        fsync_dir(parent)
+        return pygit2.Repository(str(path))
+    except (OSError, pygit2.GitError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise cannot_create(path, exc) from exc
