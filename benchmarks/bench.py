@@ -37,7 +37,8 @@ from pathlib import Path
 
 import stepstone
 from stepstone.atomic import write_atomic
-from stepstone.store import batch_sync
+from stepstone.settings import Settings
+from stepstone.store.opening import batch_sync
 
 RECORD = b'{"step": 1, "status": "confirmed", ' + b'"x": "' + b"a" * 250 + b'"}\n'
 
@@ -201,7 +202,7 @@ def stepstone_steps(
     tmp.mkdir(exist_ok=True)
     run = stepstone.open_run("bench", repo=store, workdir=tmp)
     if not auto_gc:
-        run.store.repo.config["gc.auto"] = 0
+        run.store.set_config("gc.auto", 0)
     run.set_plan([f"s{i}" for i in range(total + 4 * window)])
     marks = sorted({0, min(1000, total - window), total - window})
     out: dict[str, list[float]] = {}
@@ -389,7 +390,7 @@ def build_run(store: Path, workdir: Path, size: int) -> None:
     from stepstone.run import step_path
 
     with stepstone.open_run("sized", repo=store, workdir=workdir) as run:
-        run.store.repo.config["gc.auto"] = 0  # measure before and after an explicit gc
+        run.store.set_config("gc.auto", 0)  # measure before and after an explicit gc
         run.set_plan([f"s{i}" for i in range(size + 200)])
         for batch in range(0, size, 1000):
             writes: dict[str, bytes | None] = {}
@@ -528,7 +529,7 @@ def main() -> None:
         print(
             f"\nstepstone {stepstone.__version__}, Python {sys.version.split()[0]}, "
             f"{os.cpu_count()} cores, commits flushed by "
-            f"{'syncfs' if batch_sync() else 'fsync of each object'}\n"
+            f"{'syncfs' if batch_sync(Settings.from_env()) else 'fsync of each object'}\n"
         )
         print(f"| {'what':<60} | median ms | p95 ms | × floor |")
         print(f"| {'-' * 60} | --------- | ------ | ------- |")

@@ -203,3 +203,30 @@ def test_a_full_disk_fails_the_commit_cleanly_and_loses_nothing(small_fs: Path):
     with stepstone.open_run("job", repo=store, workdir=small_fs) as run:
         assert run.step("a", lambda: 9).skipped
         assert run.step("b", lambda: "small").value == "small"
+
+
+def test_a_head_lock_left_by_a_killed_driver_does_not_stop_the_next_open(workdir: Path):
+    with stepstone.open_run("one") as run:
+        run.step("a", lambda: 1)
+    with stepstone.open_run("two") as run:
+        run.step("a", lambda: 2)
+    store = workdir / ".stepstone"
+    (store / "HEAD.lock").write_text("ref: refs/heads/two\n")  # killed while moving HEAD
+    with stepstone.open_run("one") as run:
+        assert run.step("a", lambda: pytest.fail("verified")).skipped
+    assert git("symbolic-ref", "HEAD", cwd=store).strip() == "refs/heads/one"
+
+
+def test_a_tag_lock_left_by_a_driver_killed_while_finishing_does_not_stop_the_next(
+    workdir: Path,
+):
+    with stepstone.open_run("job") as run:
+        run.step("a", lambda: 1)
+        summary = run.finish()
+    store = workdir / ".stepstone"
+    git("tag", "-d", "stepstone/job", cwd=store)  # killed after the finish commit, mid-tag
+    (store / "refs" / "tags" / "stepstone").mkdir(parents=True, exist_ok=True)
+    (store / "refs" / "tags" / "stepstone" / "job.lock").write_text("")
+    with stepstone.open_run("job") as run:
+        assert run.finish() == summary
+    assert git("tag", "--list", "stepstone/*", cwd=store).split() == ["stepstone/job"]

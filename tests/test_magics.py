@@ -175,3 +175,14 @@ def test_the_quickstart_resumes_in_a_shell_after_a_headless_run(ip, workdir: Pat
         "INITECH",
     ]
     assert git("rev-parse", "HEAD", cwd=workdir / ".stepstone") == tip
+
+
+def test_a_cell_error_stays_visible_when_its_failure_cannot_be_recorded(ip, workdir: Path):
+    from stepstone.errors import RunFinished
+
+    ip.run_line_magic("resume", "--run demo")
+    cell = "import stepstone.run\nstepstone.run.active_run().finish(force=True)\n1 / 0"
+    with pytest.raises(RunFinished) as raised:
+        ip.run_cell_magic("step", "a", cell)
+    assert not isinstance(raised.value, UsageError)  # shown with its traceback, not one line
+    assert isinstance(raised.value.__context__, ZeroDivisionError)

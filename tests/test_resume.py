@@ -195,3 +195,11 @@ def test_a_run_begun_with_the_two_level_layout_keeps_it(workdir: Path):
         run.step("a", lambda: 1)
     files = git("ls-tree", "-r", "--name-only", "new", "steps", cwd=workdir / ".stepstone").split()
     assert files == [step_path("a")] and files[0].count("/") == 4
+
+
+def test_a_run_closed_inside_a_step_commits_nothing_more(workdir: Path):
+    run = stepstone.open_run("job")
+    with pytest.raises(stepstone.StepstoneError, match="read-only or is closed"):
+        run.step("s1", run.close)
+    subjects = git("log", "--all", "--format=%s", cwd=workdir / ".stepstone").splitlines()
+    assert subjects == ["plan: add step 1 s1", "run job: created"]  # no record of s1

@@ -8,7 +8,8 @@ import pytest
 from conftest import fsck, git
 
 import stepstone
-from stepstone.store import GitStore, parse_trailers
+from stepstone.message import CommitMessage
+from stepstone.store import GitStore
 from stepstone.store.packs import read_index
 
 
@@ -21,7 +22,7 @@ def test_each_completed_step_is_one_commit_with_trailers(workdir: Path):
     log = git("log", "--format=%s", cwd=workdir / ".stepstone").splitlines()
     assert log[:2] == ["step 2 clean: confirmed", "step 1 fetch: confirmed"]
     body = git("log", "-1", "--skip=1", "--format=%B", cwd=workdir / ".stepstone")
-    trailers = parse_trailers(body)
+    trailers = CommitMessage.parse(body).as_dict()
     assert trailers["Stepstone-Run"] == ["demo"]
     assert trailers["Stepstone-Step"] == ["1 fetch"]
     assert trailers["Stepstone-Status"] == ["confirmed"]

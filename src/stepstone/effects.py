@@ -176,7 +176,7 @@ def perform(
     identity = run.identity_of(step)
     key = derive_key(run.id, identity, was or name, run.info.uid)
     print_ = fingerprint(payload)
-    seconds = run.settings.effect_timeout if timeout is None else timeout
+    seconds = run.settings.now().effect_timeout if timeout is None else timeout
     book = run.effect_book
     with run.guard:
         if book.ask(key):

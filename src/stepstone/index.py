@@ -160,7 +160,7 @@ class StepIndex:
     plan: list[str | None] = field(default_factory=list)  # by number - 1; None: missing
     extras: dict[int, PlanExtra] = field(default_factory=dict)  # by number
     records: RecordTable = field(default_factory=RecordTable)
-    legacy_layout: bool = False  # step records at steps/ab/<name>.json (session-1 runs)
+    legacy_layout: bool = False  # step records at steps/ab/<name>.json (first layout, still read)
     complete: bool = True  # every record in the tree is in it: none was corrupt
 
     def update(self, changed: dict[str, bytes], deleted: list[str], load: Loader) -> None:

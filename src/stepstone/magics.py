@@ -190,33 +190,36 @@ class StepstoneMagics(Magics):
         run = self._require_run()
         ns = self.ip.user_ns
         parsed = cellargs.parse_step_line(line)
-        start = run.begin(
-            parsed.name,
-            checks=parsed.checks,
-            inputs=parsed.inputs,
-            outputs=parsed.outputs,
-            source=cell,
-            force=parsed.force,
-            namespace=ns,
-            was=parsed.was,
-        )
-        number = start.planned.number
-        if start.skip and start.record is not None:
-            ns.update(start.values)
-            evidence = evidence_rows(start.record)
-            print(render.step_outcome(number, parsed.name, "skipped, verified", evidence))
-            return
+        cell_raised = False
         try:
-            code = self.ip.transform_cell(cell)
-            filename = self.ip.compile.cache(code)
-            with run.running(start), _cell_code():
-                exec(compile(code, filename, "exec"), ns)
-        except BaseException as exc:
-            run.fail(start, exc)
+            with run.stepping(
+                parsed.name,
+                checks=parsed.checks,
+                inputs=parsed.inputs,
+                outputs=parsed.outputs,
+                source=cell,
+                force=parsed.force,
+                namespace=ns,
+                was=parsed.was,
+            ) as attempt:
+                if attempt.skipped:
+                    ns.update(attempt.values)
+                else:
+                    cell_raised = True
+                    code = self.ip.transform_cell(cell)
+                    filename = self.ip.compile.cache(code)
+                    with _cell_code():
+                        exec(compile(code, filename, "exec"), ns)
+                    cell_raised = False
+                    attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
+        except StepstoneError as exc:
+            if cell_raised:  # recording the cell's failure failed: keep both tracebacks
+                setattr(exc, _FROM_CELL, True)
             raise
-        values = {var: ns[var] for var in parsed.outputs if var in ns}
-        record = run.confirm(start, values=values, namespace=ns)
-        print(render.step_outcome(number, parsed.name, "confirmed", evidence_rows(record)))
+        assert attempt.record is not None
+        outcome = "skipped, verified" if attempt.skipped else "confirmed"
+        number = attempt.start.planned.number
+        print(render.step_outcome(number, parsed.name, outcome, evidence_rows(attempt.record)))
 
     @line_magic
     @_usage_errors

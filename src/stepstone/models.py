@@ -15,7 +15,6 @@ SCHEMA_VERSION = 1
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
 RecordStatus = Literal["confirmed", "failed"]  # a step record's outcome
-StepStatus = RecordStatus  # the old name, until its last users (run/stepping.py) move
 EvidenceKind = Literal["file", "sha256", "cmd", "expr", "call", "completed"]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 STORE_ENV = "STEPSTONE_REPO"  # the store's path
@@ -26,6 +26,8 @@ AUTOPUSH_KEY = "stepstone.autopush"
 LEASE_SECONDS_KEY = "stepstone.leaseSeconds"
 GC_AUTO_KEY = "gc.auto"
 GC_PACK_LIMIT_KEY = "gc.autoPackLimit"
+
+LIVE_ENV = (OFFLINE_ENV, CHECK_TIMEOUT_ENV, EFFECT_TIMEOUT_ENV)  # take effect when changed
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class Settings:
     """Packs before `git gc --auto` is started (`gc.autoPackLimit`, as in git)."""
     index_every: int = 10_000
     """Commits between saves of a run's step index by its driver."""
+    seen_env: tuple[str | None, ...] | None = field(default=None, repr=False, compare=False)
+    """The `LIVE_ENV` variables as they were when these settings were read from them."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **fields: Any) -> Settings:
@@ -68,25 +72,28 @@ class Settings:
             "run": env.get(RUN_ENV) or None,
             "agent": env.get(AGENT_ENV) or None,
             "sync_each": env.get(SYNC_ENV) == "each",
-            "offline": env.get(OFFLINE_ENV) == "1",
             "steal": env.get(STEAL_ENV) or None,
+            **_live(env),
+            "seen_env": tuple(env.get(var) for var in LIVE_ENV),
         }
-        for name, var in (
-            ("check_timeout", CHECK_TIMEOUT_ENV),
-            ("effect_timeout", EFFECT_TIMEOUT_ENV),
-        ):
-            value = _number(env.get(var), float)
-            if value is not None:
-                found[name] = value
         return cls(**{**found, **fields})
+
+    def now(self, environ: Mapping[str, str] | None = None) -> Settings:
+        """These settings with the `LIVE_ENV` variables set since they were read (a
+        notebook's `%env STEPSTONE_OFFLINE=1` takes effect at the next effect)."""
+        env = os.environ if environ is None else environ
+        seen = tuple(env.get(var) for var in LIVE_ENV)
+        if self.seen_env is None or seen == self.seen_env:
+            return self
+        return replace(self, **_live(env), seen_env=seen)
 
     def with_config(self, get: Callable[[str], str | None]) -> Settings:
         """These settings with what a store's Git config says (`get(key)`: its value,
         or None when unset); an unreadable value keeps the default."""
         found: dict[str, Any] = {}
-        autopush = get(AUTOPUSH_KEY)
+        autopush = _git_bool(get(AUTOPUSH_KEY))
         if autopush is not None:
-            found["autopush"] = autopush.strip().lower() in ("true", "yes", "on", "1")
+            found["autopush"] = autopush
         for name, key in (
             ("lease_seconds", LEASE_SECONDS_KEY),
             ("gc_auto", GC_AUTO_KEY),
@@ -99,6 +106,29 @@ class Settings:
 
 
 _N = TypeVar("_N", int, float)
+
+
+def _live(env: Mapping[str, str]) -> dict[str, Any]:
+    """The settings `LIVE_ENV` gives (the defaults where a variable is unset)."""
+    return {
+        "offline": env.get(OFFLINE_ENV) == "1",
+        "check_timeout": _number(env.get(CHECK_TIMEOUT_ENV), float) or Settings.check_timeout,
+        "effect_timeout": _number(env.get(EFFECT_TIMEOUT_ENV), float) or Settings.effect_timeout,
+    }
+
+
+def _git_bool(text: str | None) -> bool | None:
+    """A Git config boolean as git reads it (true/yes/on, false/no/off, a number), or
+    None when unset or unreadable."""
+    if text is None:
+        return None
+    word = text.strip().lower()
+    if word in ("true", "yes", "on"):
+        return True
+    if word in ("false", "no", "off", ""):
+        return False
+    number = _number(word, int)
+    return None if number is None else number != 0
 
 
 def _number(text: str | None, kind: Callable[[str], _N]) -> _N | None:

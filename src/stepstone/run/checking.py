@@ -68,7 +68,7 @@ class Checker:
                 workdir=self.workdir,
                 namespace=scope,
                 run_commands=run_commands,
-                timeout=self.settings.check_timeout,
+                timeout=self.settings.now().check_timeout,
             )
             if not verdict.checkable:
                 self._not_rerun.append(f"{planned.name} ({ev.check})")

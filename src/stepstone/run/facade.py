@@ -8,10 +8,7 @@ pusher), decisions and unknowns, finishing.
 
 from __future__ import annotations
 
-import os
 import secrets
-import shlex
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -31,7 +28,7 @@ from .history import rolled_back_effects
 from .ledger import Ledger, Trailers
 from .link import RemoteLink
 from .planning import Planner
-from .program import driver_program
+from .program import settle_workdir
 from .state import RunState
 from .stepping import Attempt, Stepper, StepResult, StepStart
 from .view import RunView
@@ -66,6 +63,7 @@ class Run(RunView):
         self._lock = run_lock(store, self.id, self.holder)
         self.state = RunState(store, self.id, tolerant=not drive)
         self.ledger = Ledger(self.state, self.holder, self.settings)
+        self.ledger.before.append(self._require_lock)  # first: a closed run commits nothing
         self._link = RemoteLink(self.ledger, self.notes)
         verdicts = Verdicts()
         self._planner = Planner(self.ledger, verdicts, self.notes)
@@ -110,25 +108,14 @@ class Run(RunView):
                 f"`stepstone repair --run {self.id}` moves the run back to its newest "
                 f"commit made by stepstone",
             )
-        self._settle_workdir(workdir)
+        self.previous_workdir, self._checker.workdir = settle_workdir(
+            self.state, workdir, driving=self.driving
+        )
         if drive and snap.commit is None:
             self.state.note_info(uid=secrets.token_hex(8))
             self.ledger.commit({}, f"run {self.id}: created", [(message.STATUS, "created")])
         if drive:
             store.point_head_at(self.id)
-
-    def _settle_workdir(self, asked: Path | None) -> None:
-        """Where relative paths resolve: the folder asked for, else the one recorded (if
-        it exists here), else the current folder. A driver records the folder it was
-        asked to work in, or the one it works in when none was recorded yet."""
-        recorded = self.previous_workdir = self.state.recorded_workdir()
-        self._checker.workdir = asked or recorded or Path.cwd()
-        if self.driving and (asked is not None or not self.info.workdir):
-            self.state.note_info(workdir=self.state.relative_to_store(self.workdir))
-            program = driver_program()
-            if program is not None and not self.info.notebook:
-                script = Path(os.path.relpath(program, self.workdir)).as_posix()
-                self.state.note_info(program=shlex.join([script, *sys.argv[1:]]))
 
     # -- changing it (a driver only) --------------------------------------------
 
@@ -275,10 +262,22 @@ class Run(RunView):
         self._require_lock()
         return questions.answer(self.ledger, unknown_id, answer)
 
-    def effect(self, name: str, do: Callable[[str], Any], **options: Any) -> Any:
+    def effect(
+        self,
+        name: str,
+        do: Callable[[str], Any],
+        *,
+        keyed: bool = False,
+        lookup: Callable[[str], Any] | None = None,
+        payload: Any = None,
+        was: str | None = None,
+        new: bool = False,
+        timeout: float | None = None,
+    ) -> Any:
         """Perform an external write of the running step at most once (see `stepstone.effect`)."""
         self._require_lock()
-        return effects.perform(self, name, do, **options)
+        options = dict(keyed=keyed, lookup=lookup, payload=payload, was=was, new=new)
+        return effects.perform(self, name, do, timeout=timeout, **options)
 
     def resolve_effect(
         self, key: str, *, happened: bool, receipt: Any = None, why: str = ""
@@ -295,14 +294,12 @@ class Run(RunView):
         self, record: EffectRecord, path: str, data: bytes, subject: str, trailers: Trailers
     ) -> None:
         """Commit an effect's record (used by effects) and keep it as the effect's state."""
-        self._require_lock()
         with self.ledger.guard:
             self.ledger.commit({path: data}, subject, trailers)
             self.effect_book.put(record)
 
     def commit_record(self, path: str, data: bytes, subject: str, trailers: Trailers) -> None:
         """Commit one record file of this run as it is (a hand edit, a tool's repair)."""
-        self._require_lock()
         self.ledger.commit({path: data}, subject, trailers)
 
     def finish(self, *, force: bool = False) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import message, summary
+from .. import message, render
 from ..errors import InvalidInput, StepstoneError
 from ..message import one_line
 from ..models import now
@@ -35,7 +35,7 @@ def finish(ledger: Ledger, status: RunStatus | None, *, force: bool) -> str:
             + "; ".join(blockers)
             + ". Settle these, or finish anyway with force=True (--force)"
         )
-    text = summary.render(status)
+    text = render.summary(status)
     state.info = state.info.model_copy(update={"finished": now()})
     ledger.commit(
         {SUMMARY: text.encode()},

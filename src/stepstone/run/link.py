@@ -78,7 +78,7 @@ class RemoteLink:
         the lease, atomically; raises `LeaseLost` when another agent took the run. A run
         opened while its remote could not be reached takes the lease now, or refuses the
         write (unless `STEPSTONE_OFFLINE=1`)."""
-        if self.lease is None and self.remote and not self.ledger.settings.offline:
+        if self.lease is None and self.remote and not self.ledger.settings.now().offline:
             self.lease = self._late_lease()
         if self.lease is not None:
             with self.ledger.guard:

@@ -84,10 +84,10 @@ class Planner:
         state = self.state
         new_sources = {step.name: step.source_hash for step in new}
         by_source: dict[str, list[PlannedStep]] = {}
-        for number, extra in state.steps.extras.items():
+        for number, (_checks, _inputs, _outputs, source, _was) in state.steps.extras.items():
             name = state.steps.names[number - 1]
-            if extra[3] and new_sources.get(name) != extra[3]:  # gone, or its source changed
-                by_source.setdefault(extra[3], []).append(state.steps[number - 1])
+            if source and new_sources.get(name) != source:  # gone, or its source changed
+                by_source.setdefault(source, []).append(state.steps[number - 1])
         carried = []
         for step in new:
             before: PlannedStep | None = None
@@ -224,10 +224,11 @@ def plan_changes(old: Sequence[PlanRow], new: Sequence[PlanRow]) -> list[str]:
     """What changed between two plans, as `renamed a -> b`, `added c`, `moved d 2->3`..."""
     before = {row[0]: (number, row) for number, row in enumerate(old, start=1)}
     after = {row[0]: (number, row) for number, row in enumerate(new, start=1)}
+    was = {name: row[-1] for name, (_, row) in after.items()}  # each step's earlier names
     renamed = {
-        row[5][-1]: name
-        for name, (_, row) in after.items()
-        if name not in before and row[5] and row[5][-1] in before
+        was[name][-1]: name
+        for name in after
+        if name not in before and was[name] and was[name][-1] in before
     }
     changes = [f"renamed {old_name} -> {name}" for old_name, name in renamed.items()]
     changes += [f"added {n}" for n in after if n not in before and n not in renamed.values()]

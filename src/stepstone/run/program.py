@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput, StepstoneError
 from ..store import DEFAULT_STORE, GitStore, resolve_store_path
+
+if TYPE_CHECKING:
+    from .state import RunState
 
 
 def driver_program() -> Path | None:
@@ -43,3 +49,21 @@ def refuse_a_second_store(run: str | None) -> None:
             f"store: run the script from {program.parent} (or pass repo={str(home)!r}) "
             f"to go on with it, instead of starting it again in a new store here"
         )
+
+
+def settle_workdir(
+    state: RunState, asked: Path | None, *, driving: bool
+) -> tuple[Path | None, Path]:
+    """(the folder the run recorded, if it exists here; the folder relative paths resolve
+    in: the one asked for, else the recorded one, else the current folder). A driver
+    records the folder it was asked to work in, or the one it works in when none was
+    recorded yet, and the script that drives it."""
+    recorded = state.recorded_workdir()
+    workdir = asked or recorded or Path.cwd()
+    if driving and (asked is not None or not state.info.workdir):
+        state.note_info(workdir=state.relative_to_store(workdir))
+        program = driver_program()
+        if program is not None and not state.info.notebook:
+            script = Path(os.path.relpath(program, workdir)).as_posix()
+            state.note_info(program=shlex.join([script, *sys.argv[1:]]))
+    return recorded, workdir

@@ -149,7 +149,7 @@ class RunState:
     def renamed(self) -> dict[str, str]:
         """Name -> identity for the plan's steps whose effects are keyed by another name."""
         names, extras = self.steps.names, self.steps.extras
-        return {names[number - 1]: extra[4][0] for number, extra in extras.items() if extra[4]}
+        return {names[number - 1]: was[0] for number, (*_, was) in extras.items() if was}
 
     def identities(self) -> set[str]:
         """The names the plan's steps key their effects by."""

@@ -264,7 +264,7 @@ class Stepper:
                         spec,
                         workdir=self.checker.workdir,
                         namespace=scope,
-                        timeout=self.ledger.settings.check_timeout,
+                        timeout=self.ledger.settings.now().check_timeout,
                     )
                 )
             except checks.CheckNotPassed as exc:
@@ -324,7 +324,7 @@ class Stepper:
         self.verdicts.failed(self.state.steps.names, planned.number, text)
         return record
 
-    def _record(self, start: StepStart, status: models.StepStatus, **fields: Any) -> StepRecord:
+    def _record(self, start: StepStart, status: models.RecordStatus, **fields: Any) -> StepRecord:
         previous = start.record
         fields = {k: v for k, v in fields.items() if v is not None}
         return StepRecord(

@@ -30,7 +30,6 @@ pygit2 is imported by these modules only.
 
 from __future__ import annotations
 
-from ..message import CommitMessage
 from ..settings import RUN_ENV, STORE_ENV
 from .derived import CACHE_AFTER, CatchUp, write_derived
 from .errors import READ_ERRORS
@@ -66,13 +65,6 @@ __all__ = [
     "GitStore",
     "Snapshot",
     "holder_identity",
-    "parse_trailers",
     "resolve_store_path",
     "write_derived",
 ]
-
-
-def parse_trailers(message: str) -> dict[str, list[str]]:
-    """The `Key: value` trailers of the last paragraph of a commit message (an alias
-    of `CommitMessage.parse(message).as_dict()`, kept for its callers)."""
-    return CommitMessage.parse(message).as_dict()

@@ -17,11 +17,13 @@ class Config:
         self._path = path
 
     def get(self, key: str) -> str | None:
-        """The value of `key`, or None when it is unset (or cannot be read)."""
+        """The value of `key`, or None when it is unset (or cannot be read); a key with
+        no value reads as "true", as git reads a boolean."""
         try:
-            return str(self._repo.config[key])
+            value = self._repo.config[key]
         except (KeyError, pygit2.GitError):
             return None
+        return "true" if value is None else str(value)
 
     def flag(self, key: str) -> bool:
         """Whether `key` is set to a true value, as git reads booleans."""

@@ -149,7 +149,7 @@ class GitStore:
         self._refs.point_head_at(run)
 
     def clear_stale_ref_locks(self, run: str) -> list[Path]:
-        """Remove the lock files of the run's ref that a killed writer left; the ones
+        """Remove the lock files of the run's ref and tag that a killed writer left; the ones
         removed. Call it holding the run lock: only stepstone drivers write a run's ref
         (gc is told not to pack refs), so then any such lock file is stale."""
         return self._refs.clear_stale_locks(run)

@@ -211,20 +211,25 @@ class Refs:
         try:
             head = self._repo.references.get("HEAD")
         except pygit2.GitError:  # a torn HEAD: in a store of stepstone's own, only a pointer
-            write_atomic(self.git_dir / "HEAD", f"ref: {target}\n".encode())
-            return
+            head = None
         if (
             head is not None
             and head.type == pygit2.enums.ReferenceType.SYMBOLIC
             and head.target == target
         ):
             return
-        self._repo.references.create("HEAD", target, force=True)
+        # written whole, not under git's HEAD.lock: a driver killed here leaves no lock
+        # that would stop every later open
+        write_atomic(self.git_dir / "HEAD", f"ref: {target}\n".encode())
 
     def clear_stale_locks(self, run: str) -> list[Path]:
-        """Remove the lock files of the run's ref that a killed writer left; the ones
+        """Remove the lock files of the run's ref and tag that a killed writer left; the ones
         removed (call it holding the run lock)."""
-        locks = [self.git_dir / (self.ref(run) + ".lock"), self.git_dir / "packed-refs.lock"]
+        locks = [
+            self.git_dir / (self.ref(run) + ".lock"),
+            self.git_dir / (TAG_REFS + names.run_id(run) + ".lock"),  # the run's archive tag
+            self.git_dir / "packed-refs.lock",
+        ]
         stale = [lock for lock in locks if lock.exists()]
         for lock in stale:
             lock.unlink(missing_ok=True)
