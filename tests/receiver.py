@@ -1,7 +1,8 @@
 """A loopback HTTP receiver with its own SQLite database, for effect tests.
 
     POST /keyed          honours the Idempotency-Key header: a repeated key returns the
-                         first response and applies nothing
+                         first response and applies nothing, for `key_retention` seconds
+                         (`advance` moves the receiver's clock on, as a day going by)
     POST /lookup         applies every request; GET /lookup/<ref> finds one by the
                          client-supplied reference
     POST /blind          applies every request; no keys, no lookup
@@ -48,8 +49,10 @@ def _hold(conn: socket.socket, seconds: float) -> bool:
 class Receiver:
     """Start with `with Receiver(db_path) as r:`; `r.url` is its base address."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, *, key_retention: float | None = None) -> None:
         self.db = db
+        self.key_retention = key_retention  # None: keys are kept for ever
+        self.skew = 0.0  # seconds `advance` moved this receiver's clock on
         self.in_flight = threading.Event()
         self.committed = threading.Event()
         with _connect(db) as con:
@@ -57,7 +60,9 @@ class Receiver:
                 "CREATE TABLE IF NOT EXISTS applied (kind TEXT, ref TEXT, body TEXT, "
                 "n INTEGER PRIMARY KEY AUTOINCREMENT)"
             )
-            con.execute("CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY, response TEXT)")
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY, response TEXT, at REAL)"
+            )
         self._lock = threading.Lock()
         receiver = self
 
@@ -99,6 +104,7 @@ class Receiver:
                     return  # the client died with the request in flight: nothing applied
                 with receiver._lock, _connect(receiver.db) as con:
                     if kind == "keyed":
+                        receiver.forget_old_keys(con)
                         row = con.execute(
                             "SELECT response FROM keys WHERE key=?", (ref,)
                         ).fetchone()
@@ -110,7 +116,10 @@ class Receiver:
                     )
                     response = {"id": cur.lastrowid}
                     if kind == "keyed":
-                        con.execute("INSERT INTO keys VALUES (?, ?)", (ref, json.dumps(response)))
+                        con.execute(
+                            "INSERT INTO keys VALUES (?, ?, ?)",
+                            (ref, json.dumps(response), receiver.clock()),
+                        )
                 receiver.committed.set()
                 if not _hold(self.connection, float(self.headers.get("X-Delay-After", 0))):
                     return
@@ -123,6 +132,19 @@ class Receiver:
         self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def clock(self) -> float:
+        """This receiver's time: the real time, moved on by `advance`."""
+        return time.time() + self.skew
+
+    def advance(self, seconds: float) -> None:
+        """Move this receiver's clock on by `seconds` (keys older than its retention go)."""
+        self.skew += seconds
+
+    def forget_old_keys(self, con: sqlite3.Connection) -> None:
+        """Drop the idempotency keys older than the retention, as a real receiver does."""
+        if self.key_retention is not None:
+            con.execute("DELETE FROM keys WHERE at < ?", (self.clock() - self.key_retention,))
 
     def applied(self, kind: str) -> dict[str, int]:
         """How many times each reference was applied, by endpoint."""

@@ -46,3 +46,10 @@ def test_a_stores_git_booleans_read_as_git_reads_them(
         assert git("config", "--bool", "stepstone.autopush", cwd=store.git_dir).strip() == (
             "true" if expected else "false"
         )
+
+
+def test_a_stores_effect_retention_comes_from_its_git_config(workdir: Path):
+    store = GitStore(workdir / "store")
+    assert store.settings.effect_retention == 86_400.0  # a day, as Stripe keeps keys
+    store.set_config("stepstone.effectRetention", "3600")
+    assert GitStore(workdir / "store").settings.effect_retention == 3600.0

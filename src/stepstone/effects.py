@@ -3,7 +3,8 @@
 Each effect is in exactly one state, and each state leads to one next action:
 
     planned     nothing sent                  perform it
-    submitted   intent durable, no receipt    keyed: retry with the same key;
+    submitted   intent durable, no receipt    keyed: retry with the same key while
+                                              the receiver keeps it, else unresolved;
                                               lookup: ask by key, confirm or perform;
                                               neither: unresolved
     confirmed   receipt recorded              never again; return the receipt
@@ -162,6 +163,7 @@ def perform(
     was: str | None = None,
     new: bool = False,
     timeout: float | None = None,
+    retention: datetime.timedelta | float | None = None,
 ) -> Any:
     """Perform effect `name` of the current step at most once; return its receipt."""
     step = run.current_step
@@ -205,6 +207,7 @@ def perform(
                 intent=now(),
                 attempts=record.attempts + 1 if record is not None else 1,
                 receiver="keyed" if keyed else ("lookup" if lookup is not None else "blind"),
+                retention=_retention(run, retention) if keyed else None,
             )
             _save(run, record, f"effect {record.name}: submitted")
     assert record is not None
@@ -217,6 +220,8 @@ def perform(
         if found is not None:
             receipt = _confirm(run, record, found, "found by lookup")
         elif lookup is not None or keyed:
+            if lookup is None:
+                record = _refuse_an_expired_key(run, step, record, retention)
             _fence(run, record, fresh=False)
             again = record.model_copy(update={"attempts": record.attempts + 1})
             receipt = _do(run, again, do, seconds)
@@ -227,6 +232,69 @@ def perform(
             raise UnresolvedEffect(run.id, step, key, record.intent)
     book.returned(key)
     return receipt
+
+
+def _retention(run: Run, given: datetime.timedelta | float | None) -> float:
+    """Seconds the receiver keeps keys: `given`, else the store's setting."""
+    if given is None:
+        return run.settings.effect_retention
+    seconds = given.total_seconds() if isinstance(given, datetime.timedelta) else float(given)
+    if not seconds > 0:
+        raise InvalidInput(
+            f"retention={given!r}: give how long the receiver keeps idempotency keys, for "
+            f"example timedelta(hours=24), or float('inf') when it keeps them for ever"
+        )
+    return seconds
+
+
+def expires(record: EffectRecord, default: float) -> str | None:
+    """When the receiver forgets a keyed effect's key (`default`: the retention of a
+    record that has none), or None: not keyed, or kept for ever."""
+    if record.receiver != "keyed":
+        return None
+    seconds = record.retention if record.retention is not None else default
+    if math.isinf(seconds):
+        return None
+    at = _parse_time(record.intent) + datetime.timedelta(seconds=seconds)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _span(seconds: float) -> str:
+    """A duration for people: `45 s`, `30 min`, `24 h`, `3 days`."""
+    if seconds >= 2 * 86_400:
+        return f"{seconds / 86_400:.0f} days"
+    if seconds >= 3_600:
+        return f"{seconds / 3_600:.0f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def _refuse_an_expired_key(
+    run: Run, step: str, record: EffectRecord, given: datetime.timedelta | float | None
+) -> EffectRecord:
+    """`record` when the receiver still keeps its key; else the effect is unresolved (a
+    retry with a forgotten key is a new request: the effect would happen twice)."""
+    limit = (
+        _retention(run, given)
+        if given is not None or record.retention is None
+        else record.retention
+    )
+    age = (run.settings.clock() - _parse_time(record.intent)).total_seconds()
+    if age <= limit:
+        return record
+    why = (
+        f"the receiver forgets keys after {_span(limit)}; this intent is {_span(age)} old, "
+        f"so a retry with its key would be a new request"
+    )
+    if record.state != "unresolved" or record.error != why:
+        record = record.model_copy(update={"state": "unresolved", "error": why})
+        _save(run, record, f"effect {record.name}: unresolved, its key expired")
+    raise UnresolvedEffect(run.id, step, record.key, record.intent, why)
 
 
 def _refuse_a_second_name(run: Run, step: str, identity: str, name: str) -> None:
@@ -367,8 +435,9 @@ def resolve(
     return settled
 
 
-def as_status(record: EffectRecord) -> dict[str, Any]:
-    """The `status --json` shape of one effect."""
+def as_status(record: EffectRecord, retention: float, at: datetime.datetime) -> dict[str, Any]:
+    """The `status --json` shape of one effect at time `at` (`retention`: the store's,
+    for a keyed record made before intents recorded their own)."""
     out: dict[str, Any] = {
         "key": record.key,
         "step": record.step,
@@ -379,6 +448,8 @@ def as_status(record: EffectRecord) -> dict[str, Any]:
     }
     if record.state == "confirmed":
         out["receipt"] = record.receipt
+    if record.receiver == "keyed":
+        out["expires"] = expires(record, retention)
     if record.error:
         out["error"] = record.error
     if record.state == "submitted":
@@ -387,6 +458,8 @@ def as_status(record: EffectRecord) -> dict[str, Any]:
             if record.receiver == "blind"
             else f"the next try asks the receiver ({record.receiver}) with the same key"
         )
+        if out.get("expires") and _parse_time(out["expires"]) < at:
+            out["next_action"] = "the next try is unresolved: the receiver has forgotten its key"
     else:
         out["next_action"] = NEXT_ACTION[record.state]
     return out

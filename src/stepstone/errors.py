@@ -196,14 +196,16 @@ class DecisionConflict(StepstoneError):
 class UnresolvedEffect(StepstoneError):
     """An external effect whose outcome is unknown and cannot be asked of its receiver."""
 
-    def __init__(self, run: str, step: str, key: str, since: str) -> None:
+    def __init__(self, run: str, step: str, key: str, since: str, why: str = "") -> None:
         self.run = run
         self.step = step
         self.key = key
         self.since = since
+        self.why = why
         super().__init__(
             f"effect {key} of step {step!r} was submitted at {since} and its outcome is "
-            f"unknown. Check the receiver, then run `stepstone resolve {key} --run {run} "
+            f"unknown{': ' + why if why else ''}. Check the receiver, then run "
+            f"`stepstone resolve {key} --run {run} "
             f"--happened [--receipt R]` or `stepstone resolve {key} --run {run} --not-happened`"
         )
 

@@ -141,6 +141,7 @@ class EffectRecord(Record):
     receiver: Literal["keyed", "lookup", "blind"] = "blind"
     payload_sha256: str | None = None
     intent: str
+    retention: float | None = None  # seconds a keyed receiver keeps the key (None: unknown)
     attempts: int = 1
     error: str | None = None
     receipt: Any = None

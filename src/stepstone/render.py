@@ -100,7 +100,8 @@ def footer_lines(status: RunStatus, *, every: bool = False) -> list[str]:
     lines += [f"  unknown {u.id}: {u.question}" for u in status.open_unknowns]
     effects, rest = shown_effects(status, every=every)
     lines += [
-        f"  effect {e['key']} ({e['step']}/{e['name']}): {e['state']}; next: {e['next_action']}"
+        f"  effect {e['key']} ({e['step']}/{e['name']}): {e['state']}{_doubt(e)}; "
+        f"next: {e['next_action']}"
         for e in effects
     ]
     if rest:
@@ -108,6 +109,17 @@ def footer_lines(status: RunStatus, *, every: bool = False) -> list[str]:
     lines += [f"  note: {note}" for note in status.notes]
     lines.append(f"next: {status.next_action}")
     return lines
+
+
+def _doubt(effect: Mapping[str, Any]) -> str:
+    """What a person needs of an effect in doubt: until when the receiver keeps its key,
+    and why it is unresolved."""
+    if effect["state"] not in ("submitted", "unresolved"):
+        return ""
+    text = f", key kept by the receiver until {effect['expires']}" if effect.get("expires") else ""
+    if effect["state"] == "unresolved" and effect.get("error"):
+        text += f" ({effect['error']})"
+    return text
 
 
 def status_text(status: RunStatus, *, every: bool = False) -> str:
@@ -277,10 +289,18 @@ def brief(status: RunStatus, where: Context) -> str:
     if status.unresolved_effects:
         lines += ["", "## Unresolved effects (never repeat them blindly)"]
         lines += [
-            f"- `{e['key']}` ({e['step']}/{e['name']}), intent {e['intent']}: check the "
-            f"receiver, then `stepstone resolve {e['key']} --run {status.run} --happened` or "
-            f"`--not-happened`"
+            f"- `{e['key']}` ({e['step']}/{e['name']}), intent {e['intent']}{_doubt(e)}: "
+            f"check the receiver, then `stepstone resolve {e['key']} --run {status.run} "
+            f"--happened` or `--not-happened`"
             for e in status.unresolved_effects
+        ]
+    in_doubt = [e for e in status.effects if e["state"] == "submitted"]
+    if in_doubt:
+        lines += ["", "## Effects in doubt (sent, not confirmed)"]
+        lines += [
+            f"- `{e['key']}` ({e['step']}/{e['name']}), intent {e['intent']}{_doubt(e)}: "
+            f"{e['next_action']}"
+            for e in in_doubt
         ]
     if status.notes:
         lines += ["", "## Notes"] + [f"- {n}" for n in status.notes]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 STORE_ENV = "STEPSTONE_REPO"  # the store's path
@@ -24,6 +25,7 @@ EFFECT_TIMEOUT_ENV = "STEPSTONE_EFFECT_TIMEOUT"  # seconds an effect's write may
 
 AUTOPUSH_KEY = "stepstone.autopush"
 LEASE_SECONDS_KEY = "stepstone.leaseSeconds"
+RETENTION_KEY = "stepstone.effectRetention"
 GC_AUTO_KEY = "gc.auto"
 GC_PACK_LIMIT_KEY = "gc.autoPackLimit"
 
@@ -60,6 +62,11 @@ class Settings:
     """Packs before `git gc --auto` is started (`gc.autoPackLimit`, as in git)."""
     index_every: int = 10_000
     """Commits between saves of a run's step index by its driver."""
+    effect_retention: float = 86_400.0
+    """Seconds a keyed receiver keeps idempotency keys (`git config
+    stepstone.effectRetention`; `inf`: for ever): an intent older is not retried."""
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    """The time now, timezone-aware (tests move it on)."""
     seen_env: tuple[str | None, ...] | None = field(default=None, repr=False, compare=False)
     """The `LIVE_ENV` variables as they were when these settings were read from them."""
 
@@ -102,6 +109,9 @@ class Settings:
             value = _number(get(key), int)
             if value is not None:
                 found[name] = value
+        retention = _number(get(RETENTION_KEY), float)
+        if retention is not None and retention > 0:
+            found["effect_retention"] = retention
         return replace(self, **found)
 
 

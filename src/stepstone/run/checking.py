@@ -104,6 +104,7 @@ class Checker:
                     f"verify`, or --recheck, re-runs them)"
                 )
             effect_records = state.effect_book.records.values()
+            retention, at = self.settings.effect_retention, self.settings.clock()
             return RunStatus(
                 run=state.id,
                 plan_mode=state.info.plan_mode,
@@ -111,7 +112,7 @@ class Checker:
                 decisions=tuple(sorted(state.decisions.values(), key=lambda d: (d.time, d.key))),
                 unknowns=tuple(sorted(state.unknowns.values(), key=lambda u: int(u.id[1:]))),
                 effects=tuple(
-                    effects.as_status(e)
+                    effects.as_status(e, retention, at)
                     for e in sorted(effect_records, key=lambda e: (e.intent, e.key))
                 ),
                 finished=state.info.finished,

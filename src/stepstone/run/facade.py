@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -247,11 +248,6 @@ class Run(RunView):
         self._require_lock()
         return questions.decide(self.ledger, key, value, why, revise=revise)
 
-    def decided(self, key: str, default: Any = None) -> Any:
-        """The value decided for `key`, or `default`."""
-        decision = self.decisions.get(key)
-        return decision.value if decision is not None else default
-
     def unknown(self, question: str) -> Unknown:
         """Record an open question (asked again, it is the unknown already recorded)."""
         self._require_lock()
@@ -273,11 +269,12 @@ class Run(RunView):
         was: str | None = None,
         new: bool = False,
         timeout: float | None = None,
+        retention: timedelta | float | None = None,
     ) -> Any:
         """Perform an external write of the running step at most once (see `stepstone.effect`)."""
         self._require_lock()
         options = dict(keyed=keyed, lookup=lookup, payload=payload, was=was, new=new)
-        return effects.perform(self, name, do, timeout=timeout, **options)
+        return effects.perform(self, name, do, timeout=timeout, retention=retention, **options)
 
     def resolve_effect(
         self, key: str, *, happened: bool, receipt: Any = None, why: str = ""

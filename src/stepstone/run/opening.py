@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,7 @@ def effect(
     was: str | None = None,
     new: bool = False,
     timeout: float | None = None,
+    retention: timedelta | float | None = None,
 ) -> Any:
     """Perform an external write at most once and return its receipt.
 
@@ -114,7 +116,10 @@ def effect(
     renamed one: the guards of `EffectRenamed` do not apply to it. `do` may take
     `timeout` seconds (default `STEPSTONE_EFFECT_TIMEOUT`, else 600) before it is
     interrupted and the effect left in doubt with `EffectTimedOut` (on the main
-    thread; `do` always runs in the caller's thread).
+    thread; `do` always runs in the caller's thread). `retention` (a `timedelta` or
+    seconds; default `git config stepstone.effectRetention`, else 24 h) is how long a
+    keyed receiver keeps keys: an intent older than that is not retried with its key
+    but raises `UnresolvedEffect`, as a retry would be a new request.
     """
     return active.active_run().effect(
         name,
@@ -125,4 +130,5 @@ def effect(
         was=was,
         new=new,
         timeout=timeout,
+        retention=retention,
     )

@@ -112,6 +112,11 @@ class RunView:
         """The run's recorded work folder, if it exists on this machine."""
         return self.state.recorded_workdir()
 
+    def decided(self, key: str, default: Any = None) -> Any:
+        """The value decided for `key`, or `default`."""
+        decision = self.decisions.get(key)
+        return decision.value if decision is not None else default
+
     def identity_of(self, name: str) -> str:
         """The name step `name`'s effects are keyed by (its first, across renames)."""
         return self.state.identity_of(name)
