@@ -186,3 +186,18 @@ def test_a_cell_error_stays_visible_when_its_failure_cannot_be_recorded(ip, work
         ip.run_cell_magic("step", "a", cell)
     assert not isinstance(raised.value, UsageError)  # shown with its traceback, not one line
     assert isinstance(raised.value.__context__, ZeroDivisionError)
+
+
+def test_a_note_cell_is_weak_evidence_and_is_skipped_when_resumed(ip, workdir: Path, capsys):
+    runs = workdir / "runs.txt"
+    ip.user_ns["runs"] = runs
+    cell = (
+        "import stepstone\nwith runs.open('a') as f: f.write('x')\nstepstone.note('rows are daily')"
+    )
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_cell_magic("step", "explore --note", cell)
+    assert "confirmed (note (weak): rows are daily)" in capsys.readouterr().out
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_cell_magic("step", "explore --note", cell)
+    assert "skipped, verified (note (weak): rows are daily)" in capsys.readouterr().out
+    assert runs.read_text() == "x"

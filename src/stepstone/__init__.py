@@ -30,7 +30,7 @@ from .errors import (
     UnknownCheck,
     UnresolvedEffect,
 )
-from .run import Run, StepResult, decided, effect, open_run
+from .run import Run, StepResult, decided, effect, note, open_run
 from .status import RunStatus, StepStatus
 
 __version__ = "0.1.0"
@@ -66,6 +66,7 @@ __all__ = [
     "decided",
     "effect",
     "load_ipython_extension",
+    "note",
     "open_run",
     "unload_ipython_extension",
 ]

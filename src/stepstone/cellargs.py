@@ -110,6 +110,12 @@ def _step() -> _Parser:
         help="a variable the cell reads (repeatable)",
     )
     parser.add_argument(
+        "--note",
+        action="store_true",
+        help="the cell's evidence is a note it writes with stepstone.note(TEXT): weak "
+        "evidence, for a step whose product is understanding (same as --check note)",
+    )
+    parser.add_argument(
         "--force", action="store_true", help="run the cell although its evidence verifies"
     )
     parser.add_argument(
@@ -214,11 +220,12 @@ def split(line: str) -> list[str]:
 
 
 def parse_step_line(line: str) -> StepLine:
-    """Parse `NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--force] [--was OLD]`."""
+    """Parse `NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--note] [--force]
+    [--was OLD]`."""
     args = _parser("step").parse_args(split(line))
     return StepLine(
         name=args.name,
-        checks=tuple(args.check),
+        checks=tuple(args.check) + (("note",) if args.note and "note" not in args.check else ()),
         outputs=tuple(args.out),
         inputs=tuple(args.inputs),
         force=args.force,

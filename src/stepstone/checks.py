@@ -9,6 +9,9 @@ A check is written `KIND:ARGUMENT`:
     expr:EXPRESSION      a Python expression over the given values is truthy
     call:NAME            a callable registered with `stepstone.check` returns a truthy
                          value or an identifier
+    note                 the step wrote a note (`stepstone.note(text)`, or the string
+                         `run.step`'s function returns): weak evidence, kept, never
+                         re-checked, for steps whose product is understanding
 
 In the Python API a plain callable can stand in for a spec.
 """
@@ -24,7 +27,7 @@ import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -34,8 +37,19 @@ from .errors import InvalidInput, UnknownCheck
 from .models import Evidence
 from .settings import CHECK_TIMEOUT_ENV, Settings
 
-KINDS = ["file", "sha256", "cmd", "expr", "call"]
+KINDS = ["file", "sha256", "cmd", "expr", "call", "note"]
 COMMANDS = ("cmd", "call")  # checks that run code: read-only commands do not re-run them
+WEAK = ("note", "completed")  # evidence nothing in the world can re-check
+NOTE = "note"  # the check a step whose evidence is a written note has
+
+
+def strength(kinds: Iterable[str]) -> str | None:
+    """`strong` when some evidence can be re-checked against the world, `weak` when it
+    is only a note or the fact that the code completed, None without evidence."""
+    found = list(kinds)
+    if not found:
+        return None
+    return "weak" if all(kind in WEAK for kind in found) else "strong"
 
 
 def _seconds(timeout: float | None) -> float:
@@ -91,9 +105,13 @@ def parse(spec: CheckLike) -> CheckSpec:
         return CheckSpec("call", key, f"call:{key}")
     if not isinstance(spec, str):
         raise InvalidInput(f"a check must be a string like file:PATH or a callable, not {spec!r}")
+    if spec.strip() in (NOTE, NOTE + ":"):
+        return CheckSpec(NOTE, "", NOTE)
     kind, sep, arg = spec.partition(":")
     if not sep or kind not in KINDS:
         raise UnknownCheck(spec, KINDS)
+    if kind == NOTE:
+        raise InvalidInput(f"check {spec!r}: a note takes no argument; write note (or --note)")
     arg = arg.strip()
     if not arg:
         raise InvalidInput(f"check {spec!r} has no argument: write {kind}:ARGUMENT")
@@ -257,6 +275,8 @@ def run(
         if not result:
             raise CheckNotPassed(f"{spec.arg!r} is {result!r}")
         return Evidence(check=spec.text, kind="expr", value=_identifier(result))
+    if spec.kind == NOTE:
+        raise CheckNotPassed("a note is written by the step itself: call stepstone.note(text)")
     fn = _registry.get(spec.arg)
     if fn is None:
         raise CheckNotPassed(
@@ -325,6 +345,8 @@ def verify(
     `cmd:` and `call:` evidence is not re-run (a verdict that is not `checkable`)."""
     if evidence.kind == "completed":
         return Verdict(True, "the cell completed")
+    if evidence.kind == NOTE:
+        return Verdict(True, "a note cannot be re-checked")
     if evidence.kind in COMMANDS and not run_commands:
         return Verdict(True, f"{evidence.check} was not re-run", checkable=False)
     try:

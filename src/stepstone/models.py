@@ -15,7 +15,7 @@ SCHEMA_VERSION = 1
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
 RecordStatus = Literal["confirmed", "failed"]  # a step record's outcome
-EvidenceKind = Literal["file", "sha256", "cmd", "expr", "call", "completed"]
+EvidenceKind = Literal["file", "sha256", "cmd", "expr", "call", "note", "completed"]
 
 
 def now() -> str:

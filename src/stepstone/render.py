@@ -34,10 +34,21 @@ def evidence_text(evidence: Iterable[EvidenceRow]) -> str:
     """Evidence rows in one short line."""
     parts = []
     for check, kind, value, _ in evidence:
-        if isinstance(value, str) and len(value) == 64:
-            value = f"sha256 {value[:12]}"
-        parts.append(f"{check} ({value})" if kind != "completed" else "completed")
+        if kind == "completed":
+            parts.append("completed, nothing to verify (weak)")
+        elif kind == "note":
+            parts.append(f"note (weak): {_first_line(str(value))}")
+        else:
+            if isinstance(value, str) and len(value) == 64:
+                value = f"sha256 {value[:12]}"
+            parts.append(f"{check} ({value})")
     return "; ".join(parts)
+
+
+def _first_line(text: str, limit: int = 72) -> str:
+    stripped = text.strip()
+    line = stripped.splitlines()[0] if stripped else ""
+    return line[:limit] + ("…" if len(line) > limit or line != stripped else "")
 
 
 def _detail(step: StepStatus) -> str:
@@ -199,7 +210,15 @@ def print_rich_status(status: RunStatus, *, every: bool = False) -> None:
 def verify_lines(status: RunStatus) -> Iterator[str]:
     """A line per step saying whether its evidence holds now (`stepstone verify`)."""
     for s in status.steps:
-        yield f"{s.number:>4} {s.name}: {s.state}{' - ' + s.reason if s.reason else ''}"
+        reason = s.reason
+        if s.state == "verified" and s.strength == "weak":
+            kinds = {kind for _, kind, _, _ in s.evidence}
+            reason = (
+                "weak evidence: a note, which cannot be re-checked"
+                if "note" in kinds
+                else "weak evidence: the code completed, nothing to verify"
+            )
+        yield f"{s.number:>4} {s.name}: {s.state}{' - ' + reason if reason else ''}"
 
 
 # -- the summary ----------------------------------------------------------------

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .bulk import collector_paused
+from .checks import strength
 from .models import Decision, Unknown
 
 if TYPE_CHECKING:
@@ -26,6 +27,12 @@ class StepStatus(NamedTuple):
     reason: str = ""
     evidence: tuple[EvidenceRow, ...] = ()  # (check, kind, value, detail) of its record
     finished: str = ""  # when its record was written
+
+    @property
+    def strength(self) -> str | None:
+        """`strong` (re-checkable evidence), `weak` (only a note, or the code completed)
+        or None (no record)."""
+        return strength(kind for _, kind, _, _ in self.evidence)
 
     @property
     def evidence_text(self) -> str:
@@ -130,6 +137,7 @@ class RunStatus:
                     "state": s.state,
                     "reason": s.reason,
                     "evidence": _evidence_json(s.evidence),
+                    "strength": s.strength,
                 }
                 for s in self.steps
             ]
@@ -150,9 +158,11 @@ class RunStatus:
                 key = (state, reason, id(evidence))
                 found = endings.get(key)
                 if found is None:
+                    weight = strength(kind for _, kind, _, _ in evidence)
                     found = endings[key] = (
                         f', "state": "{state}", "reason": {encode(reason)}, '
-                        f'"evidence": {json.dumps(_evidence_json(evidence))}}}'
+                        f'"evidence": {json.dumps(_evidence_json(evidence))}, '
+                        f'"strength": {json.dumps(weight)}}}'
                     )
                 ending = found
             parts.append(f'{{"number": {number}, "name": {encode(name)}{ending}')

@@ -11,7 +11,7 @@ from .checking import RETURN
 from .facade import Run, run_lock
 from .history import rolled_back_effects
 from .layout import plan_path, source_hash, step_path
-from .opening import decided, effect, holding, open_run, problems_at
+from .opening import decided, effect, holding, note, open_run, problems_at
 from .stepping import Attempt, StepResult, StepStart
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "decided",
     "effect",
     "holding",
+    "note",
     "open_run",
     "plan_path",
     "problems_at",

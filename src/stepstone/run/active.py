@@ -8,13 +8,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from ..errors import StepstoneError
+from ..errors import InvalidInput, StepstoneError
 
 if TYPE_CHECKING:
     from .facade import Run
 
 _driven: list[Run] = []  # the run this process drives now (opened last, not closed)
 _stepping: ContextVar[Run | None] = ContextVar("stepstone_stepping", default=None)
+_notes: ContextVar[list[str] | None] = ContextVar("stepstone_notes", default=None)
 
 
 def active_run() -> Run:
@@ -47,10 +48,25 @@ def let_go(run: Run) -> None:
 
 
 @contextmanager
-def stepping_in(run: Run) -> Iterator[None]:
-    """While the body runs, this context's steps and effects belong to `run`."""
-    token = _stepping.set(run)
+def stepping_in(run: Run, notes: list[str]) -> Iterator[None]:
+    """While the body runs, this context's steps and effects belong to `run`, and the
+    notes it writes go to `notes`."""
+    token, noted = _stepping.set(run), _notes.set(notes)
     try:
         yield
     finally:
+        _notes.reset(noted)
         _stepping.reset(token)
+
+
+def write_note(text: str) -> None:
+    """Add `text` to the notes of the step running in this context."""
+    notes = _notes.get()
+    if notes is None:
+        raise StepstoneError(
+            "stepstone.note was called outside a step: call it inside a %%step cell or a "
+            "function run by run.step"
+        )
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"a note is text saying what the step found, not {text!r}")
+    notes.append(text.strip())

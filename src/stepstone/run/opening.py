@@ -132,3 +132,11 @@ def effect(
         timeout=timeout,
         retention=retention,
     )
+
+
+def note(text: str) -> None:
+    """Write a note as the evidence of the step running now: what was read, found or
+    understood, for a step whose product is understanding (`%%step NAME --note`, or
+    `checks=["note"]`). A note is kept in the step's record and shown as **weak**
+    evidence: nothing can re-check it."""
+    active.write_note(text)

@@ -16,7 +16,7 @@ from ..models import PlannedStep, StepRecord, dump, now
 from ..redaction import error_text, redact
 from ..verdicts import Verdicts
 from .active import stepping_in
-from .checking import Checker, check_scope
+from .checking import RETURN, Checker, check_scope
 from .layout import source_hash, step_path
 from .ledger import Ledger
 from .planning import Planner
@@ -33,6 +33,7 @@ class StepStart:
     values: dict[str, Any] = field(default_factory=dict)
     started: str = field(default_factory=now)
     check_specs: tuple[checks.CheckSpec, ...] = ()
+    notes: list[str] = field(default_factory=list)  # written by the step as it runs
 
 
 @dataclass
@@ -116,7 +117,7 @@ class Stepper:
         previous = self.current
         self.current = start.planned.name
         try:
-            with stepping_in(run):
+            with stepping_in(run, start.notes):
                 yield
         finally:
             self.current = previous
@@ -258,6 +259,9 @@ class Stepper:
         scope = check_scope(namespace, values)
         evidence: list[models.Evidence] = []
         for spec in start.check_specs:
+            if spec.kind == checks.NOTE:
+                evidence.append(self._note(start, values))
+                continue
             try:
                 evidence.append(
                     checks.run(
@@ -324,6 +328,19 @@ class Stepper:
         self.verdicts.failed(self.state.steps.names, planned.number, text)
         return record
 
+    def _note(self, start: StepStart, values: Mapping[str, Any]) -> models.Evidence:
+        """The note the step wrote (or the text its function returned), as evidence."""
+        returned = values.get(RETURN)
+        text = "\n\n".join(start.notes) or (returned if isinstance(returned, str) else "")
+        if not text.strip():
+            problem = "it wrote no note: call stepstone.note(text) in it"
+            self._fail(start, f"check note did not pass: {problem}")
+            raise CheckFailed(start.planned.name, checks.NOTE, problem)
+        text = redact(text.strip())
+        return models.Evidence(
+            check=checks.NOTE, kind="note", value=text, detail=f"a note, {len(text)} characters"
+        )
+
     def _record(self, start: StepStart, status: models.RecordStatus, **fields: Any) -> StepRecord:
         previous = start.record
         fields = {k: v for k, v in fields.items() if v is not None}
@@ -351,6 +368,8 @@ def _parse_all(specs: Iterable[checks.CheckLike]) -> list[checks.CheckSpec]:
 def _evidence_line(ev: models.Evidence) -> str:
     if ev.kind == "completed":
         return "completed"
+    if ev.kind == checks.NOTE:
+        return "note (weak evidence)"
     value = f"sha256={ev.value}" if ev.kind in ("file", "sha256") else f"{ev.value}"
     return f"{ev.check} {value}"
 
