@@ -24,7 +24,7 @@ from . import trust
 from .models import PlannedStep, StepRecord
 from .store import CACHE_AFTER, GitStore, Snapshot
 
-FORMAT = 3  # bump when the layout changes: an index of another format is rebuilt
+FORMAT = 4  # bump when the layout changes: an index of another format is rebuilt
 INDEXED = ("plan", "steps")  # the top folders whose records the index holds
 
 # (check, kind, value, detail)
@@ -36,10 +36,12 @@ NO_EXTRA: PlanExtra = ((), (), (), None, ())
 PlanRow = tuple[
     str, tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None", tuple[str, ...]
 ]
-# what many step records share: (status, checks, source_hash, error, evidence, world),
-# where `world` says that the record must be re-checked against the world (evidence
-# to re-check, or a pickled output this user did not write: it may not load here)
-Shape = tuple[str, tuple[str, ...], "str | None", "str | None", tuple[EvidenceRow, ...], bool]
+# what many step records share: (status, checks, source_hash, error, evidence, world,
+# follows), where `world` says that the record must be re-checked against the world
+# (evidence or inputs to re-check, or a pickled output this user did not write: it may
+# not load here) and `follows` that only its recorded inputs, not any earlier step
+# redone, make it stale (see `dependencies`)
+Shape = tuple[str, tuple[str, ...], "str | None", "str | None", tuple[EvidenceRow, ...], bool, bool]
 
 Loader = Callable[[type[Any], dict[str, bytes]], list[Any]]
 
@@ -92,10 +94,12 @@ class RecordTable:
             record.error,
             evidence,
             any(kind != "completed" for _, kind, _, _ in evidence)
+            or bool(record.inputs)
             or any(
                 art.format == "pickle" and not trust.signed_here(art.sha256, art.mark)
                 for art in record.outputs.values()
             ),
+            record.inputs is not None and record.source_hash is not None,
         )
         kind = self._shape_ids.get(shape)
         if kind is None:
@@ -122,6 +126,16 @@ class RecordTable:
         """For each shape: confirmed, recorded without checks, its evidence only
         "completed" (nothing in the world to re-check)."""
         return [s[0] == "confirmed" and not s[1] and not s[5] for s in self.shapes]
+
+    def following_inputs(self) -> set[str]:
+        """The steps whose records say what they read (a cell's, with inputs): only a
+        change to those inputs, not any earlier step redone, makes them stale."""
+        follows = {kind for kind, shape in enumerate(self.shapes) if shape[6]}
+        if not follows:
+            return set()
+        return {
+            name for name, at in self.at.items() if name is not None and self.kinds[at] in follows
+        }
 
     def status_of(self, name: str) -> str | None:
         """The status of `name`'s record, or None when it has none."""

@@ -228,7 +228,11 @@ class StepstoneMagics(Magics):
         """Record a decision with its reason; a resumed run does not reopen it."""
         run = self._require_run()
         key, value, why, revise = cellargs.parse_decide_line(line)
-        print(render.decision(run.decide(key, value, why, revise=revise)))
+        before = run.decisions.get(key)
+        decision = run.decide(key, value, why, revise=revise)
+        was = before.value if before is not None else None
+        readers = run.readers(key) if was is not None and was != decision.value else []
+        print(render.decision(decision, was=was, readers=readers))
 
     @line_magic
     @_usage_errors

@@ -99,6 +99,8 @@ class StepRecord(Record):
     source_hash: str | None = None
     error: str | None = None
     holder: str = ""
+    inputs: dict[str, str | None] | None = None  # what it read, with the value seen
+    defines: tuple[str, ...] = ()  # the kernel names its cell defines
 
 
 class Decision(Record):

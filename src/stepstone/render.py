@@ -352,9 +352,15 @@ def step_outcome(number: int, name: str, outcome: str, evidence: Iterable[Eviden
     return f"step {number} {name}: {outcome} ({evidence_text(evidence)})"
 
 
-def decision(item: Decision) -> str:
-    """A decision recorded by `%decide`, in one line."""
-    return f"decided {item.key}={item.value} ({item.why})"
+def decision(item: Decision, *, was: str | None = None, readers: Iterable[str] = ()) -> str:
+    """A decision recorded by `%decide`, in one line; revised just now from `was`, it
+    names the steps that read the old value and so run again."""
+    if was is None or was == item.value:
+        return f"decided {item.key}={item.value} ({item.why})"
+    again = ", ".join(readers)
+    return f"revised {item.key}: {was} → {item.value} ({item.why}); " + (
+        f"runs again: {again}" if again else "no recorded step read it"
+    )
 
 
 def unknown(item: Unknown, *, resolved: bool = False) -> str:

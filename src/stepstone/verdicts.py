@@ -4,8 +4,11 @@ A step is verified while its record is confirmed, its checks and source are
 those planned, it was recorded after every step before it (an earlier step
 redone makes the later ones stale) and its evidence re-checks against the
 world; the first step that is not verified makes every recorded step after it
-stale. Steps with nothing to re-check (only "completed" evidence) are decided
-from the index alone, the leading run of them in one pass.
+stale. A cell's step whose record says what it read (`dependencies`) is the
+exception: only a change to those inputs makes it stale, and it stays verified
+when an earlier step it does not read is redone or stale. Steps with nothing to
+re-check (only "completed" evidence) are decided from the index alone, the leading
+run of them in one pass.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ class Verdicts:
     def __init__(self) -> None:
         self.states: dict[str, StepState] = {}
         self.reasons: dict[str, str] = {}
-        self.last_verified = 0  # no step after this number is verified
+        self.last_verified = 0  # no step after this number is verified, but those that
+        self.follows: set[str] = set()  # follow their recorded inputs, re-checked at begin
 
     @property
     def known(self) -> bool:
@@ -57,11 +61,13 @@ class Verdicts:
         """The plan changed: decide every state again before the next step."""
         self.states.clear()
 
-    def decided(self, results: list[StepStatus], last_verified: int) -> None:
-        """Keep the states of a full read (`step_states`)."""
+    def decided(self, results: list[StepStatus], last_verified: int, follows: set[str]) -> None:
+        """Keep the states of a full read (`step_states`); `follows`: the steps that
+        follow their recorded inputs."""
         self.states = {s.name: s.state for s in results}
         self.reasons = {s.name: s.reason for s in results if s.reason}
         self.last_verified = last_verified
+        self.follows = follows
 
     def state(self, name: str) -> StepState:
         """Step `name`'s state (`pending` when it has none)."""
@@ -81,15 +87,28 @@ class Verdicts:
         name = names[number - 1]
         for index in range(number - 1, min(self.last_verified, len(names))):
             later = names[index]
+            if later != name and later in self.follows:
+                continue  # re-checked against its inputs when it is about to be skipped
             if self.states.get(later) == "verified":
                 self.states[later] = "stale"
                 self.reasons[later] = reason if later == name else runs_after(name)
         self.last_verified = min(self.last_verified, number - 1)
 
-    def confirmed(self, names: Sequence[str], number: int) -> None:
-        """Step `number` was confirmed just now: later steps run again after it."""
+    def verified(self, name: str) -> None:
+        """Step `name` was re-checked just now and verifies."""
+        self.states[name] = "verified"
+        self.reasons.pop(name, None)
+
+    def confirmed(self, names: Sequence[str], number: int, *, follows: bool = False) -> None:
+        """Step `number` was confirmed just now: later steps run again after it (those
+        that follow their inputs, if they read what it made). `follows`: it follows its
+        own recorded inputs."""
         self.stale_from(names, number, "")
         name = names[number - 1]
+        if follows:
+            self.follows.add(name)
+        else:
+            self.follows.discard(name)
         self.states[name] = "verified"
         self.reasons[name] = ""
         self.last_verified = max(self.last_verified, number)
@@ -105,12 +124,13 @@ class Verdicts:
 def step_states(
     steps: PlanSteps,
     table: RecordTable,
-    recheck: Callable[[int], str | None],
+    recheck: Callable[[int, Sequence[StepStatus]], str | None],
     progress: Callable[[int], object] | None = None,
 ) -> tuple[list[StepStatus], int]:
     """Every planned step's status, and the number of the last step of the verified
-    run that starts the plan (0 when the first step is not verified). `recheck(n)`
-    re-checks step n's evidence against the world: why it fails, or None.
+    run that starts the plan (0 when the first step is not verified). `recheck(n,
+    results)` re-checks step n's evidence and inputs against the world (`results`: the
+    states of the steps before it): why it fails, or None.
     `progress(1)` is called after each step (every step then takes the long path).
     """
     results: list[StepStatus] = []
@@ -171,11 +191,14 @@ def step_states(
         if slot is None:
             state = "pending"
         else:
-            status, recorded_checks, source, error, evidence, world = shapes[kinds[slot]]
+            status, recorded_checks, source, error, evidence, world, follows = shapes[kinds[slot]]
             seq = seqs[slot]
             finished = finished_at[slot]
             if status == "failed":
                 state, reason = "failed", error or "failed"
+            elif follows:  # its recorded inputs say what it depends on
+                problem = recheck(number, results)
+                state, reason = ("stale", problem) if problem else ("verified", "")
             elif blocked is not None:
                 state, reason = "stale", runs_after(blocked)
             elif seq < latest_pred_seq:
@@ -186,7 +209,7 @@ def step_states(
             ):
                 state = "verified"  # nothing to re-check against the world
             else:
-                problem = recheck(number)
+                problem = recheck(number, results)
                 state, reason = ("stale", problem) if problem else ("verified", "")
             if seq > latest_pred_seq:
                 latest_pred_seq = seq

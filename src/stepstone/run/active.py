@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput, StepstoneError
@@ -15,7 +16,17 @@ if TYPE_CHECKING:
 
 _driven: list[Run] = []  # the run this process drives now (opened last, not closed)
 _stepping: ContextVar[Run | None] = ContextVar("stepstone_stepping", default=None)
-_notes: ContextVar[list[str] | None] = ContextVar("stepstone_notes", default=None)
+
+
+@dataclass
+class Trace:
+    """What the step running in a context wrote and read as it ran."""
+
+    notes: list[str] = field(default_factory=list)
+    decisions: dict[str, str | None] = field(default_factory=dict)  # key -> value read
+
+
+_trace: ContextVar[Trace | None] = ContextVar("stepstone_trace", default=None)
 
 
 def active_run() -> Run:
@@ -48,25 +59,32 @@ def let_go(run: Run) -> None:
 
 
 @contextmanager
-def stepping_in(run: Run, notes: list[str]) -> Iterator[None]:
-    """While the body runs, this context's steps and effects belong to `run`, and the
-    notes it writes go to `notes`."""
-    token, noted = _stepping.set(run), _notes.set(notes)
+def stepping_in(run: Run, trace: Trace) -> Iterator[None]:
+    """While the body runs, this context's steps and effects belong to `run`, and what
+    it writes and reads is kept in `trace`."""
+    token, traced = _stepping.set(run), _trace.set(trace)
     try:
         yield
     finally:
-        _notes.reset(noted)
+        _trace.reset(traced)
         _stepping.reset(token)
 
 
 def write_note(text: str) -> None:
     """Add `text` to the notes of the step running in this context."""
-    notes = _notes.get()
-    if notes is None:
+    trace = _trace.get()
+    if trace is None:
         raise StepstoneError(
             "stepstone.note was called outside a step: call it inside a %%step cell or a "
             "function run by run.step"
         )
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput(f"a note is text saying what the step found, not {text!r}")
-    notes.append(text.strip())
+    trace.notes.append(text.strip())
+
+
+def read_decision(run: object, key: str, value: str | None) -> None:
+    """A step of `run` running in this context read decision `key` as `value`."""
+    trace = _trace.get()
+    if trace is not None and _stepping.get() is run:
+        trace.decisions.setdefault(key, value)

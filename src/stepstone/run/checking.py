@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import artifacts, checks, effects, names, trust
+from .. import artifacts, checks, dependencies, effects, names, trust
 from ..bulk import collector_paused
 from ..effectbook import MAYBE_HAPPENED
 from ..errors import StepstoneError, StoreError
@@ -46,8 +46,10 @@ class Checker:
         record: StepRecord,
         namespace: Mapping[str, Any] | None,
         run_commands: bool = True,
+        state_of: Callable[[str], str] | None = None,
     ) -> str | None:
-        """Why `record` no longer stands for `planned`, or None when it verifies."""
+        """Why `record` no longer stands for `planned`, or None when it verifies.
+        `state_of(name)` is an earlier step's state now (default: the verdicts')."""
         changed = plan_changed(
             planned.checks, planned.source_hash, record.checks, record.source_hash
         )
@@ -74,7 +76,20 @@ class Checker:
                 self._not_rerun.append(f"{planned.name} ({ev.check})")
             if not verdict.ok:
                 return verdict.reason
+        if record.inputs:
+            state_now = state_of or self.verdicts.state
+            records = self.state.records
+            return dependencies.changed_input(
+                record.inputs,
+                decision=self._decision,
+                workdir=self.workdir,
+                upstream=lambda name: (state_now(name), records.get(name)),
+            )
         return None
+
+    def _decision(self, key: str) -> str | None:
+        decision = self.state.decisions.get(key)
+        return decision.value if decision is not None else None
 
     def status(
         self,
@@ -91,11 +106,11 @@ class Checker:
             results, last_verified = step_states(
                 state.steps,
                 state.records.table,
-                lambda number: self._recheck(number, namespace, run_commands),
+                lambda number, so_far: self._recheck(number, so_far, namespace, run_commands),
                 progress,
             )
             results = self._interrupted(results)
-            self.verdicts.decided(results, last_verified)
+            self.verdicts.decided(results, last_verified, state.records.table.following_inputs())
             notes = list(self.notes)
             if self._not_rerun:
                 notes.append(
@@ -139,13 +154,25 @@ class Checker:
         return results
 
     def _recheck(
-        self, number: int, namespace: Mapping[str, Any] | None, run_commands: bool
+        self,
+        number: int,
+        so_far: Sequence[StepStatus],
+        namespace: Mapping[str, Any] | None,
+        run_commands: bool,
     ) -> str | None:
+        numbers = self.state.numbers
         planned = self.state.steps[number - 1]
         record = self.state.records.get(planned.name)
         if record is None:
             return "its record cannot be read"
-        return self.verify_step(planned, record, namespace, run_commands)
+
+        def state_of(name: str) -> str:
+            earlier = numbers.get(name)
+            if earlier is None or earlier > len(so_far):
+                return "pending"
+            return so_far[earlier - 1].state
+
+        return self.verify_step(planned, record, namespace, run_commands, state_of)
 
     # -- saved outputs ----------------------------------------------------------
 

@@ -10,16 +10,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import artifacts, checks, message, models, names, trust
+from .. import artifacts, checks, dependencies, message, models, names, trust
 from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
 from ..models import PlannedStep, StepRecord, dump, now
 from ..redaction import error_text, redact
 from ..verdicts import Verdicts
-from .active import stepping_in
+from .active import Trace, stepping_in
 from .checking import RETURN, Checker, check_scope
 from .layout import source_hash, step_path
 from .ledger import Ledger
 from .planning import Planner
+from .state import RunState
 
 
 @dataclass
@@ -33,7 +34,8 @@ class StepStart:
     values: dict[str, Any] = field(default_factory=dict)
     started: str = field(default_factory=now)
     check_specs: tuple[checks.CheckSpec, ...] = ()
-    notes: list[str] = field(default_factory=list)  # written by the step as it runs
+    source: str | None = None  # the cell's code, when the step is a cell
+    trace: Trace = field(default_factory=Trace)  # what the step wrote and read as it ran
 
 
 @dataclass
@@ -117,7 +119,7 @@ class Stepper:
         previous = self.current
         self.current = start.planned.name
         try:
-            with stepping_in(run, start.notes):
+            with stepping_in(run, start.trace):
                 yield
         finally:
             self.current = previous
@@ -208,7 +210,10 @@ class Stepper:
         self.verdicts.check_order(self.state.id, self.state.steps, planned.number, force=force)
         record = self.state.records.get(name)
         state = self.verdicts.state(name)
-        if record is not None and state == "verified":
+        # a step that follows its inputs may be stale only because a step it reads was:
+        # that step may since have run again and made the same
+        again = state == "stale" and name in self.verdicts.follows
+        if record is not None and (state == "verified" or again):
             problem = self.checker.verify_step(planned, record, namespace)  # every check
             if problem is None:
                 try:
@@ -217,13 +222,14 @@ class Stepper:
                     problem = f"its saved outputs cannot be restored ({exc})"
                 else:
                     if set(out_names) <= set(values) or not out_names:
+                        self.verdicts.verified(name)
                         return StepStart(
                             planned, True, "verified", record, values, check_specs=specs
                         )
                     problem = "it has outputs that were not saved"
             self.verdicts.stale_from(self.state.steps.names, planned.number, problem)
         reason = self.verdicts.reasons.get(name) or ("not run yet" if record is None else state)
-        return StepStart(planned, False, reason, record, check_specs=specs)
+        return StepStart(planned, False, reason, record, check_specs=specs, source=source)
 
     # -- confirm or fail --------------------------------------------------------
 
@@ -258,17 +264,14 @@ class Stepper:
             raise InvalidInput(problem + "; define it in the step or drop --out")
         scope = check_scope(namespace, values)
         evidence: list[models.Evidence] = []
+        timeout = self.ledger.settings.now().check_timeout
         for spec in start.check_specs:
-            if spec.kind == checks.NOTE:
-                evidence.append(self._note(start, values))
-                continue
             try:
                 evidence.append(
-                    checks.run(
-                        spec,
-                        workdir=self.checker.workdir,
-                        namespace=scope,
-                        timeout=self.ledger.settings.now().check_timeout,
+                    _note(start, values)
+                    if spec.kind == checks.NOTE
+                    else checks.run(
+                        spec, workdir=self.checker.workdir, namespace=scope, timeout=timeout
                     )
                 )
             except checks.CheckNotPassed as exc:
@@ -288,7 +291,22 @@ class Stepper:
             writes[artifacts.path_for(digest, fmt)] = data
             mark = trust.sign(digest) if fmt == "pickle" else None
             saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data), mark=mark)
-        record = self._record(start, "confirmed", evidence=evidence, outputs=saved, facts=facts)
+        inputs, defines = dependencies.recorded_inputs(
+            source=start.source,
+            declared=planned.inputs,
+            decisions=start.trace.decisions,
+            earlier=_records_before(self.state, planned.number) if start.source else (),
+            workdir=self.checker.workdir,
+        )
+        record = self._record(
+            start,
+            "confirmed",
+            evidence=evidence,
+            outputs=saved,
+            facts=facts,
+            inputs=inputs,
+            defines=defines,
+        )
         writes[step_path(planned.name, legacy=self.state.legacy_layout)] = dump(record)
         trailers = [
             (message.STEP, f"{planned.number} {planned.name}"),
@@ -299,7 +317,8 @@ class Stepper:
             writes, f"step {planned.number} {planned.name}: confirmed", trailers, indexed=True
         )
         self.state.records[planned.name] = record
-        self.verdicts.confirmed(self.state.steps.names, planned.number)
+        follows = record.inputs is not None and record.source_hash is not None
+        self.verdicts.confirmed(self.state.steps.names, planned.number, follows=follows)
         return record
 
     def fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
@@ -328,19 +347,6 @@ class Stepper:
         self.verdicts.failed(self.state.steps.names, planned.number, text)
         return record
 
-    def _note(self, start: StepStart, values: Mapping[str, Any]) -> models.Evidence:
-        """The note the step wrote (or the text its function returned), as evidence."""
-        returned = values.get(RETURN)
-        text = "\n\n".join(start.notes) or (returned if isinstance(returned, str) else "")
-        if not text.strip():
-            problem = "it wrote no note: call stepstone.note(text) in it"
-            self._fail(start, f"check note did not pass: {problem}")
-            raise CheckFailed(start.planned.name, checks.NOTE, problem)
-        text = redact(text.strip())
-        return models.Evidence(
-            check=checks.NOTE, kind="note", value=text, detail=f"a note, {len(text)} characters"
-        )
-
     def _record(self, start: StepStart, status: models.RecordStatus, **fields: Any) -> StepRecord:
         previous = start.record
         fields = {k: v for k, v in fields.items() if v is not None}
@@ -357,6 +363,27 @@ class Stepper:
             holder=self.ledger.holder,
             **fields,
         )
+
+
+def _records_before(state: RunState, number: int) -> Iterator[StepRecord]:
+    """The records of the steps before step `number`, in plan order."""
+    records = state.records
+    for name in state.steps.names[: number - 1]:
+        record = records.get(name)
+        if record is not None:
+            yield record
+
+
+def _note(start: StepStart, values: Mapping[str, Any]) -> models.Evidence:
+    """The note the step wrote (or the text its function returned), as evidence."""
+    returned = values.get(RETURN)
+    text = "\n\n".join(start.trace.notes) or (returned if isinstance(returned, str) else "")
+    if not text.strip():
+        raise checks.CheckNotPassed("it wrote no note: call stepstone.note(text) in it")
+    text = redact(text.strip())
+    return models.Evidence(
+        check=checks.NOTE, kind="note", value=text, detail=f"a note, {len(text)} characters"
+    )
 
 
 def _parse_all(specs: Iterable[checks.CheckLike]) -> list[checks.CheckSpec]:

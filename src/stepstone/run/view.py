@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import models
+from .. import dependencies, models
 from ..effectbook import EffectBook
 from ..index import PlanSteps, RecordBook
 from ..lock import RunLock
@@ -15,6 +15,7 @@ from ..models import Decision, EffectRecord, RunInfo, Unknown
 from ..settings import Settings
 from ..status import RunStatus
 from ..store import GitStore
+from . import active
 from .checking import Checker
 from .ledger import Ledger
 from .state import RunState
@@ -113,9 +114,16 @@ class RunView:
         return self.state.recorded_workdir()
 
     def decided(self, key: str, default: Any = None) -> Any:
-        """The value decided for `key`, or `default`."""
+        """The value decided for `key`, or `default`. Read by a running step, the value
+        is one of its inputs: revising the decision makes the step stale."""
         decision = self.decisions.get(key)
+        active.read_decision(self, key, decision.value if decision is not None else None)
         return decision.value if decision is not None else default
+
+    def readers(self, key: str) -> list[str]:
+        """The steps whose records say they read decision `key` (revising it makes
+        them stale)."""
+        return dependencies.readers(self.state.records.values(), f"{dependencies.DECISION}{key}")
 
     def identity_of(self, name: str) -> str:
         """The name step `name`'s effects are keyed by (its first, across renames)."""

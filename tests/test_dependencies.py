@@ -1,0 +1,204 @@
+"""Resume that knows what depends on what: a changed input, a revised decision or an
+upstream step that ran again re-runs only the cells that read it. Real notebooks in
+real kernels (`stepstone run`); each cell logs its executions to a side file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import stepstone_cli as cli
+from nbformat.v4 import new_code_cell, new_notebook
+
+from stepstone.dependencies import cell_names
+
+DECIDE = '%decide threshold=105 --why "first guess"'
+REVISED = '%decide threshold=110 --revise --why "105 flagged too many"'
+
+
+def _cell(name: str, line: str, body: str) -> str:
+    log = f"with open('executions.log', 'a') as log:\n    log.write('{name}\\n')\n"
+    return f"%%step {name} {line}\n{log}{body}"
+
+
+CELLS = [
+    (
+        "load",
+        "--in file:input.csv --check file:clean.csv",
+        "import pathlib\n"
+        "pathlib.Path('clean.csv').write_text(pathlib.Path('input.csv').read_text().upper())",
+    ),
+    (
+        "count",
+        "--check file:count.txt",
+        "import pathlib\n"
+        "rows = pathlib.Path('clean.csv').read_text().splitlines()\n"
+        "pathlib.Path('count.txt').write_text(str(len(rows)))",
+    ),
+    (
+        "other",
+        "--check file:other.txt --out other_value",
+        "import pathlib\nother_value = 7\npathlib.Path('other.txt').write_text('7')",
+    ),
+    (
+        "report",
+        "--check file:report.md",
+        "import pathlib, stepstone\n"
+        "threshold = stepstone.decided('threshold')\n"
+        "pathlib.Path('report.md').write_text(f'threshold: {threshold}')",
+    ),
+    (
+        "final",
+        "--check file:final.txt",
+        "import pathlib\npathlib.Path('final.txt').write_text(str(other_value * 2))",
+    ),
+]
+
+
+def _notebook(folder: Path, *, decide: str = DECIDE, hang_in: str | None = None) -> Path:
+    cells = [new_code_cell("%load_ext stepstone\n%resume"), new_code_cell(decide)]
+    for name, line, body in CELLS:
+        if name == hang_in:
+            body = (
+                "import os, time\n"
+                "if not os.path.exists('resumed'):\n"
+                "    open('kernel.pid', 'w').write(str(os.getpid()))\n"
+                "    time.sleep(120)\n" + body
+            )
+        cells.append(new_code_cell(_cell(name, line, body)))
+    path = folder / "job.ipynb"
+    nbformat.write(new_notebook(cells=cells), str(path))
+    return path
+
+
+def _run(nb: Path) -> list[str]:
+    """Run the notebook to the end; the cells that ran this time, in order."""
+    log = nb.parent / "executions.log"
+    before = log.read_text().split() if log.exists() else []
+    done = cli("run", str(nb), cwd=nb.parent)
+    assert done.returncode == 0, done.stderr
+    return log.read_text().split()[len(before) :]
+
+
+def _status(folder: Path) -> dict:
+    return json.loads(cli("status", "--json", cwd=folder).stdout)
+
+
+@pytest.fixture
+def first_run(workdir: Path) -> Path:
+    (workdir / "input.csv").write_text("a\nb\n")
+    nb = _notebook(workdir)
+    assert _run(nb) == ["load", "count", "other", "report", "final"]
+    return nb
+
+
+def test_a_changed_input_file_reruns_only_the_cells_that_read_it(first_run: Path):
+    workdir = first_run.parent
+    (workdir / "input.csv").write_text("a\nb\nc\n")
+    reasons = {s["name"]: s["reason"] for s in _status(workdir)["steps"]}
+    assert reasons["load"] == "its input input.csv changed since it ran"
+    assert reasons["count"] == "it uses what step load made, and step load is stale"
+    assert reasons["other"] == reasons["report"] == reasons["final"] == ""
+    assert _run(first_run) == ["load", "count"]
+    assert (workdir / "count.txt").read_text() == "3"
+
+
+def test_a_revised_decision_reruns_only_its_readers(first_run: Path):
+    workdir = first_run.parent
+    _notebook(workdir, decide=REVISED)
+    assert _run(first_run) == ["report"]
+    assert (workdir / "report.md").read_text() == "threshold: 110"
+    (report,) = [s for s in _status(workdir)["steps"] if s["name"] == "report"]
+    assert report["state"] == "verified"
+
+
+def test_an_upstream_that_ran_again_with_the_same_results_leaves_its_readers_verified(
+    first_run: Path,
+):
+    workdir = first_run.parent
+    (workdir / "clean.csv").write_text("tampered")  # load's own evidence fails
+    assert _run(first_run) == ["load"]  # it makes the same clean.csv: count stays verified
+
+
+def test_moving_two_independent_cells_reruns_neither(first_run: Path):
+    workdir = first_run.parent
+    nb = nbformat.read(str(first_run), as_version=4)
+    nb.cells[3], nb.cells[4] = nb.cells[4], nb.cells[3]  # count and other
+    nbformat.write(nb, str(first_run))
+    assert _run(first_run) == []
+    assert all(s["state"] == "verified" for s in _status(workdir)["steps"])
+
+
+def test_a_step_with_no_recorded_inputs_keeps_the_conservative_rule(workdir: Path):
+    """A `run.step` function cannot be traced: any earlier step redone makes it stale."""
+    script = workdir / "job.py"
+    script.write_text(
+        "import pathlib, stepstone\n"
+        "def log(name):\n"
+        "    with open('executions.log', 'a') as f:\n"
+        "        f.write(name + '\\n')\n"
+        "def a():\n"
+        "    log('a'); pathlib.Path('a.txt').write_text(pathlib.Path('input.csv').read_text())\n"
+        "with stepstone.open_run('py') as run:\n"
+        "    run.step('a', a, checks=['file:a.txt'])\n"
+        "    run.step('b', lambda: log('b'))\n"
+    )
+    (workdir / "input.csv").write_text("1")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    for _ in range(2):
+        subprocess.run([sys.executable, str(script)], cwd=workdir, env=env, check=True)
+    (workdir / "a.txt").write_text("changed")
+    subprocess.run([sys.executable, str(script)], cwd=workdir, env=env, check=True)
+    assert (workdir / "executions.log").read_text().split() == ["a", "b", "a", "b"]
+
+
+def test_a_kill_in_the_middle_then_a_revised_decision_reruns_only_what_it_must(
+    workdir: Path,
+):
+    (workdir / "input.csv").write_text("a\nb\n")
+    nb = _notebook(workdir, hang_in="final")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepstone", "run", str(nb)],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not (workdir / "kernel.pid").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.2)
+    os.kill(int((workdir / "kernel.pid").read_text()), signal.SIGKILL)
+    proc.wait(timeout=120)
+    (workdir / "resumed").write_text("")
+    _notebook(workdir, decide=REVISED, hang_in="final")
+    assert _run(nb) == ["report", "final"]  # killed in final; report read the decision
+    assert (workdir / "report.md").read_text() == "threshold: 110"
+    again = _run(nb)
+    assert again == []
+
+
+def test_a_cells_reads_are_what_it_uses_before_it_binds_them():
+    reads, binds = cell_names(
+        "with open('log') as f:\n    f.write('x')\ntotal = total + sum(r for r in rows)"
+    )
+    assert reads == {"open", "total", "sum", "rows"} and binds == {"f", "total"}
+    assert cell_names("!ls") is None
+
+
+def test_revising_a_decision_names_the_steps_that_run_again(first_run: Path):
+    workdir = first_run.parent
+    _notebook(workdir, decide=REVISED)
+    cli("run", str(first_run), cwd=workdir)
+    executed = nbformat.read(str(workdir / "job.out.ipynb"), as_version=4)
+    said = str(executed.cells[1].outputs)
+    assert "revised threshold: 105 → 110 (105 flagged too many); runs again: report" in said
