@@ -202,3 +202,45 @@ def test_revising_a_decision_names_the_steps_that_run_again(first_run: Path):
     executed = nbformat.read(str(workdir / "job.out.ipynb"), as_version=4)
     said = str(executed.cells[1].outputs)
     assert "revised threshold: 105 → 110 (105 flagged too many); runs again: report" in said
+
+
+def test_rerun_downstream_marks_a_step_and_what_reads_it(first_run: Path):
+    workdir = first_run.parent
+    marked = cli("rerun", "load", "--downstream", "--why", "the feed was re-issued", cwd=workdir)
+    assert marked.returncode == 0, marked.stderr
+    assert "load, count run(s) again" in marked.stdout
+    reasons = {s["name"]: s["reason"] for s in _status(workdir)["steps"]}
+    assert reasons["load"] == "asked to run again: the feed was re-issued"
+    assert _run(first_run) == ["load", "count"]
+    log = subprocess.run(
+        ["git", "log", "--format=%s", "-3"], cwd=workdir / ".stepstone", capture_output=True
+    )
+    assert b"rerun load, count: the feed was re-issued" in log.stdout
+
+
+def test_rerun_of_one_step_leaves_readers_verified_when_it_makes_the_same(first_run: Path):
+    workdir = first_run.parent
+    assert cli("rerun", "load", "--why", "check it", cwd=workdir).returncode == 0
+    assert _run(first_run) == ["load"]
+
+
+def test_a_rerun_step_does_not_perform_its_confirmed_effects_again(workdir: Path):
+    import stepstone
+
+    sent = workdir / "sent.log"
+
+    def send() -> object:
+        def do(key: str) -> dict:
+            with sent.open("a") as f:
+                f.write(key + "\n")
+            return {"id": 1}
+
+        return stepstone.effect("ping", do, keyed=True)
+
+    with stepstone.open_run("fx") as run:
+        run.step("send", send)
+        assert run.rerun("send", "resend?") == ["send"]
+    with stepstone.open_run("fx") as run:
+        result = run.step("send", send)
+    assert not result.skipped and result.value == {"id": 1}
+    assert len(sent.read_text().split()) == 1

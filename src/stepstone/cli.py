@@ -282,6 +282,25 @@ def reopen(run_id: str | None, repo: str | None, why: str) -> None:
 
 
 @main.command()
+@click.argument("step")
+@run_option
+@repo_option
+@click.option("--why", required=True, help="Why the step runs again (recorded in Git).")
+@click.option(
+    "--downstream", is_flag=True, help="Also every step that depends on it, directly or not."
+)
+@_errors_as_exit_codes
+def rerun(run_id: str | None, repo: str | None, step: str, why: str, downstream: bool) -> None:
+    """Mark STEP to run again at the next run (its confirmed effects are not repeated)."""
+    with open_run(run_id, repo=repo, create=False) as run:
+        marked = run.rerun(step, why, downstream=downstream)
+    if marked:
+        click.echo(f"run {run.id}: {', '.join(marked)} run(s) again at the next run: {why}")
+    else:
+        click.echo(f"run {run.id}: {step} has not been confirmed; it runs at the next run anyway")
+
+
+@main.command()
 @click.argument("key")
 @run_option
 @repo_option

@@ -95,6 +95,7 @@ class RecordTable:
             evidence,
             any(kind != "completed" for _, kind, _, _ in evidence)
             or bool(record.inputs)
+            or record.rerun is not None
             or any(
                 art.format == "pickle" and not trust.signed_here(art.sha256, art.mark)
                 for art in record.outputs.values()

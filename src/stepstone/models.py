@@ -101,6 +101,7 @@ class StepRecord(Record):
     holder: str = ""
     inputs: dict[str, str | None] | None = None  # what it read, with the value seen
     defines: tuple[str, ...] = ()  # the kernel names its cell defines
+    rerun: str | None = None  # why a person asked it to run again (`stepstone rerun`)
 
 
 class Decision(Record):

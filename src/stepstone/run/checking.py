@@ -55,6 +55,8 @@ class Checker:
         )
         if changed is not None:
             return changed
+        if record.rerun is not None:
+            return f"asked to run again: {record.rerun}"
         for var, art in record.outputs.items():
             if not self.may_load(art):
                 return self.untrusted(var)

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import checks, effects, message, models, names
-from ..errors import InvalidInput, RunNotFound, StepstoneError, StoreError
+from ..errors import InvalidInput, RunNotFound, StepstoneError
 from ..index import INDEXED
 from ..lock import RunLock
 from ..models import Decision, EffectRecord, PlannedStep, StepRecord, Unknown
 from ..settings import Settings
 from ..store import GitStore, holder_identity
 from ..verdicts import Verdicts
-from . import active, finishing, questions
+from . import active, finishing, questions, rerunning
 from .checking import RETURN, Checker
-from .history import rolled_back_effects
+from .history import refuse_rolled_back_effects, refuse_to_start_afresh
 from .ledger import Ledger, Trailers
 from .link import RemoteLink
 from .planning import Planner
@@ -89,26 +89,12 @@ class Run(RunView):
         store = self.store
         snap = store.read(self.id, skip=("artifacts", *INDEXED), cached=cached, at=at)
         if snap.commit is None:
-            traces = store.traces(self.id)
-            if traces:  # never start afresh a run whose history is damaged or hidden
-                raise StoreError(
-                    str(store.path),
-                    f"run {self.id!r} has history here ({'; '.join(traces)}) but no "
-                    f"readable ref, so it is not started afresh. `stepstone repair --run "
-                    f"{self.id}` points it at its newest readable commit",
-                )
+            refuse_to_start_afresh(store, self.id)
             if not (drive and create):
                 raise RunNotFound(self.id, str(store.path), store.runs())
         self.state.read(snap, cached=cached)
-        lost = rolled_back_effects(store, snap.commit) if drive and snap.commit else []
-        if lost:
-            raise StoreError(
-                str(store.path),
-                f"the tip of run {self.id!r} was made by hand and sets back effect records "
-                f"({'; '.join(lost[:3])}), so their effects would be performed again. "
-                f"`stepstone repair --run {self.id}` moves the run back to its newest "
-                f"commit made by stepstone",
-            )
+        if drive and snap.commit:
+            refuse_rolled_back_effects(store, self.id, snap.commit)
         self.previous_workdir, self._checker.workdir = settle_workdir(
             self.state, workdir, driving=self.driving
         )
@@ -257,6 +243,14 @@ class Run(RunView):
         """Close an open unknown with its answer."""
         self._require_lock()
         return questions.answer(self.ledger, unknown_id, answer)
+
+    def rerun(self, name: str, why: str, *, downstream: bool = False) -> list[str]:
+        """Mark step `name` (and, with `downstream`, what depends on it) to run again,
+        recording `why`; the steps marked. Their confirmed effects are not repeated."""
+        self._require_lock()
+        return rerunning.rerun(
+            self.ledger, self._stepper.verdicts, name, why, downstream=downstream
+        )
 
     def effect(
         self,

@@ -3,7 +3,34 @@
 from __future__ import annotations
 
 from ..effectbook import state_rank
+from ..errors import StoreError
 from ..store import READ_ERRORS, GitStore
+
+
+def refuse_to_start_afresh(store: GitStore, run: str) -> None:
+    """Refuse to start afresh a run that has no readable ref but history in the store
+    (damaged or hidden): its steps and effects would be done again."""
+    traces = store.traces(run)
+    if traces:
+        raise StoreError(
+            str(store.path),
+            f"run {run!r} has history here ({'; '.join(traces)}) but no readable ref, so "
+            f"it is not started afresh. `stepstone repair --run {run}` points it at its "
+            f"newest readable commit",
+        )
+
+
+def refuse_rolled_back_effects(store: GitStore, run: str, commit: str) -> None:
+    """Refuse a tip made by hand that sets back effect records (`rolled_back_effects`)."""
+    lost = rolled_back_effects(store, commit)
+    if lost:
+        raise StoreError(
+            str(store.path),
+            f"the tip of run {run!r} was made by hand and sets back effect records "
+            f"({'; '.join(lost[:3])}), so their effects would be performed again. "
+            f"`stepstone repair --run {run}` moves the run back to its newest commit made "
+            f"by stepstone",
+        )
 
 
 def rolled_back_effects(store: GitStore, commit: str) -> list[str]:

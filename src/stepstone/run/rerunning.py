@@ -1,0 +1,71 @@
+"""Running steps again on purpose: a step (and, asked, what depends on it) is marked,
+with the reason, in one commit; the next run of the notebook or script runs it again.
+Effects it confirmed are not performed again: their keys and receipts stand."""
+
+from __future__ import annotations
+
+from .. import dependencies, message, names
+from ..errors import InvalidInput
+from ..models import StepRecord, dump
+from ..verdicts import Verdicts
+from .layout import step_path
+from .ledger import Ledger
+
+
+def rerun(
+    ledger: Ledger, verdicts: Verdicts, name: str, why: str, *, downstream: bool
+) -> list[str]:
+    """Mark step `name` to run again for `why` (and, with `downstream`, every step that
+    depends on it: reads what it made, or follows the conservative rule after it); the
+    steps marked, in plan order."""
+    state = ledger.state
+    if not why.strip():
+        raise InvalidInput(f"running step {name!r} again needs a reason (--why REASON)")
+    planned = state.planned(name)
+    if planned is None:
+        raise InvalidInput(
+            f"run {state.id!r} has no step {name!r}; its steps: {names.listing(state.steps.names)}"
+        )
+    marked = [name] + (_dependents(ledger, planned.number) if downstream else [])
+    writes: dict[str, bytes | None] = {}
+    changed: list[StepRecord] = []
+    for step in marked:
+        record = state.records.get(step)
+        if record is None or record.status != "confirmed":
+            continue  # not done: it runs anyway
+        again = record.model_copy(update={"rerun": why.strip()})
+        writes[step_path(step, legacy=state.legacy_layout)] = dump(again)
+        changed.append(again)
+    if not changed:
+        return []
+    said = ", ".join(r.name for r in changed)
+    ledger.commit(
+        writes,
+        f"rerun {said}: {message.one_line(why)[:60]}",
+        [(message.STATUS, "rerun"), *((message.STEP, state.step_label(r.name)) for r in changed)],
+        indexed=True,
+    )
+    for record in changed:
+        state.records[record.name] = record
+    verdicts.forget()
+    return [r.name for r in changed]
+
+
+def _dependents(ledger: Ledger, number: int) -> list[str]:
+    """The steps after step `number` that depend on it, directly or through another."""
+    state = ledger.state
+    upstream = {state.steps.names[number - 1]}
+    found = []
+    for later in state.steps.names[number:]:
+        record = state.records.get(later)
+        if record is None:
+            continue
+        reads = {
+            key[len(dependencies.STEP) :]
+            for key in (record.inputs or {})
+            if key.startswith(dependencies.STEP)
+        }
+        if record.inputs is None or record.source_hash is None or reads & upstream:
+            upstream.add(later)
+            found.append(later)
+    return found
