@@ -201,3 +201,24 @@ def test_a_note_cell_is_weak_evidence_and_is_skipped_when_resumed(ip, workdir: P
     ip.run_cell_magic("step", "explore --note", cell)
     assert "skipped, verified (note (weak): rows are daily)" in capsys.readouterr().out
     assert runs.read_text() == "x"
+
+
+def test_a_result_resting_on_an_open_unknown_blocks_finish_and_its_answer_reruns_it(
+    ip, workdir: Path, capsys
+):
+    runs = workdir / "runs.txt"
+    ip.user_ns["runs"] = runs
+    cell = "with runs.open('a') as out:\n    out.write('x')"
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_line_magic("unknown", "Are the prices in EUR or USD?")
+    ip.run_cell_magic("step", "convert --uses U1", cell)
+    with pytest.raises(UsageError, match="step convert rests on open unknown U1"):
+        ip.run_line_magic("finish", "")
+    ip.run_line_magic("resume", "--run demo")
+    assert "step convert rests on open unknown U1" in capsys.readouterr().out
+    ip.run_line_magic("unknown", "--resolve U1 EUR, says the vendor")
+    ip.run_line_magic("resume", "--run demo")
+    assert "U1, which it rests on, was answered since it ran" in capsys.readouterr().out
+    ip.run_cell_magic("step", "convert --uses U1", cell)
+    assert runs.read_text() == "xx"  # ran again with the answer
+    ip.run_line_magic("finish", "")

@@ -110,6 +110,14 @@ def _step() -> _Parser:
         help="a variable the cell reads (repeatable)",
     )
     parser.add_argument(
+        "--uses",
+        action="append",
+        default=[],
+        metavar="UNKNOWN",
+        help="an open question (U1) the cell's result rests on: %%finish waits for its "
+        "answer, and the answer makes the cell run again (repeatable)",
+    )
+    parser.add_argument(
         "--note",
         action="store_true",
         help="the cell's evidence is a note it writes with stepstone.note(TEXT): weak "
@@ -220,14 +228,14 @@ def split(line: str) -> list[str]:
 
 
 def parse_step_line(line: str) -> StepLine:
-    """Parse `NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--note] [--force]
-    [--was OLD]`."""
+    """Parse `NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--uses U]... [--note]
+    [--force] [--was OLD]`."""
     args = _parser("step").parse_args(split(line))
     return StepLine(
         name=args.name,
         checks=tuple(args.check) + (("note",) if args.note and "note" not in args.check else ()),
         outputs=tuple(args.out),
-        inputs=tuple(args.inputs),
+        inputs=tuple(args.inputs) + tuple(f"unknown:{u}" for u in args.uses),
         force=args.force,
         was=args.was,
     )

@@ -3,6 +3,8 @@
 A confirmed step records its inputs, each with the value it saw:
 
     decision:KEY     the value `stepstone.decided(KEY)` returned (traced as it ran)
+    unknown:ID       the answer of an open question it rests on (`--uses U1`), None
+                     while the question is open
     file:PATH        the sha256 of a file it reads: declared (`--in file:PATH`), or a
                      file an earlier step's `file:` check names and its cell mentions
     step:NAME        the fingerprint of what step NAME produced (its strong evidence
@@ -31,6 +33,7 @@ from .models import StepRecord
 DECISION = "decision:"
 FILE = "file:"
 STEP = "step:"
+UNKNOWN = "unknown:"
 _WEAK = ("note", "completed")
 
 
@@ -145,15 +148,19 @@ def recorded_inputs(
     source: str | None,
     declared: Iterable[str],
     decisions: Mapping[str, str | None],
+    answers: Mapping[str, str | None],
     earlier: Iterable[StepRecord],
     workdir: Path,
 ) -> tuple[dict[str, str | None] | None, tuple[str, ...]]:
     """(the inputs to record for a step, the names its cell defines). Inputs are None
     for a step that follows the conservative rule: one with no source to read (a
     `run.step` function reads what Python closures give it, which cannot be seen) or
-    whose cell is not plain Python. `earlier` are the records of the steps before it,
-    in plan order."""
+    whose cell is not plain Python. `answers` are the unknowns' answers now (None:
+    open); `earlier` the records of the steps before it, in plan order."""
     found: dict[str, str | None] = {f"{DECISION}{k}": v for k, v in sorted(decisions.items())}
+    for item in declared:
+        if item.startswith(UNKNOWN):
+            found[item] = answers.get(item[len(UNKNOWN) :])
     if source is None:
         return (found or None), ()
     names = cell_names(source)
@@ -183,6 +190,7 @@ def changed_input(
     inputs: Mapping[str, str | None],
     *,
     decision: Callable[[str], str | None],
+    answer: Callable[[str], str | None],
     workdir: Path,
     upstream: Callable[[str], tuple[str, StepRecord | None]],
 ) -> str | None:
@@ -194,6 +202,11 @@ def changed_input(
             now = decision(name)
             if now != seen:
                 return f"decision {name} changed {seen} → {now} since it was read"
+        elif key.startswith(UNKNOWN):
+            name = key[len(UNKNOWN) :]
+            now = answer(name)
+            if now != seen:
+                return f"unknown {name}, which it rests on, was answered since it ran: {now}"
         elif key.startswith(FILE):
             path = key[len(FILE) :]
             if file_digest(workdir / path) != seen:
@@ -211,3 +224,8 @@ def changed_input(
 def readers(records: Iterable[StepRecord], key: str) -> list[str]:
     """The steps whose recorded inputs include `key` (`decision:threshold`)."""
     return [r.name for r in records if r.inputs and key in r.inputs]
+
+
+def rests_on(inputs: Mapping[str, str | None] | None) -> tuple[str, ...]:
+    """The unknowns a step's result rests on (declared with `--uses`)."""
+    return tuple(sorted(k[len(UNKNOWN) :] for k in inputs or {} if k.startswith(UNKNOWN)))

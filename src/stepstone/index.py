@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from . import trust
+from . import dependencies, trust
 from .models import PlannedStep, StepRecord
 from .store import CACHE_AFTER, GitStore, Snapshot
 
-FORMAT = 4  # bump when the layout changes: an index of another format is rebuilt
+FORMAT = 5  # bump when the layout changes: an index of another format is rebuilt
 INDEXED = ("plan", "steps")  # the top folders whose records the index holds
 
 # (check, kind, value, detail)
@@ -37,11 +37,20 @@ PlanRow = tuple[
     str, tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None", tuple[str, ...]
 ]
 # what many step records share: (status, checks, source_hash, error, evidence, world,
-# follows), where `world` says that the record must be re-checked against the world
+# follows, rests_on), where `world` says that the record must be re-checked against the world
 # (evidence or inputs to re-check, or a pickled output this user did not write: it may
-# not load here) and `follows` that only its recorded inputs, not any earlier step
-# redone, make it stale (see `dependencies`)
-Shape = tuple[str, tuple[str, ...], "str | None", "str | None", tuple[EvidenceRow, ...], bool, bool]
+# not load here), `follows` that only its recorded inputs, not any earlier step
+# redone, make it stale, and `rests_on` the unknowns it rests on (see `dependencies`)
+Shape = tuple[
+    str,
+    tuple[str, ...],
+    "str | None",
+    "str | None",
+    tuple[EvidenceRow, ...],
+    bool,
+    bool,
+    tuple[str, ...],
+]
 
 Loader = Callable[[type[Any], dict[str, bytes]], list[Any]]
 
@@ -101,6 +110,7 @@ class RecordTable:
                 for art in record.outputs.values()
             ),
             record.inputs is not None and record.source_hash is not None,
+            dependencies.rests_on(record.inputs),
         )
         kind = self._shape_ids.get(shape)
         if kind is None:
@@ -136,6 +146,17 @@ class RecordTable:
             return set()
         return {
             name for name, at in self.at.items() if name is not None and self.kinds[at] in follows
+        }
+
+    def resting_on(self) -> dict[str, tuple[str, ...]]:
+        """The steps whose results rest on unknowns, with those unknowns' ids."""
+        rest = {kind: shape[7] for kind, shape in enumerate(self.shapes) if shape[7]}
+        if not rest:
+            return {}
+        return {
+            name: rest[self.kinds[at]]
+            for name, at in self.at.items()
+            if name is not None and self.kinds[at] in rest
         }
 
     def status_of(self, name: str) -> str | None:

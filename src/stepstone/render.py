@@ -109,6 +109,7 @@ def footer_lines(status: RunStatus, *, every: bool = False) -> list[str]:
     """Decisions, open unknowns, effects, notes and the next action, a line each."""
     lines = [f"  decided {d.key}={d.value}  ({d.why})" for d in status.decisions]
     lines += [f"  unknown {u.id}: {u.question}" for u in status.open_unknowns]
+    lines += [f"  step {step} rests on open unknown {u}" for step, u in status.resting]
     effects, rest = shown_effects(status, every=every)
     lines += [
         f"  effect {e['key']} ({e['step']}/{e['name']}): {e['state']}{_doubt(e)}; "
@@ -305,6 +306,9 @@ def brief(status: RunStatus, where: Context) -> str:
     if status.open_unknowns:
         lines += ["", "## Open unknowns (not settled)"]
         lines += [f"- {u.id}: {u.question}" for u in status.open_unknowns]
+    if status.resting:
+        lines += ["", "## Results resting on open unknowns (they run again once answered)"]
+        lines += [f"- step {step} rests on {u}" for step, u in status.resting]
     if status.unresolved_effects:
         lines += ["", "## Unresolved effects (never repeat them blindly)"]
         lines += [

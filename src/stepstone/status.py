@@ -61,6 +61,7 @@ class RunStatus:
     effects: tuple[dict[str, Any], ...] = ()
     finished: str | None = None
     notes: tuple[str, ...] = field(default=())
+    resting: tuple[tuple[str, str], ...] = ()  # (step, unknown): results on open questions
 
     @property
     def next_step(self) -> StepStatus | None:
@@ -128,6 +129,7 @@ class RunStatus:
             ],
             "effects": list(self.effects),
             "notes": list(self.notes),
+            "resting_on_open_unknowns": [{"step": s, "unknown": u} for s, u in self.resting],
         }
         if steps:
             shape["steps"] = [

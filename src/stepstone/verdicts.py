@@ -191,7 +191,9 @@ def step_states(
         if slot is None:
             state = "pending"
         else:
-            status, recorded_checks, source, error, evidence, world, follows = shapes[kinds[slot]]
+            status, recorded_checks, source, error, evidence, world, follows, _ = shapes[
+                kinds[slot]
+            ]
             seq = seqs[slot]
             finished = finished_at[slot]
             if status == "failed":

@@ -84,6 +84,7 @@ class Checker:
             return dependencies.changed_input(
                 record.inputs,
                 decision=self._decision,
+                answer=lambda key: u.answer if (u := self.state.unknowns.get(key)) else None,
                 workdir=self.workdir,
                 upstream=lambda name: (state_now(name), records.get(name)),
             )
@@ -134,6 +135,12 @@ class Checker:
                 ),
                 finished=state.info.finished,
                 notes=tuple(notes + state.corrupt),
+                resting=tuple(
+                    (step, unknown)
+                    for step, ids in state.records.table.resting_on().items()
+                    for unknown in ids
+                    if (item := state.unknowns.get(unknown)) is None or item.state == "open"
+                ),
             )
 
     def _interrupted(self, results: list[StepStatus]) -> list[StepStatus]:

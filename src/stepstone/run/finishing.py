@@ -28,6 +28,7 @@ def finish(ledger: Ledger, status: RunStatus | None, *, force: bool) -> str:
         f"step {s.number} {s.name} is {s.state}" for s in status.steps if s.state != "verified"
     ]
     blockers += [f"unknown {u.id} is open: {u.question}" for u in status.open_unknowns]
+    blockers += [f"step {step} rests on open unknown {u}" for step, u in status.resting]
     blockers += [f"effect {e['key']} is unresolved" for e in status.unresolved_effects]
     if blockers and not force:
         raise StepstoneError(

@@ -295,6 +295,7 @@ class Stepper:
             source=start.source,
             declared=planned.inputs,
             decisions=start.trace.decisions,
+            answers={u.id: u.answer for u in self.state.unknowns.values()},
             earlier=_records_before(self.state, planned.number) if start.source else (),
             workdir=self.checker.workdir,
         )
