@@ -99,6 +99,14 @@ def first_run(workdir: Path) -> Path:
     return nb
 
 
+def test_status_json_shows_what_each_step_read(first_run: Path):
+    steps = {s["name"]: s for s in _status(first_run.parent)["steps"]}
+    assert steps["report"]["inputs"] == {"decision:threshold": "105"}
+    assert set(steps["count"]["inputs"]) == {"file:clean.csv", "step:load"}
+    assert set(steps["final"]["inputs"]) == {"step:other"}
+    assert steps["other"]["inputs"] == {}  # it reads nothing an earlier step made
+
+
 def test_a_changed_input_file_reruns_only_the_cells_that_read_it(first_run: Path):
     workdir = first_run.parent
     (workdir / "input.csv").write_text("a\nb\nc\n")

@@ -5,6 +5,7 @@ The data and its JSON shape; `render` shows it to people (text, HTML, rich)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -62,6 +63,7 @@ class RunStatus:
     finished: str | None = None
     notes: tuple[str, ...] = field(default=())
     resting: tuple[tuple[str, str], ...] = ()  # (step, unknown): results on open questions
+    inputs: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)  # by step
 
     @property
     def next_step(self) -> StepStatus | None:
@@ -140,6 +142,7 @@ class RunStatus:
                     "reason": s.reason,
                     "evidence": _evidence_json(s.evidence),
                     "strength": s.strength,
+                    "inputs": self.inputs.get(s.name),
                 }
                 for s in self.steps
             ]
@@ -151,6 +154,7 @@ class RunStatus:
         encode = json.encoder.encode_basestring_ascii
         # most steps end alike ("verified", no reason, the same evidence object)
         endings: dict[tuple[str, str, int], str] = {}
+        inputs = self.inputs
         parts = []
         last: tuple[object, object, object] = (None, None, None)
         ending = ""
@@ -164,10 +168,14 @@ class RunStatus:
                     found = endings[key] = (
                         f', "state": "{state}", "reason": {encode(reason)}, '
                         f'"evidence": {json.dumps(_evidence_json(evidence))}, '
-                        f'"strength": {json.dumps(weight)}}}'
+                        f'"strength": {json.dumps(weight)}, "inputs": '
                     )
                 ending = found
-            parts.append(f'{{"number": {number}, "name": {encode(name)}{ending}')
+            read = inputs.get(name)
+            parts.append(
+                f'{{"number": {number}, "name": {encode(name)}{ending}'
+                f"{'null' if read is None else json.dumps(read)}}}"
+            )
         return "[" + ", ".join(parts) + "]"
 
     def json_text(self) -> str:

@@ -135,6 +135,7 @@ class Checker:
                 ),
                 finished=state.info.finished,
                 notes=tuple(notes + state.corrupt),
+                inputs=self._inputs(),
                 resting=tuple(
                     (step, unknown)
                     for step, ids in state.records.table.resting_on().items()
@@ -142,6 +143,21 @@ class Checker:
                     if (item := state.unknowns.get(unknown)) is None or item.state == "open"
                 ),
             )
+
+    def _inputs(self) -> dict[str, dict[str, str | None]]:
+        """What each step recorded it read, for the steps that recorded it (their records
+        were read to re-check them, so this reads nothing more)."""
+        table, records = self.state.records.table, self.state.records
+        noted = {kind for kind, shape in enumerate(table.shapes) if shape[5] or shape[6]}
+        found: dict[str, dict[str, str | None]] = {}
+        if not noted:
+            return found
+        for name, at in table.at.items():
+            if name is not None and table.kinds[at] in noted:
+                record = records.get(name)
+                if record is not None and record.inputs is not None:
+                    found[name] = record.inputs
+        return found
 
     def _interrupted(self, results: list[StepStatus]) -> list[StepStatus]:
         """Pending steps that performed effects were interrupted partway: say so."""
