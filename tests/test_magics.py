@@ -7,6 +7,8 @@ from conftest import git
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
+import stepstone
+
 
 @pytest.fixture
 def ip(workdir: Path):
@@ -222,3 +224,17 @@ def test_a_result_resting_on_an_open_unknown_blocks_finish_and_its_answer_reruns
     ip.run_cell_magic("step", "convert --uses U1", cell)
     assert runs.read_text() == "xx"  # ran again with the answer
     ip.run_line_magic("finish", "")
+
+
+def test_decide_dry_run_names_the_readers_and_records_nothing(ip, workdir: Path, capsys):
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_line_magic("decide", 'threshold=105 --why "first guess"')
+    ip.run_cell_magic("step", "report", "import stepstone\nt = stepstone.decided('threshold')")
+    ip.run_cell_magic("step", "other", "u = 1")
+    capsys.readouterr()
+    ip.run_line_magic("decide", 'threshold=110 --why "too many" --revise --dry-run')
+    said = capsys.readouterr().out
+    assert "revising threshold: 105 → 110 would run again: report (nothing recorded)" in said
+    assert stepstone.open_run("demo", drive=False).decided("threshold") == "105"
+    ip.run_line_magic("decide", 'threshold=110 --why "too many" --revise')
+    assert "revised threshold: 105 → 110 (too many); runs again: report" in capsys.readouterr().out

@@ -10,7 +10,7 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from .errors import InvalidInput
 
@@ -161,6 +161,11 @@ def _decide() -> _Parser:
     parser.add_argument("assignment", shown="KEY=VALUE", help="what was decided")
     parser.add_argument("--why", required=True, metavar="REASON", help="why (required)")
     parser.add_argument("--revise", action="store_true", help="change an earlier decision")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only say which steps revising it would run again; record nothing",
+    )
     return parser
 
 
@@ -258,13 +263,23 @@ def parse_resume_line(line: str) -> argparse.Namespace:
     return _parser("resume").parse_args(split(line))
 
 
-def parse_decide_line(line: str) -> tuple[str, str, str, bool]:
-    """`%decide KEY=VALUE --why REASON [--revise]` as (key, value, why, revise)."""
+class DecideLine(NamedTuple):
+    """What a `%decide` line says."""
+
+    key: str
+    value: str
+    why: str
+    revise: bool
+    dry_run: bool = False
+
+
+def parse_decide_line(line: str) -> DecideLine:
+    """`%decide KEY=VALUE --why REASON [--revise] [--dry-run]`."""
     args = _parser("decide").parse_args(split(line))
     key, eq, value = args.assignment.partition("=")
     if not eq or not key:
         raise InvalidInput(f"%decide: write KEY=VALUE, not {args.assignment!r}")
-    return key, value, args.why, args.revise
+    return DecideLine(key, value, args.why, args.revise, args.dry_run)
 
 
 def parse_unknown_line(line: str) -> tuple[str | None, str]:

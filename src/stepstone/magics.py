@@ -227,12 +227,14 @@ class StepstoneMagics(Magics):
     def decide(self, line: str) -> None:
         """Record a decision with its reason; a resumed run does not reopen it."""
         run = self._require_run()
-        key, value, why, revise = cellargs.parse_decide_line(line)
+        key, value, why, revise, dry_run = cellargs.parse_decide_line(line)
         before = run.decisions.get(key)
-        decision = run.decide(key, value, why, revise=revise)
         was = before.value if before is not None else None
-        readers = run.readers(key) if was is not None and was != decision.value else []
-        print(render.decision(decision, was=was, readers=readers))
+        readers = run.readers(key) if was is not None and was != value else []
+        if dry_run:
+            print(render.decision_preview(key, was, value, readers))
+            return
+        print(render.decision(run.decide(key, value, why, revise=revise), was=was, readers=readers))
 
     @line_magic
     @_usage_errors

@@ -367,6 +367,16 @@ def decision(item: Decision, *, was: str | None = None, readers: Iterable[str] =
     )
 
 
+def decision_preview(key: str, was: str | None, value: str, readers: Iterable[str]) -> str:
+    """What `%decide ... --dry-run` says: which steps revising `key` would run again."""
+    if was is None:
+        return f"{key} is not decided yet: deciding {key}={value} makes no step run again"
+    if was == value:
+        return f"{key} is already {value}: nothing changes"
+    again = ", ".join(readers) or "no recorded step (none read it)"
+    return f"revising {key}: {was} → {value} would run again: {again} (nothing recorded)"
+
+
 def unknown(item: Unknown, *, resolved: bool = False) -> str:
     """An unknown as `%unknown` reports it: open, answered before, or just resolved."""
     if resolved:
