@@ -252,3 +252,17 @@ def test_a_rerun_step_does_not_perform_its_confirmed_effects_again(workdir: Path
         result = run.step("send", send)
     assert not result.skipped and result.value == {"id": 1}
     assert len(sent.read_text().split()) == 1
+
+
+def test_status_verify_and_brief_see_an_edited_notebook_before_it_runs(first_run: Path):
+    workdir = first_run.parent
+    nb = nbformat.read(str(first_run), as_version=4)
+    nb.cells[3].source += "\n# counted twice"
+    nb.cells[4], nb.cells[5] = nb.cells[5], nb.cells[4]  # other and report
+    nbformat.write(nb, str(first_run))
+    said = "the notebook changed since its plan was committed: "
+    for command in ("status", "brief", "verify"):
+        out = cli(command, cwd=workdir).stdout
+        assert said in out, (command, out)
+        assert "changed count" in out and "moved report 4->3" in out, (command, out)
+    assert _run(first_run) == ["count"]

@@ -87,6 +87,25 @@ def plan_from_notebook(path: Path) -> list[PlannedStep]:
     return steps
 
 
+def notebook_changes(run: Run) -> list[str]:
+    """How the run's notebook, as it is on disk now, differs from the plan the run last
+    committed (`changed s1`, `added t4`, `moved s3 3->2`...): what the next run of the
+    notebook will see. Empty when the run has no notebook or it cannot be read."""
+    if not run.info.notebook:
+        return []
+    path = Path(run.info.notebook)
+    path = path if path.is_absolute() else run.workdir / path
+    try:
+        plan = plan_from_notebook(path)
+    except (InvalidInput, OSError):
+        return []
+    from .index import plan_row
+    from .run.planning import plan_changes
+
+    old = [run.steps.row(i) for i in range(len(run.steps))]
+    return plan_changes(old, [plan_row(step) for step in plan])
+
+
 def claim(run: Run, notebook: Path) -> str | None:
     """Make `notebook` the notebook of `run`. Returns a note when the run's notebook
     moved or was renamed (the one it recorded is gone); raises `InvalidInput` when the
