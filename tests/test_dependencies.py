@@ -105,6 +105,8 @@ def test_status_json_shows_what_each_step_read(first_run: Path):
     assert set(steps["count"]["inputs"]) == {"file:clean.csv", "step:load"}
     assert set(steps["final"]["inputs"]) == {"step:other"}
     assert steps["other"]["inputs"] == {}  # it reads nothing an earlier step made
+    table = cli("status", cwd=first_run.parent).stdout
+    assert "[reads decision threshold]" in table and "[reads clean.csv, step load]" in table
 
 
 def test_a_changed_input_file_reruns_only_the_cells_that_read_it(first_run: Path):

@@ -161,6 +161,25 @@ def test_the_quickstart_notebook_passes_nbval(workdir: Path):
     assert (workdir / "out" / "report.md").exists()
 
 
+def test_the_quickstart_reruns_only_report_when_its_decision_is_revised(workdir: Path):
+    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", workdir)
+    nb = workdir / "quickstart.ipynb"
+    assert _stepstone("run", str(nb), cwd=workdir).returncode == 0
+    book = nbformat.read(str(nb), as_version=4)
+    (cell,) = [c for c in book.cells if c.source.startswith("%decide threshold=105")]
+    cell.source = '%decide threshold=110 --revise --why "105 flagged too many"'
+    nbformat.write(book, str(nb))
+    done = _stepstone("run", str(nb), cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert progress[-3:] == [
+        "[1/3] make-data: skipped",
+        "[2/3] summarise: skipped",
+        "[3/3] report: done",
+    ], done.stderr
+    assert "threshold: 110.0" in (workdir / "out" / "report.md").read_text()
+
+
 def test_an_edited_notebook_is_detected_and_shown(workdir: Path):
     nb = _write_notebook(workdir)
     assert _stepstone("run", str(nb), cwd=workdir).returncode == 0

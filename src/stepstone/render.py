@@ -51,9 +51,21 @@ def _first_line(text: str, limit: int = 72) -> str:
     return line[:limit] + ("…" if len(line) > limit or line != stripped else "")
 
 
-def _detail(step: StepStatus) -> str:
-    """What a status table says of a step: its evidence when verified, else why not."""
-    return evidence_text(step.evidence) if step.state == "verified" else step.reason
+def _detail(step: StepStatus, status: RunStatus) -> str:
+    """What a status table says of a step: its evidence when verified, else why not;
+    and what it read, when its record says."""
+    said = evidence_text(step.evidence) if step.state == "verified" else step.reason
+    read = reads_text(status.inputs.get(step.name) or {})
+    return f"{said} [reads {read}]" if read else said
+
+
+def reads_text(inputs: Mapping[str, str | None]) -> str:
+    """A step's recorded inputs in a few words: `decision threshold, clean.csv, step load`."""
+    words = []
+    for key in inputs:
+        kind, _, name = key.partition(":")
+        words.append(name if kind == "file" else f"{kind} {name}")
+    return ", ".join(words)
 
 
 # -- the status -----------------------------------------------------------------
@@ -145,9 +157,8 @@ def status_text(status: RunStatus, *, every: bool = False) -> str:
         if isinstance(s, str):
             lines.append(f"  {s}")
             continue
-        lines.append(
-            f"  {s.number:>{digits}}  {s.name:<{width}}  {s.state:<8}  {_detail(s)}".rstrip()
-        )
+        detail = _detail(s, status)
+        lines.append(f"  {s.number:>{digits}}  {s.name:<{width}}  {s.state:<8}  {detail}".rstrip())
     return "\n".join(lines + footer_lines(status, every=every))
 
 
@@ -157,7 +168,7 @@ def status_html(status: RunStatus) -> str:
         f'<tr><td colspan="4"><i>{escape(s)}</i></td></tr>'
         if isinstance(s, str)
         else f"<tr><td>{s.number}</td><td>{escape(s.name)}</td><td>{s.state}</td>"
-        f"<td>{escape(_detail(s))}</td></tr>"
+        f"<td>{escape(_detail(s, status))}</td></tr>"
         for s in shown_steps(status)
     )
     effects, rest = shown_effects(status)
@@ -201,7 +212,9 @@ def print_rich_status(status: RunStatus, *, every: bool = False) -> None:
         if isinstance(s, str):
             table.add_row("", f"[dim]{s}[/]", "", "")
             continue
-        table.add_row(str(s.number), s.name, f"[{_COLOUR[s.state]}]{s.state}[/]", _detail(s))
+        table.add_row(
+            str(s.number), s.name, f"[{_COLOUR[s.state]}]{s.state}[/]", _detail(s, status)
+        )
     console = Console()
     console.print(table)
     for line in footer_lines(status, every=every):
