@@ -57,7 +57,8 @@ CELLS = [
     (
         "final",
         "--check file:final.txt",
-        "import pathlib\npathlib.Path('final.txt').write_text(str(other_value * 2))",
+        "import pathlib\n"
+        "pathlib.Path('final.txt').write_text(str(int(pathlib.Path('other.txt').read_text()) * 2))",
     ),
 ]
 
@@ -103,7 +104,7 @@ def test_status_json_shows_what_each_step_read(first_run: Path):
     steps = {s["name"]: s for s in _status(first_run.parent)["steps"]}
     assert steps["report"]["inputs"] == {"decision:threshold": "105"}
     assert set(steps["count"]["inputs"]) == {"file:clean.csv", "step:load"}
-    assert set(steps["final"]["inputs"]) == {"step:other"}
+    assert set(steps["final"]["inputs"]) == {"file:other.txt", "step:other"}
     assert steps["other"]["inputs"] == {}  # it reads nothing an earlier step made
     table = cli("status", cwd=first_run.parent).stdout
     assert "[reads decision threshold]" in table and "[reads clean.csv, step load]" in table
@@ -203,6 +204,13 @@ def test_a_cells_reads_are_what_it_uses_before_it_binds_them():
     )
     assert reads == {"open", "total", "sum", "rows"} and binds == {"f", "total"}
     assert cell_names("!ls") is None
+    loop = cell_names("for row in table:\n    print(row)\nprint(row)")
+    assert loop is not None and loop[0] == {"table", "print", "row"}  # the last: maybe unbound
+    guarded = cell_names("try:\n    x = load()\nexcept OSError as e:\n    log(e)\nuse(x)")
+    assert guarded is not None and guarded[0] == {"load", "OSError", "log", "use", "x"}
+    scoped = cell_names("class A:\n    y = 1\nprint(y)\ndef f(v):\n    return v * k")
+    assert scoped is not None and scoped[0] == {"print", "y", "k"} and scoped[1] == {"A", "f"}
+    assert "<dynamic>" in (cell_names("words = globals()['w']") or ((),))[0]
 
 
 def test_revising_a_decision_names_the_steps_that_run_again(first_run: Path):
@@ -268,3 +276,78 @@ def test_status_verify_and_brief_see_an_edited_notebook_before_it_runs(first_run
         assert said in out, (command, out)
         assert "changed count" in out and "moved report 4->3" in out, (command, out)
     assert _run(first_run) == ["count"]
+
+
+# Notebooks whose cells pass values through the kernel: each edit must end with the
+# same files as a clean run of the edited notebook (the conservative rule holds there).
+KERNEL_CASES = {
+    "a variable an upstream cell binds": (
+        [
+            "%%step a --check file:a.txt\nscale = 2\nopen('a.txt', 'w').write('a')",
+            "%%step b --check file:b.txt\nopen('b.txt', 'w').write(str(scale * 10))",
+        ],
+        {0: "%%step a --check file:a.txt\nscale = 3\nopen('a.txt', 'w').write('a')"},
+    ),
+    "a list changed in place by a middle cell": (
+        [
+            "%%step a --out rows\nrows = [1, 2]",
+            "%%step m --check file:m.txt\nrows.append(3)\nopen('m.txt', 'w').write('m')",
+            "%%step c --check file:b.txt\nopen('b.txt', 'w').write(str(len(rows)))",
+        ],
+        {1: "%%step m --check file:m.txt\nrows.extend([3, 4])\nopen('m.txt', 'w').write('m2')"},
+    ),
+    "a cell inserted between maker and reader": (
+        [
+            "%%step a --out x\nx = 1",
+            "%%step c --check file:b.txt\nopen('b.txt', 'w').write(str(x))",
+        ],
+        {-1: "%%step b --out x\nx = x + 100"},
+    ),
+    "a value a skipped cell would have to make again": (
+        [
+            "%%step a --check file:a.txt\na_val = 1\nopen('a.txt', 'w').write('a')",
+            "%%step o --check file:o.txt\no_val = 7\nopen('o.txt', 'w').write('o')",
+            "%%step d --check file:b.txt\nopen('b.txt', 'w').write(str(a_val + o_val))",
+        ],
+        {0: "%%step a --check file:a.txt\na_val = 2\nopen('a.txt', 'w').write('a')"},
+    ),
+    "names reached through globals()": (
+        [
+            "%%step a --out words\nwords = ['x', 'y']",
+            "%%step c --check file:b.txt\n"
+            "if 'words' not in globals():\n    words = []\n"
+            "open('b.txt', 'w').write(str(len(words)))",
+        ],
+        {0: "%%step a --out words\nwords = ['x', 'y', 'z']"},
+    ),
+}
+
+
+def _plain_notebook(folder: Path, cells: list[str]) -> Path:
+    folder.mkdir(exist_ok=True)
+    path = folder / "job.ipynb"
+    book = new_notebook(cells=[new_code_cell("%load_ext stepstone\n%resume")])
+    book.cells += [new_code_cell(c) for c in cells]
+    nbformat.write(book, str(path))
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(KERNEL_CASES))
+def test_cells_that_pass_values_through_the_kernel_end_as_a_clean_run_does(
+    workdir: Path, case: str
+):
+    cells, edits = KERNEL_CASES[case]
+    resumed = _plain_notebook(workdir / "resumed", cells)
+    assert cli("run", str(resumed), cwd=resumed.parent).returncode == 0
+    edited = list(cells)
+    for index, source in edits.items():
+        if index < 0:
+            edited.insert(len(edited) + index, source)
+        else:
+            edited[index] = source
+    _plain_notebook(workdir / "resumed", edited)
+    done = cli("run", str(resumed), cwd=resumed.parent)
+    assert done.returncode == 0, done.stderr
+    clean = _plain_notebook(workdir / "clean", edited)
+    assert cli("run", str(clean), cwd=clean.parent).returncode == 0
+    assert (resumed.parent / "b.txt").read_text() == (clean.parent / "b.txt").read_text()

@@ -6,7 +6,6 @@ stale, an effect is unresolved); 2 usage or bad input.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -23,7 +22,6 @@ from . import notebook as nbrun
 from .errors import InvalidInput, StepstoneError, StoreError
 from .run import Run, holding, open_run, problems_at
 from .settings import AUTOPUSH_KEY
-from .status import RunStatus
 from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore, holder_identity
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -139,16 +137,6 @@ def run_command(
     click.echo(f"all {len(status.steps)} steps confirmed; next: {status.next_action}")
 
 
-def _seeing_the_notebook(reader: Run, state: RunStatus) -> RunStatus:
-    """`state` with a note of how the run's notebook changed since its plan was
-    committed: the cells the next run of the notebook sees as edited, added, moved."""
-    changes = nbrun.notebook_changes(reader)
-    if not changes:
-        return state
-    note = f"the notebook changed since its plan was committed: {'; '.join(changes)}"
-    return dataclasses.replace(state, notes=(*state.notes, note))
-
-
 @main.command()
 @run_option
 @repo_option
@@ -159,7 +147,7 @@ def _seeing_the_notebook(reader: Run, state: RunStatus) -> RunStatus:
 def status(run_id: str | None, repo: str | None, as_json: bool, every: bool, recheck: bool) -> None:
     """Steps, evidence, decisions, unknowns, effects and the next action."""
     reader = _reader(run_id, repo)
-    state = _seeing_the_notebook(reader, reader.status(recheck=recheck))
+    state = nbrun.seeing_the_notebook(reader, reader.status(recheck=recheck))
     if as_json:
         click.echo(state.json_text())
     elif sys.stdout.isatty():
@@ -197,7 +185,7 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
     else:
         for line in render.verify_lines(state):
             click.echo(line)
-        for note in _seeing_the_notebook(reader, state).notes[len(state.notes) :]:
+        for note in nbrun.seeing_the_notebook(reader, state).notes[len(state.notes) :]:
             click.echo(f"note: {note}")
     sys.exit(1 if bad else 0)
 
@@ -367,7 +355,7 @@ def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) ->
     from . import brief as briefing
 
     reader = _reader(run_id, repo)
-    state = _seeing_the_notebook(reader, reader.status(recheck=recheck))
+    state = nbrun.seeing_the_notebook(reader, reader.status(recheck=recheck))
     where = briefing.Context.of(reader)
     if as_json:
         click.echo(json.dumps(briefing.to_json(state, where), indent=2))

@@ -8,21 +8,25 @@ A confirmed step records its inputs, each with the value it saw:
     file:PATH        the sha256 of a file it reads: declared (`--in file:PATH`), or a
                      file an earlier step's `file:` check names and its cell mentions
     step:NAME        the fingerprint of what step NAME produced (its strong evidence
-                     and saved outputs), for the kernel names its cell uses that NAME's
-                     cell defined
+                     and saved outputs), for a file NAME's `file:` check names
 
-A notebook cell's step records its inputs (none, when its code reads nothing an
-earlier step made): it is stale only when its own evidence fails, its source
-changed or one of its inputs changed, and the steps after it that do not read it
-stay verified. A step without recorded inputs (a `run.step` function, whose
-closures cannot be seen; a cell that is not plain Python; a run recorded before
-inputs were) keeps the conservative rule: any earlier step redone or stale makes
-it stale. Its decisions are still recorded and checked.
+A notebook cell's step **follows its inputs** when its code reads nothing from
+the kernel and binds nothing a later step reads (other than its saved `--out`
+values): cells that pass results only through files, decisions and saved values.
+Such a step is stale only when its own evidence, its code or one of its inputs
+changed, and it stays verified when an earlier step it does not read is redone.
+Every other step keeps the conservative rule (any earlier step redone or stale
+makes it stale): a cell that reads a kernel name (a variable an earlier cell made
+may have been changed in place by any cell since), a cell that is not plain
+Python, a `run.step` function (its closures cannot be seen). Their decisions,
+files and unknowns are still recorded and checked: a revised decision they read
+makes them stale.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -37,87 +41,146 @@ UNKNOWN = "unknown:"
 _WEAK = ("note", "completed")
 
 
+DYNAMIC = "<dynamic>"  # among a cell's reads: it reaches names the code does not show
+_REACHING = {"globals", "locals", "vars", "eval", "exec", "__import__", "get_ipython"}
+_BUILTINS = frozenset(dir(builtins))
+
+
 def cell_names(source: str) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(the names a cell's code reads before it binds them itself, the names it binds),
-    or None when it is not plain Python (IPython syntax: `!ls`, `%time`), so nothing
-    can be said of it. `with open(p) as f: f.write(...)` does not read an earlier `f`;
-    `x = x + 1` does read an earlier `x`. A module it imports is not among the names
-    it binds: running the cell again does not change the module."""
+    """(the names a cell's code may read from the kernel, the names it surely binds),
+    or None when it is not plain Python (IPython syntax: `!ls`, `%time`). A name counts
+    as the cell's own only when an unconditional top-level statement binds it before it
+    is read (`with open(p) as f: f.write(...)`); `x = x + 1` reads the kernel's x, and
+    so does a read of a name bound only under `if`, `try` or a loop, or a global read
+    inside a function. A cell that can reach names its code does not show (`global`,
+    `globals()`, `eval`...) reads `DYNAMIC`. Imported modules are not among what it
+    binds: running the cell again does not change them."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
-    local = _scoped_names(tree)
-    after: dict[int, tuple[int, int]] = {}  # an assignment's targets bind after its value
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            end = (node.end_lineno or node.lineno, node.end_col_offset or 0)
-            for target in targets:
-                for part in ast.walk(target):
-                    after[id(part)] = end
-    events: list[tuple[tuple[int, int], int, str]] = []  # (where, 0 read / 1 bind, name)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and id(node) not in local:
-            where = (node.lineno, node.col_offset)
-            if isinstance(node.ctx, ast.Load):
-                events.append((where, 0, node.id))
-            else:
-                events.append((after.get(id(node), where), 1, node.id))
-                if id(node) in after and isinstance(_parent_aug(tree, node), ast.AugAssign):
-                    events.append((where, 0, node.id))  # `x += 1` reads x first
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            events.append(((node.lineno, node.col_offset), 1, node.name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                bound = (alias.asname or alias.name).split(".")[0]
-                events.append(((node.lineno, node.col_offset), 2, bound))
     reads: set[str] = set()
-    bound_here: set[str] = set()
-    defines: set[str] = set()
-    for _, kind, name in sorted(events):
-        if kind == 0 and name not in bound_here:
-            reads.add(name)
-        elif kind:
-            bound_here.add(name)
-            if kind == 1:
-                defines.add(name)
-    return frozenset(reads), frozenset(defines)
+    bound: set[str] = set()
+    binds: set[str] = set()
+    _statements(tree.body, reads, bound, binds)
+    return frozenset(reads), frozenset(binds)
 
 
-def _parent_aug(tree: ast.AST, name: ast.Name) -> ast.AST | None:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.AugAssign) and node.target is name:
-            return node
-    return None
+def _statements(body: list[ast.stmt], reads: set[str], bound: set[str], binds: set[str]) -> None:
+    """Walk top-level statements in order: what each reads before the cell bound it,
+    then what it binds for sure."""
+    for stmt in body:
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                _reads_of(item.context_expr, reads, bound)
+                if item.optional_vars is not None:
+                    _bind(_targets(item.optional_vars), bound, binds)
+            _statements(stmt.body, reads, bound, binds)
+            continue
+        _reads_of(stmt, reads, bound)
+        if isinstance(stmt, ast.Assign):
+            _bind({n for t in stmt.targets for n in _targets(t)}, bound, binds)
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and (
+            not isinstance(stmt, ast.AnnAssign) or stmt.value is not None
+        ):
+            _bind(_targets(stmt.target), bound, binds)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            _bind({stmt.name}, bound, binds)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            for alias in stmt.names:
+                if alias.name == "*":
+                    reads.add(DYNAMIC)
+                bound.add((alias.asname or alias.name).split(".")[0])
+
+
+def _bind(names: set[str], bound: set[str], binds: set[str]) -> None:
+    bound |= names
+    binds |= names
+
+
+def _targets(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _reads_of(node: ast.AST, reads: set[str], bound: set[str]) -> None:
+    """The names `node` reads that the cell has not bound for sure: every Name it loads
+    outside the scopes of its own functions, lambdas, classes and comprehensions, and
+    the free names inside them; names its nested statements bind do not count as
+    bound. `x += 1` reads x."""
+    local = _scoped_names(node)
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Global, ast.Nonlocal)):
+            reads.add(DYNAMIC)
+        elif isinstance(n, ast.AugAssign):
+            reads.update(name for name in _targets(n.target) if name not in bound)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in local:
+            if n.id in _REACHING:
+                reads.add(DYNAMIC)
+            if n.id not in bound:
+                reads.add(n.id)
 
 
 def _scoped_names(tree: ast.AST) -> set[int]:
-    """The Name nodes that are local to a comprehension, a lambda or a function body
-    (their own variables, not the cell's)."""
+    """The Name nodes that are local to a comprehension, a lambda, a function or a class
+    body, and the loads of a loop's, a `with`'s or an `except`'s variable inside its
+    block (their own variables, not the cell's)."""
     local: set[int] = set()
     for node in ast.walk(tree):
+        scope: list[ast.AST]
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            scope: list[ast.AST] = [node]
-            bound = {
-                n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)
-            }
+            scope = [node]
+            own = {n for g in node.generators for n in _targets(g.target)}
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             scope = list(node.body) if isinstance(node.body, list) else [node.body]
             args = node.args
             every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
-            bound = {a.arg for a in every if a is not None}
-            bound |= {
-                n.id
-                for part in scope
-                for n in ast.walk(part)
-                if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
-            }
+            own = {a.arg for a in every if a is not None} | _stored(scope)
+        elif isinstance(node, ast.ClassDef):
+            scope = list(node.body)
+            own = _stored(scope)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            scope = list(node.body)  # the loop's variable, while the loop runs
+            own = _targets(node.target)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            scope = list(node.body)
+            own = {n for i in node.items if i.optional_vars for n in _targets(i.optional_vars)}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            scope = list(node.body)
+            own = {node.name}
         else:
             continue
         for part in scope:
-            local.update(id(n) for n in ast.walk(part) if isinstance(n, ast.Name) and n.id in bound)
+            local.update(id(n) for n in ast.walk(part) if isinstance(n, ast.Name) and n.id in own)
     return local
+
+
+def _stored(scope: list[ast.AST]) -> set[str]:
+    return {
+        n.id
+        for part in scope
+        for n in ast.walk(part)
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    }
+
+
+def following(records: Iterable[StepRecord]) -> set[str]:
+    """The steps (records in plan order) that follow their recorded inputs rather than
+    the conservative rule: cells whose code reads nothing from the kernel (every name
+    it reads is its own, an import or a builtin no step rebinds) and binds nothing a
+    later step reads, other than its saved `--out` values. Such a cell and the cells
+    around it can only pass results through files, decisions and saved values, which
+    its inputs record."""
+    cells = [r for r in records if r.inputs is not None and r.source_hash is not None]
+    every_bound = {name for r in cells for name in r.binds}
+    read_later: set[str] = set()
+    found: set[str] = set()
+    for record in reversed(cells):
+        kernel = {n for n in record.reads if n not in _BUILTINS or n in every_bound}
+        unsaved = set(record.binds) - set(record.outputs)
+        if not kernel and not unsaved & read_later:
+            found.add(record.name)
+        read_later |= set(record.reads)
+    return found
 
 
 def fingerprint(record: StepRecord) -> str:
@@ -151,39 +214,32 @@ def recorded_inputs(
     answers: Mapping[str, str | None],
     earlier: Iterable[StepRecord],
     workdir: Path,
-) -> tuple[dict[str, str | None] | None, tuple[str, ...]]:
-    """(the inputs to record for a step, the names its cell defines). Inputs are None
-    for a step that follows the conservative rule: one with no source to read (a
-    `run.step` function reads what Python closures give it, which cannot be seen) or
-    whose cell is not plain Python. `answers` are the unknowns' answers now (None:
+) -> tuple[dict[str, str | None] | None, tuple[str, ...], tuple[str, ...]]:
+    """(the inputs to record for a step, the kernel names its cell reads, the names it
+    binds). Inputs are None for a step that cannot be read: a `run.step` function (its
+    closures cannot be seen; the decisions and unknowns it read are still recorded)
+    or a cell that is not plain Python. `answers` are the unknowns' answers now (None:
     open); `earlier` the records of the steps before it, in plan order."""
     found: dict[str, str | None] = {f"{DECISION}{k}": v for k, v in sorted(decisions.items())}
     for item in declared:
         if item.startswith(UNKNOWN):
             found[item] = answers.get(item[len(UNKNOWN) :])
     if source is None:
-        return (found or None), ()
+        return (found or None), (), ()
     names = cell_names(source)
     if names is None:
-        return None, ()
-    uses, defines = names
+        return None, (), ()
+    reads, binds = names
+    reads |= {d for d in declared if d.isidentifier()}  # `--in VAR`
     paths = [d[len(FILE) :] for d in declared if d.startswith(FILE)]
-    used_names = {d for d in declared if d.isidentifier()} | uses
-    definer: dict[str, StepRecord] = {}
     for record in earlier:
         for check in record.checks:
             if check.startswith(FILE) and check[len(FILE) :] in source:
                 paths.append(check[len(FILE) :])
                 found[f"{STEP}{record.name}"] = fingerprint(record)  # the file's maker
-        for name in record.defines:
-            definer[name] = record
     for path in sorted(set(paths)):
         found[f"{FILE}{path}"] = file_digest(workdir / path)
-    for name in sorted(used_names):  # `x = x + 1` uses the x an earlier step made
-        upstream = definer.get(name)
-        if upstream is not None:
-            found[f"{STEP}{upstream.name}"] = fingerprint(upstream)
-    return found, tuple(sorted(defines))
+    return found, tuple(sorted(reads)), tuple(sorted(binds))
 
 
 def changed_input(

@@ -100,7 +100,8 @@ class StepRecord(Record):
     error: str | None = None
     holder: str = ""
     inputs: dict[str, str | None] | None = None  # what it read, with the value seen
-    defines: tuple[str, ...] = ()  # the kernel names its cell defines
+    reads: tuple[str, ...] = ()  # the kernel names its cell may read
+    binds: tuple[str, ...] = ()  # the kernel names its cell binds
     rerun: str | None = None  # why a person asked it to run again (`stepstone rerun`)
 
 

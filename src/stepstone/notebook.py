@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import math
 import os
 import shlex
@@ -31,6 +32,7 @@ from .errors import InvalidInput, PlanError, StepstoneError
 from .models import PlannedStep, StepRecord, load
 from .run import Run, open_run, source_hash, step_path
 from .settings import RUN_ENV, STEAL_ENV, STORE_ENV
+from .status import RunStatus
 from .store import DEFAULT_STORE, GitStore
 
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
@@ -104,6 +106,16 @@ def notebook_changes(run: Run) -> list[str]:
 
     old = [run.steps.row(i) for i in range(len(run.steps))]
     return plan_changes(old, [plan_row(step) for step in plan])
+
+
+def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
+    """`status` with a note of how the run's notebook changed since its plan was
+    committed: the cells the next run of the notebook sees as edited, added, moved."""
+    changes = notebook_changes(run)
+    if not changes:
+        return status
+    note = f"the notebook changed since its plan was committed: {'; '.join(changes)}"
+    return dataclasses.replace(status, notes=(*status.notes, note))
 
 
 def claim(run: Run, notebook: Path) -> str | None:

@@ -13,7 +13,7 @@ run of them in one pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from itertools import repeat
 
 from .errors import StepOrderError
@@ -99,16 +99,11 @@ class Verdicts:
         self.states[name] = "verified"
         self.reasons.pop(name, None)
 
-    def confirmed(self, names: Sequence[str], number: int, *, follows: bool = False) -> None:
+    def confirmed(self, names: Sequence[str], number: int) -> None:
         """Step `number` was confirmed just now: later steps run again after it (those
-        that follow their inputs, if they read what it made). `follows`: it follows its
-        own recorded inputs."""
+        that follow their inputs, if they read what it made)."""
         self.stale_from(names, number, "")
         name = names[number - 1]
-        if follows:
-            self.follows.add(name)
-        else:
-            self.follows.discard(name)
         self.states[name] = "verified"
         self.reasons[name] = ""
         self.last_verified = max(self.last_verified, number)
@@ -126,12 +121,14 @@ def step_states(
     table: RecordTable,
     recheck: Callable[[int, Sequence[StepStatus]], str | None],
     progress: Callable[[int], object] | None = None,
+    follows: Container[str] = frozenset(),
 ) -> tuple[list[StepStatus], int]:
     """Every planned step's status, and the number of the last step of the verified
     run that starts the plan (0 when the first step is not verified). `recheck(n,
     results)` re-checks step n's evidence and inputs against the world (`results`: the
     states of the steps before it): why it fails, or None.
     `progress(1)` is called after each step (every step then takes the long path).
+    `follows`: the steps that follow their recorded inputs (`dependencies.following`).
     """
     results: list[StepStatus] = []
     last_verified = 0
@@ -191,14 +188,12 @@ def step_states(
         if slot is None:
             state = "pending"
         else:
-            status, recorded_checks, source, error, evidence, world, follows, _ = shapes[
-                kinds[slot]
-            ]
+            status, recorded_checks, source, error, evidence, world, _, _ = shapes[kinds[slot]]
             seq = seqs[slot]
             finished = finished_at[slot]
             if status == "failed":
                 state, reason = "failed", error or "failed"
-            elif follows:  # its recorded inputs say what it depends on
+            elif name in follows:  # its recorded inputs say what it depends on
                 problem = recheck(number, results)
                 state, reason = ("stale", problem) if problem else ("verified", "")
             elif blocked is not None:

@@ -106,14 +106,16 @@ class Checker:
         self._not_rerun = []
         state = self.state
         with collector_paused():
+            follows = self.following()
             results, last_verified = step_states(
                 state.steps,
                 state.records.table,
                 lambda number, so_far: self._recheck(number, so_far, namespace, run_commands),
                 progress,
+                follows,
             )
             results = self._interrupted(results)
-            self.verdicts.decided(results, last_verified, state.records.table.following_inputs())
+            self.verdicts.decided(results, last_verified, follows)
             notes = list(self.notes)
             if self._not_rerun:
                 notes.append(
@@ -143,6 +145,16 @@ class Checker:
                     if (item := state.unknowns.get(unknown)) is None or item.state == "open"
                 ),
             )
+
+    def following(self) -> set[str]:
+        """The steps that follow their recorded inputs (`dependencies.following`)."""
+        state = self.state
+        cells = state.records.table.following_inputs()  # recorded from a cell, with inputs
+        if not cells:
+            return set()
+        records = state.records
+        in_order = (records.get(name) for name in state.steps.names if name in cells)
+        return dependencies.following(r for r in in_order if r is not None)
 
     def _inputs(self) -> dict[str, dict[str, str | None]]:
         """What each step recorded it read, for the steps that recorded it (their records

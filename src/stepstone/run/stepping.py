@@ -5,7 +5,7 @@ front-end go through `Stepper.stepping`."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -214,7 +214,8 @@ class Stepper:
         # that step may since have run again and made the same
         again = state == "stale" and name in self.verdicts.follows
         if record is not None and (state == "verified" or again):
-            problem = self.checker.verify_step(planned, record, namespace)  # every check
+            before = _state_before(self.state, self.verdicts, planned.number)
+            problem = self.checker.verify_step(planned, record, namespace, state_of=before)
             if problem is None:
                 try:
                     values = self.checker.load_outputs(record)
@@ -279,19 +280,12 @@ class Stepper:
                 raise CheckFailed(planned.name, spec.text, str(exc)) from None
         if not evidence:
             evidence.append(models.Evidence(check="completed", kind="completed", value=True))
-        writes: dict[str, bytes | None] = {}
-        saved: dict[str, models.Artifact] = {}
-        for var, value in values.items():
-            try:
-                fmt, data = artifacts.encode(var, value)
-            except InvalidInput as exc:
-                self._fail(start, str(exc))
-                raise
-            digest = artifacts.sha256(data)
-            writes[artifacts.path_for(digest, fmt)] = data
-            mark = trust.sign(digest) if fmt == "pickle" else None
-            saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data), mark=mark)
-        inputs, defines = dependencies.recorded_inputs(
+        try:
+            writes, saved = _saved_outputs(values)
+        except InvalidInput as exc:
+            self._fail(start, str(exc))
+            raise
+        inputs, reads, binds = dependencies.recorded_inputs(
             source=start.source,
             declared=planned.inputs,
             decisions=start.trace.decisions,
@@ -306,7 +300,8 @@ class Stepper:
             outputs=saved,
             facts=facts,
             inputs=inputs,
-            defines=defines,
+            reads=reads,
+            binds=binds,
         )
         writes[step_path(planned.name, legacy=self.state.legacy_layout)] = dump(record)
         trailers = [
@@ -318,8 +313,9 @@ class Stepper:
             writes, f"step {planned.number} {planned.name}: confirmed", trailers, indexed=True
         )
         self.state.records[planned.name] = record
-        follows = record.inputs is not None and record.source_hash is not None
-        self.verdicts.confirmed(self.state.steps.names, planned.number, follows=follows)
+        self.verdicts.confirmed(self.state.steps.names, planned.number)
+        if record.source_hash is not None:  # a cell: which cells follow their inputs now
+            self.verdicts.follows = self.checker.following()
         return record
 
     def fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
@@ -364,6 +360,33 @@ class Stepper:
             holder=self.ledger.holder,
             **fields,
         )
+
+
+def _saved_outputs(
+    values: Mapping[str, Any],
+) -> tuple[dict[str, bytes | None], dict[str, models.Artifact]]:
+    """(the artifact files to write, the record's outputs) for a step's saved values."""
+    writes: dict[str, bytes | None] = {}
+    saved: dict[str, models.Artifact] = {}
+    for var, value in values.items():
+        fmt, data = artifacts.encode(var, value)
+        digest = artifacts.sha256(data)
+        writes[artifacts.path_for(digest, fmt)] = data
+        mark = trust.sign(digest) if fmt == "pickle" else None
+        saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data), mark=mark)
+    return writes, saved
+
+
+def _state_before(state: RunState, verdicts: Verdicts, number: int) -> Callable[[str], str]:
+    """A step's state as step `number` sees it: a step planned at or after it is
+    pending (it has not run yet in this pass through the plan)."""
+    numbers = state.numbers
+
+    def state_of(name: str) -> str:
+        found = numbers.get(name)
+        return verdicts.state(name) if found is not None and found < number else "pending"
+
+    return state_of
 
 
 def _records_before(state: RunState, number: int) -> Iterator[StepRecord]:
