@@ -14,10 +14,18 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import stepstone_cli as cli
+from conftest import clean_env, stepstone_cli
 from nbformat.v4 import new_code_cell, new_notebook
 
 from stepstone.dependencies import cell_names
+
+FOLLOW = {"STEPSTONE_FOLLOW_INPUTS": "1"}  # cells may follow their inputs (opt-in)
+
+
+def cli(*args: str, cwd: Path, follow: bool = True) -> subprocess.CompletedProcess[str]:
+    """The `stepstone` command line, with cells following their inputs unless told."""
+    return stepstone_cli(*args, cwd=cwd, **(FOLLOW if follow else {}))
+
 
 DECIDE = '%decide threshold=105 --why "first guess"'
 REVISED = '%decide threshold=110 --revise --why "105 flagged too many"'
@@ -147,6 +155,17 @@ def test_moving_two_independent_cells_reruns_neither(first_run: Path):
     assert all(s["state"] == "verified" for s in _status(workdir)["steps"])
 
 
+def test_by_default_every_cell_keeps_the_conservative_rule(workdir: Path):
+    (workdir / "input.csv").write_text("a\nb\n")
+    nb = _notebook(workdir)
+    assert cli("run", str(nb), cwd=workdir, follow=False).returncode == 0
+    (workdir / "input.csv").write_text("a\nb\nc\n")
+    log = workdir / "executions.log"
+    before = len(log.read_text().split())
+    assert cli("run", str(nb), cwd=workdir, follow=False).returncode == 0
+    assert log.read_text().split()[before:] == ["load", "count", "other", "report", "final"]
+
+
 def test_a_step_with_no_recorded_inputs_keeps_the_conservative_rule(workdir: Path):
     """A `run.step` function cannot be traced: any earlier step redone makes it stale."""
     script = workdir / "job.py"
@@ -175,7 +194,7 @@ def test_a_kill_in_the_middle_then_a_revised_decision_reruns_only_what_it_must(
 ):
     (workdir / "input.csv").write_text("a\nb\n")
     nb = _notebook(workdir, hang_in="final")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
+    env = clean_env(**FOLLOW)
     proc = subprocess.Popen(
         [sys.executable, "-m", "stepstone", "run", str(nb)],
         cwd=workdir,
@@ -310,6 +329,45 @@ KERNEL_CASES = {
             "%%step d --check file:b.txt\nopen('b.txt', 'w').write(str(a_val + o_val))",
         ],
         {0: "%%step a --check file:a.txt\na_val = 2\nopen('a.txt', 'w').write('a')"},
+    ),
+    "a name bound in a loop of a cell that looks independent": (
+        [
+            "total = 0",
+            "%%step a --check file:a.txt\nopen('a.txt', 'w').write('a')",
+            "%%step s --check file:s.txt\nfor i in range(3):\n    total = i\n"
+            "open('s.txt', 'w').write('s')",
+            "%%step t --check file:b.txt\nopen('b.txt', 'w').write(str(total))",
+        ],
+        {1: "%%step a --check file:a.txt\nopen('a.txt', 'w').write('a2')"},
+    ),
+    "a module a cell imports and a later cell uses": (
+        [
+            "%%step a --check file:a.txt\nopen('a.txt', 'w').write('a')",
+            "%%step s --check file:s.txt\nimport json as J\nopen('s.txt', 'w').write('s')",
+            "%%step t --check file:b.txt\nopen('b.txt', 'w').write(J.dumps(open('a.txt').read()))",
+        ],
+        {0: "%%step a --check file:a.txt\nopen('a.txt', 'w').write('a2')"},
+    ),
+    "a file check spelled ./name": (
+        [
+            "%%step a --check file:./data.txt\nopen('data.txt', 'w').write('1')",
+            "%%step r --check file:b.txt\nopen('b.txt', 'w').write(open('data.txt').read() * 2)",
+        ],
+        {0: "%%step a --check file:./data.txt\nopen('data.txt', 'w').write('2')"},
+    ),
+    "an input declared after the first run": (
+        [
+            "%%step a --check file:a.txt\nopen('a.txt', 'w').write('a')\n"
+            "open('data' + '.txt', 'w').write('1')",
+            "%%step r --check file:b.txt\n"
+            "open('b.txt', 'w').write(open('da' + 'ta.txt').read() * 2)",
+        ],
+        {
+            0: "%%step a --check file:a.txt\nopen('a.txt', 'w').write('a')\n"
+            "open('data' + '.txt', 'w').write('2')",
+            1: "%%step r --check file:b.txt --in file:data.txt\n"
+            "open('b.txt', 'w').write(open('da' + 'ta.txt').read() * 2)",
+        },
     ),
     "names reached through globals()": (
         [

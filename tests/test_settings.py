@@ -53,3 +53,11 @@ def test_a_stores_effect_retention_comes_from_its_git_config(workdir: Path):
     assert store.settings.effect_retention == 86_400.0  # a day, as Stripe keeps keys
     store.set_config("stepstone.effectRetention", "3600")
     assert GitStore(workdir / "store").settings.effect_retention == 3600.0
+
+
+def test_following_inputs_is_off_unless_a_store_or_the_environment_asks(workdir: Path):
+    store = GitStore(workdir / "store")
+    assert not store.settings.follow_inputs
+    assert Settings.from_env({"STEPSTONE_FOLLOW_INPUTS": "1"}).follow_inputs
+    git("config", "stepstone.followInputs", "true", cwd=store.git_dir)
+    assert GitStore(workdir / "store").settings.follow_inputs

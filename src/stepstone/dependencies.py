@@ -29,6 +29,7 @@ import ast
 import builtins
 import hashlib
 import json
+import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -63,7 +64,41 @@ def cell_names(source: str) -> tuple[frozenset[str], frozenset[str]] | None:
     bound: set[str] = set()
     binds: set[str] = set()
     _statements(tree.body, reads, bound, binds)
-    return frozenset(reads), frozenset(binds)
+    return frozenset(reads), frozenset(binds | _may_bind(tree))
+
+
+def _may_bind(tree: ast.Module) -> set[str]:
+    """Every name the cell may bind in the kernel: under `if`, `try`, a loop, `with`,
+    `except` as well, imports included (a later cell may read any of them); not the
+    names of its functions', classes' and comprehensions' own scopes."""
+    scopes = (
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.Lambda,
+        ast.ClassDef,
+        ast.ListComp,
+        ast.SetComp,
+        ast.DictComp,
+        ast.GeneratorExp,
+    )
+    inner: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, scopes):
+            for child in ast.iter_child_nodes(node):
+                inner.update(id(n) for n in ast.walk(child))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in inner:
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            found.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or (
+            isinstance(node, ast.ExceptHandler) and node.name
+        ):
+            found.add(node.name)  # type: ignore[arg-type]
+    return found
 
 
 def _statements(body: list[ast.stmt], reads: set[str], bound: set[str], binds: set[str]) -> None:
@@ -163,23 +198,37 @@ def _stored(scope: list[ast.AST]) -> set[str]:
     }
 
 
-def following(records: Iterable[StepRecord]) -> set[str]:
-    """The steps (records in plan order) that follow their recorded inputs rather than
-    the conservative rule: cells whose code reads nothing from the kernel (every name
-    it reads is its own, an import or a builtin no step rebinds) and binds nothing a
-    later step reads, other than its saved `--out` values. Such a cell and the cells
-    around it can only pass results through files, decisions and saved values, which
-    its inputs record."""
-    cells = [r for r in records if r.inputs is not None and r.source_hash is not None]
-    every_bound = {name for r in cells for name in r.binds}
+def following(steps: Iterable[tuple[str | None, StepRecord | None]]) -> set[str]:
+    """The steps that follow their recorded inputs rather than the conservative rule,
+    from the plan in order: (each step's planned source hash, its record). A cell
+    follows when its code reads nothing from the kernel (every name it reads is its
+    own, an import or a builtin no step rebinds) and no later step may read a name it
+    binds other than its saved `--out` values: a later step whose reads are not known
+    (not run yet, failed, edited since, not plain Python, a `run.step` function) may
+    read anything. Such a cell can only pass results through files, decisions and
+    saved values, which its inputs record."""
+    plan = list(steps)
+    every_bound = {n for _, r in plan if r is not None for n in r.binds}
     read_later: set[str] = set()
+    unknown_later = False
     found: set[str] = set()
-    for record in reversed(cells):
-        kernel = {n for n in record.reads if n not in _BUILTINS or n in every_bound}
-        unsaved = set(record.binds) - set(record.outputs)
-        if not kernel and not unsaved & read_later:
-            found.add(record.name)
-        read_later |= set(record.reads)
+    for source, record in reversed(plan):
+        known = (
+            record is not None
+            and record.status == "confirmed"
+            and record.inputs is not None
+            and record.source_hash is not None
+            and record.source_hash == source
+            and DYNAMIC not in record.reads
+        )
+        if known and record is not None:
+            kernel = {n for n in record.reads if n not in _BUILTINS or n in every_bound}
+            unsaved = set(record.binds) - set(record.outputs)
+            if not kernel and not (unsaved and (unknown_later or unsaved & read_later)):
+                found.add(record.name)
+            read_later |= set(record.reads)
+        else:
+            unknown_later = True
     return found
 
 
@@ -224,6 +273,8 @@ def recorded_inputs(
     for item in declared:
         if item.startswith(UNKNOWN):
             found[item] = answers.get(item[len(UNKNOWN) :])
+        elif item.startswith(FILE):
+            found[item] = file_digest(workdir / item[len(FILE) :])
     if source is None:
         return (found or None), (), ()
     names = cell_names(source)
@@ -231,14 +282,12 @@ def recorded_inputs(
         return None, (), ()
     reads, binds = names
     reads |= {d for d in declared if d.isidentifier()}  # `--in VAR`
-    paths = [d[len(FILE) :] for d in declared if d.startswith(FILE)]
     for record in earlier:
         for check in record.checks:
-            if check.startswith(FILE) and check[len(FILE) :] in source:
-                paths.append(check[len(FILE) :])
+            path = posixpath.normpath(check[len(FILE) :]) if check.startswith(FILE) else ""
+            if path and path in source:
+                found[f"{FILE}{path}"] = file_digest(workdir / path)
                 found[f"{STEP}{record.name}"] = fingerprint(record)  # the file's maker
-    for path in sorted(set(paths)):
-        found[f"{FILE}{path}"] = file_digest(workdir / path)
     return found, tuple(sorted(reads)), tuple(sorted(binds))
 
 

@@ -22,10 +22,12 @@ OFFLINE_ENV = "STEPSTONE_OFFLINE"  # "1": write effects without the lease of a r
 STEAL_ENV = "STEPSTONE_STEAL"  # a reason: take a live lease from another agent
 CHECK_TIMEOUT_ENV = "STEPSTONE_CHECK_TIMEOUT"  # seconds a cmd: or call: check may take
 EFFECT_TIMEOUT_ENV = "STEPSTONE_EFFECT_TIMEOUT"  # seconds an effect's write may take
+FOLLOW_INPUTS_ENV = "STEPSTONE_FOLLOW_INPUTS"  # "1": cells may follow their inputs
 
 AUTOPUSH_KEY = "stepstone.autopush"
 LEASE_SECONDS_KEY = "stepstone.leaseSeconds"
 RETENTION_KEY = "stepstone.effectRetention"
+FOLLOW_INPUTS_KEY = "stepstone.followInputs"
 GC_AUTO_KEY = "gc.auto"
 GC_PACK_LIMIT_KEY = "gc.autoPackLimit"
 
@@ -65,6 +67,11 @@ class Settings:
     effect_retention: float = 86_400.0
     """Seconds a keyed receiver keeps idempotency keys (`git config
     stepstone.effectRetention`; `inf`: for ever): an intent older is not retried."""
+    follow_inputs: bool = False
+    """Let cells that pass results only through files and decisions follow their
+    recorded inputs (`STEPSTONE_FOLLOW_INPUTS=1`, `git config stepstone.followInputs
+    true`; experimental, see docs/dependencies.md); else every step keeps the
+    conservative rule."""
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     """The time now, timezone-aware (tests move it on)."""
     seen_env: tuple[str | None, ...] | None = field(default=None, repr=False, compare=False)
@@ -80,6 +87,7 @@ class Settings:
             "agent": env.get(AGENT_ENV) or None,
             "sync_each": env.get(SYNC_ENV) == "each",
             "steal": env.get(STEAL_ENV) or None,
+            "follow_inputs": env.get(FOLLOW_INPUTS_ENV) == "1",
             **_live(env),
             "seen_env": tuple(env.get(var) for var in LIVE_ENV),
         }
@@ -109,6 +117,8 @@ class Settings:
             value = _number(get(key), int)
             if value is not None:
                 found[name] = value
+        if _git_bool(get(FOLLOW_INPUTS_KEY)):
+            found["follow_inputs"] = True
         retention = _number(get(RETENTION_KEY), float)
         if retention is not None and retention > 0:
             found["effect_retention"] = retention

@@ -57,6 +57,9 @@ class Checker:
             return changed
         if record.rerun is not None:
             return f"asked to run again: {record.rerun}"
+        recorded = record.inputs or {}
+        if any(d not in recorded for d in planned.inputs if d.startswith(("file:", "unknown:"))):
+            return "its declared inputs changed since it ran"
         for var, art in record.outputs.items():
             if not self.may_load(art):
                 return self.untrusted(var)
@@ -147,14 +150,18 @@ class Checker:
             )
 
     def following(self) -> set[str]:
-        """The steps that follow their recorded inputs (`dependencies.following`)."""
+        """The steps that follow their recorded inputs (`dependencies.following`), when
+        the settings let cells do so (`follow_inputs`); else none."""
+        if not self.settings.follow_inputs:
+            return set()
         state = self.state
         cells = state.records.table.following_inputs()  # recorded from a cell, with inputs
         if not cells:
             return set()
         records = state.records
-        in_order = (records.get(name) for name in state.steps.names if name in cells)
-        return dependencies.following(r for r in in_order if r is not None)
+        return dependencies.following(
+            (planned.source_hash, records.get(planned.name)) for planned in state.steps
+        )
 
     def _inputs(self) -> dict[str, dict[str, str | None]]:
         """What each step recorded it read, for the steps that recorded it (their records
