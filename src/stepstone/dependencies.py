@@ -10,15 +10,17 @@ A confirmed step records its inputs, each with the value it saw:
     step:NAME        the fingerprint of what step NAME produced (its strong evidence
                      and saved outputs), for a file NAME's `file:` check names
 
-A notebook cell's step **follows its inputs** when its code reads nothing from
-the kernel and binds nothing a later step reads (other than its saved `--out`
-values): cells that pass results only through files, decisions and saved values.
+Every step keeps the conservative rule (any earlier step redone or stale makes
+it stale) unless the settings let cells follow their inputs (`follow_inputs`,
+`git config stepstone.followInputs true`: experimental). Then a notebook cell's
+step **follows its inputs** when its code reads nothing from the kernel and no
+later step may read a name it binds (other than its saved `--out` values): cells
+that pass results only through files, decisions and saved values.
 Such a step is stale only when its own evidence, its code or one of its inputs
 changed, and it stays verified when an earlier step it does not read is redone.
-Every other step keeps the conservative rule (any earlier step redone or stale
-makes it stale): a cell that reads a kernel name (a variable an earlier cell made
-may have been changed in place by any cell since), a cell that is not plain
-Python, a `run.step` function (its closures cannot be seen). Their decisions,
+Every other step keeps the conservative rule: a cell that reads a kernel name (a
+variable an earlier cell made may have been changed in place by any cell since), a
+cell that is not plain Python, a `run.step` function (its closures cannot be seen). Their decisions,
 files and unknowns are still recorded and checked: a revised decision they read
 makes them stale.
 """
@@ -48,23 +50,20 @@ _BUILTINS = frozenset(dir(builtins))
 
 
 def cell_names(source: str) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(the names a cell's code may read from the kernel, the names it surely binds),
-    or None when it is not plain Python (IPython syntax: `!ls`, `%time`). A name counts
+    """(the names a cell's code may read from the kernel, the names it may bind), or
+    None when it is not plain Python (IPython syntax: `!ls`, `%time`). A name counts
     as the cell's own only when an unconditional top-level statement binds it before it
     is read (`with open(p) as f: f.write(...)`); `x = x + 1` reads the kernel's x, and
     so does a read of a name bound only under `if`, `try` or a loop, or a global read
     inside a function. A cell that can reach names its code does not show (`global`,
-    `globals()`, `eval`...) reads `DYNAMIC`. Imported modules are not among what it
-    binds: running the cell again does not change them."""
+    `globals()`, `eval`...) reads `DYNAMIC`."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
     reads: set[str] = set()
-    bound: set[str] = set()
-    binds: set[str] = set()
-    _statements(tree.body, reads, bound, binds)
-    return frozenset(reads), frozenset(binds | _may_bind(tree))
+    _statements(tree.body, reads, set())
+    return frozenset(reads), frozenset(_may_bind(tree))
 
 
 def _may_bind(tree: ast.Module) -> set[str]:
@@ -101,36 +100,31 @@ def _may_bind(tree: ast.Module) -> set[str]:
     return found
 
 
-def _statements(body: list[ast.stmt], reads: set[str], bound: set[str], binds: set[str]) -> None:
+def _statements(body: list[ast.stmt], reads: set[str], bound: set[str]) -> None:
     """Walk top-level statements in order: what each reads before the cell bound it,
-    then what it binds for sure."""
+    then what it binds for sure (`bound`)."""
     for stmt in body:
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
             for item in stmt.items:
                 _reads_of(item.context_expr, reads, bound)
                 if item.optional_vars is not None:
-                    _bind(_targets(item.optional_vars), bound, binds)
-            _statements(stmt.body, reads, bound, binds)
+                    bound |= _targets(item.optional_vars)
+            _statements(stmt.body, reads, bound)
             continue
         _reads_of(stmt, reads, bound)
         if isinstance(stmt, ast.Assign):
-            _bind({n for t in stmt.targets for n in _targets(t)}, bound, binds)
+            bound.update(n for t in stmt.targets for n in _targets(t))
         elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and (
             not isinstance(stmt, ast.AnnAssign) or stmt.value is not None
         ):
-            _bind(_targets(stmt.target), bound, binds)
+            bound |= _targets(stmt.target)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            _bind({stmt.name}, bound, binds)
+            bound.add(stmt.name)
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             for alias in stmt.names:
                 if alias.name == "*":
                     reads.add(DYNAMIC)
                 bound.add((alias.asname or alias.name).split(".")[0])
-
-
-def _bind(names: set[str], bound: set[str], binds: set[str]) -> None:
-    bound |= names
-    binds |= names
 
 
 def _targets(target: ast.AST) -> set[str]:

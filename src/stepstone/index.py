@@ -39,8 +39,8 @@ PlanRow = tuple[
 # what many step records share: (status, checks, source_hash, error, evidence, world,
 # follows, rests_on), where `world` says that the record must be re-checked against the world
 # (evidence or inputs to re-check, or a pickled output this user did not write: it may
-# not load here), `follows` that only its recorded inputs, not any earlier step
-# redone, make it stale, and `rests_on` the unknowns it rests on (see `dependencies`)
+# not load here), `follows` that it is a cell's record with inputs (one that may follow
+# its inputs, see `dependencies.following`), and `rests_on` the unknowns it rests on
 Shape = tuple[
     str,
     tuple[str, ...],
@@ -138,9 +138,9 @@ class RecordTable:
         "completed" (nothing in the world to re-check)."""
         return [s[0] == "confirmed" and not s[1] and not s[5] for s in self.shapes]
 
-    def following_inputs(self) -> set[str]:
-        """The steps whose records say what they read (a cell's, with inputs): only a
-        change to those inputs, not any earlier step redone, makes them stale."""
+    def cells_with_inputs(self) -> set[str]:
+        """The steps whose records are a cell's and say what it read: the only ones
+        that may follow their inputs (`dependencies.following`)."""
         follows = {kind for kind, shape in enumerate(self.shapes) if shape[6]}
         if not follows:
             return set()

@@ -4,11 +4,11 @@ A step is verified while its record is confirmed, its checks and source are
 those planned, it was recorded after every step before it (an earlier step
 redone makes the later ones stale) and its evidence re-checks against the
 world; the first step that is not verified makes every recorded step after it
-stale. A cell's step whose record says what it read (`dependencies`) is the
-exception: only a change to those inputs makes it stale, and it stays verified
-when an earlier step it does not read is redone or stale. Steps with nothing to
-re-check (only "completed" evidence) are decided from the index alone, the leading
-run of them in one pass.
+stale. With `stepstone.followInputs` on, a cell that follows its recorded inputs
+(`dependencies.following`) is the exception: only a change to those inputs makes
+it stale, and it stays verified when an earlier step it does not read is redone.
+Steps with nothing to re-check (only "completed" evidence) are decided from the
+index alone, the leading run of them in one pass.
 """
 
 from __future__ import annotations

@@ -155,12 +155,14 @@ class Checker:
         if not self.settings.follow_inputs:
             return set()
         state = self.state
-        cells = state.records.table.following_inputs()  # recorded from a cell, with inputs
+        cells = state.records.table.cells_with_inputs()
         if not cells:
             return set()
         records = state.records
+        # only a cell's record can be known to `following`: the others are not read
         return dependencies.following(
-            (planned.source_hash, records.get(planned.name)) for planned in state.steps
+            (planned.source_hash, records.get(planned.name) if planned.name in cells else None)
+            for planned in state.steps
         )
 
     def _inputs(self) -> dict[str, dict[str, str | None]]:
