@@ -52,6 +52,29 @@ def test_status_json_has_the_documented_shape(workdir: Path):
     assert data["effects"] == []
 
 
+def test_status_json_matches_the_schema_stepstone_schema_prints(workdir: Path):
+    import jsonschema
+
+    _make_run(workdir)
+    with stepstone.open_run("job") as run:
+        run.set_plan([*run.steps, {"name": "send"}, {"name": "reader"}])
+        run.step("send", lambda: stepstone.effect("ping", lambda key: {"id": 7}))
+        run.step("reader", lambda: stepstone.decided("region"), inputs=["unknown:U1"])
+    _unresolved_effect()
+    Path("s1.txt").write_text("changed")
+    data = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    schema = json.loads(cli("schema", cwd=workdir).stdout)["status --json"]
+    jsonschema.validate(data, schema)
+    assert {e["state"] for e in data["effects"]} == {"confirmed", "unresolved"}
+    steps = {s["name"]: s for s in data["steps"]}
+    assert steps["reader"]["inputs"] == {"decision:region": "eu", "unknown:U1": None}
+    assert steps["s1"]["reason"] and steps["s2"]["reason"]  # the stale step, and the chain
+    assert data["resting_on_open_unknowns"] == [{"step": "reader", "unknown": "U1"}]
+    for broken in ({**data, "extra": 1}, {**data, "steps": [{**data["steps"][0], "state": "x"}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, schema)
+
+
 def test_status_exits_1_and_names_the_resolve_command_with_an_unresolved_effect(workdir: Path):
     _make_run(workdir)
     key = _unresolved_effect()

@@ -238,3 +238,39 @@ def test_decide_dry_run_names_the_readers_and_records_nothing(ip, workdir: Path,
     assert stepstone.open_run("demo", drive=False).decided("threshold") == "105"
     ip.run_line_magic("decide", 'threshold=110 --why "too many" --revise')
     assert "revised threshold: 105 → 110 (too many); runs again: report" in capsys.readouterr().out
+
+
+def test_step_rerun_runs_a_verified_cell_once_for_its_reason(ip, workdir: Path, capsys):
+    counter = workdir / "executions.txt"
+
+    def note(name: str) -> None:
+        with counter.open("a") as handle:
+            handle.write(name + "\n")
+
+    ip.user_ns["note"] = note
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_cell_magic("step", "fetch --out x", "note('fetch')\nx = 1")
+    ip.run_cell_magic("step", "use --out y", "note('use')\ny = x + 1")
+    ip.run_line_magic("resume", "--run demo")
+    line = 'fetch --out x --rerun "the feed was re-issued"'
+    ip.run_cell_magic("step", line, "note('fetch')\nx = 1")
+    ip.run_cell_magic("step", "use --out y", "note('use')\ny = x + 1")
+    assert counter.read_text().split() == ["fetch", "use", "fetch", "use"]
+    # the reason is in Git, and a resume with the same line does not run it again
+    subjects = git("log", "--format=%s", cwd=workdir / ".stepstone")
+    assert "rerun fetch: the feed was re-issued" in subjects
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_cell_magic("step", line, "note('fetch')\nx = 1")
+    ip.run_cell_magic("step", "use --out y", "note('use')\ny = x + 1")
+    assert counter.read_text().split() == ["fetch", "use", "fetch", "use"]
+    # a new reason runs it again
+    ip.run_cell_magic("step", "fetch --out x --rerun 'second issue'", "note('fetch')\nx = 1")
+    assert counter.read_text().split()[-1] == "fetch"
+
+
+def test_step_force_help_says_what_it_does(ip):
+    from stepstone import cellargs
+
+    usage = " ".join(cellargs._parser("step").format_help().split())
+    assert "--force run the step although the step before it is not verified" in usage
+    assert "--rerun REASON run the cell again although its evidence verifies" in usage

@@ -124,7 +124,15 @@ def _step() -> _Parser:
         "evidence, for a step whose product is understanding (same as --check note)",
     )
     parser.add_argument(
-        "--force", action="store_true", help="run the cell although its evidence verifies"
+        "--force",
+        action="store_true",
+        help="run the step although the step before it is not verified",
+    )
+    parser.add_argument(
+        "--rerun",
+        metavar="REASON",
+        help="run the cell again although its evidence verifies, once for this reason "
+        "(recorded in Git); later steps follow it as after any step that ran again",
     )
     parser.add_argument(
         "--was",
@@ -222,6 +230,7 @@ class StepLine:
     inputs: tuple[str, ...]
     force: bool
     was: str | None = None  # the step's earlier name: its effects keep their keys
+    rerun: str | None = None  # run it again, once for this reason
 
 
 def split(line: str) -> list[str]:
@@ -234,7 +243,7 @@ def split(line: str) -> list[str]:
 
 def parse_step_line(line: str) -> StepLine:
     """Parse `NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--uses U]... [--note]
-    [--force] [--was OLD]`."""
+    [--force] [--was OLD] [--rerun REASON]`."""
     args = _parser("step").parse_args(split(line))
     return StepLine(
         name=args.name,
@@ -243,6 +252,7 @@ def parse_step_line(line: str) -> StepLine:
         inputs=tuple(args.inputs) + tuple(f"unknown:{u}" for u in args.uses),
         force=args.force,
         was=args.was,
+        rerun=args.rerun,
     )
 
 

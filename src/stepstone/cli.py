@@ -365,10 +365,12 @@ def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) ->
 
 @main.command()
 def schema() -> None:
-    """The JSON Schema of every file in a run, generated from the models."""
+    """The JSON Schema of every file in a run and of `status --json`, generated from the
+    models."""
     from .models import json_schemas
+    from .shapes import schemas
 
-    click.echo(json.dumps(json_schemas(), indent=2))
+    click.echo(json.dumps({**json_schemas(), **schemas()}, indent=2))
 
 
 @main.command()

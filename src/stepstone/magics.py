@@ -190,6 +190,8 @@ class StepstoneMagics(Magics):
         run = self._require_run()
         ns = self.ip.user_ns
         parsed = cellargs.parse_step_line(line)
+        if parsed.rerun is not None:
+            run.rerun(parsed.name, parsed.rerun, once=True)
         cell_raised = False
         try:
             with run.stepping(

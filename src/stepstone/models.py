@@ -103,6 +103,7 @@ class StepRecord(Record):
     reads: tuple[str, ...] = ()  # the kernel names its cell may read
     binds: tuple[str, ...] = ()  # the kernel names its cell binds
     rerun: str | None = None  # why a person asked it to run again (`stepstone rerun`)
+    reran_for: str | None = None  # the last such reason, after which it ran
 
 
 class Decision(Record):

@@ -244,12 +244,15 @@ class Run(RunView):
         self._require_lock()
         return questions.answer(self.ledger, unknown_id, answer)
 
-    def rerun(self, name: str, why: str, *, downstream: bool = False) -> list[str]:
+    def rerun(
+        self, name: str, why: str, *, downstream: bool = False, once: bool = False
+    ) -> list[str]:
         """Mark step `name` (and, with `downstream`, what depends on it) to run again,
-        recording `why`; the steps marked. Their confirmed effects are not repeated."""
+        recording `why`; the steps marked. Their confirmed effects are not repeated.
+        With `once`, a step that already ran again for `why` is not marked."""
         self._require_lock()
         return rerunning.rerun(
-            self.ledger, self._stepper.verdicts, name, why, downstream=downstream
+            self.ledger, self._stepper.verdicts, name, why, downstream=downstream, once=once
         )
 
     def effect(

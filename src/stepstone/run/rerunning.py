@@ -13,15 +13,18 @@ from .ledger import Ledger
 
 
 def rerun(
-    ledger: Ledger, verdicts: Verdicts, name: str, why: str, *, downstream: bool
+    ledger: Ledger, verdicts: Verdicts, name: str, why: str, *, downstream: bool, once: bool
 ) -> list[str]:
     """Mark step `name` to run again for `why` (and, with `downstream`, every step that
     depends on it: reads what it made, or follows the conservative rule after it); the
-    steps marked, in plan order."""
+    steps marked, in plan order. With `once`, a step not yet run, or already marked or
+    run again for the same reason, is left as it is."""
     state = ledger.state
     if not why.strip():
         raise InvalidInput(f"running step {name!r} again needs a reason (--why REASON)")
     planned = state.planned(name)
+    if once and (planned is None or _asked_before(state.records.get(name), why.strip())):
+        return []
     if planned is None:
         raise InvalidInput(
             f"run {state.id!r} has no step {name!r}; its steps: {names.listing(state.steps.names)}"
@@ -49,6 +52,10 @@ def rerun(
         state.records[record.name] = record
     verdicts.forget()
     return [r.name for r in changed]
+
+
+def _asked_before(record: StepRecord | None, why: str) -> bool:
+    return record is None or why in (record.rerun, record.reran_for)
 
 
 def _dependents(ledger: Ledger, number: int) -> list[str]:

@@ -358,6 +358,7 @@ class Stepper:
             checks=start.planned.checks,
             source_hash=start.planned.source_hash,
             holder=self.ledger.holder,
+            reran_for=previous and (previous.rerun or previous.reran_for),
             **fields,
         )
 
