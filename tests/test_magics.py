@@ -226,6 +226,34 @@ def test_a_result_resting_on_an_open_unknown_blocks_finish_and_its_answer_reruns
     ip.run_line_magic("finish", "")
 
 
+def test_a_cell_that_reads_an_answer_rests_on_it_without_declaring_it(ip, workdir: Path):
+    runs = workdir / "runs.txt"
+    ip.user_ns["runs"] = runs
+    cell = (
+        "import stepstone\ncurrency = stepstone.answer('U1', 'EUR')\n"
+        "with runs.open('a') as out:\n    out.write(currency + ' ')"
+    )
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_line_magic("unknown", "Are the prices in EUR or USD?")
+    ip.run_cell_magic("step", "convert", cell)
+    with pytest.raises(UsageError, match="step convert rests on open unknown U1"):
+        ip.run_line_magic("finish", "")
+    ip.run_line_magic("unknown", "--resolve U1 USD")
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_cell_magic("step", "convert", cell)
+    assert runs.read_text().split() == ["EUR", "USD"]  # ran again with the answer
+    record = stepstone.open_run("demo", drive=False).records["convert"]
+    assert record.inputs == {"unknown:U1": "USD"}
+    ip.run_line_magic("finish", "")
+
+
+def test_reading_the_answer_to_a_question_never_asked_names_the_questions(ip):
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_line_magic("unknown", "Are the prices in EUR or USD?")
+    with pytest.raises(stepstone.InvalidInput, match="has no question 'U7'; its questions: U1"):
+        ip.run_cell_magic("step", "other", "import stepstone\nstepstone.answer('U7')")
+
+
 def test_decide_dry_run_names_the_readers_and_records_nothing(ip, workdir: Path, capsys):
     ip.run_line_magic("resume", "--run demo")
     ip.run_line_magic("decide", 'threshold=105 --why "first guess"')

@@ -30,7 +30,7 @@ from .errors import (
     UnknownCheck,
     UnresolvedEffect,
 )
-from .run import Run, StepResult, decided, effect, note, open_run
+from .run import Run, StepResult, answer, decided, effect, note, open_run
 from .status import RunStatus, StepStatus
 
 __version__ = "0.1.0"
@@ -62,6 +62,7 @@ __all__ = [
     "UnknownCheck",
     "UnresolvedEffect",
     "__version__",
+    "answer",
     "check",
     "decided",
     "effect",

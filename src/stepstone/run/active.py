@@ -1,4 +1,4 @@
-"""Which run a bare `stepstone.effect(...)` or `stepstone.decided(...)` belongs to: the
+"""Which run a bare `stepstone.effect(...)`, `decided(...)` or `answer(...)` belongs to: the
 run whose step runs in this context, else the run this process drives now."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ class Trace:
 
     notes: list[str] = field(default_factory=list)
     decisions: dict[str, str | None] = field(default_factory=dict)  # key -> value read
+    unknowns: set[str] = field(default_factory=set)  # the questions whose answer it read
 
 
 _trace: ContextVar[Trace | None] = ContextVar("stepstone_trace", default=None)
@@ -88,3 +89,10 @@ def read_decision(run: object, key: str, value: str | None) -> None:
     trace = _trace.get()
     if trace is not None and _stepping.get() is run:
         trace.decisions.setdefault(key, value)
+
+
+def read_answer(run: object, unknown_id: str) -> None:
+    """A step of `run` running in this context read the answer to `unknown_id`."""
+    trace = _trace.get()
+    if trace is not None and _stepping.get() is run:
+        trace.unknowns.add(unknown_id)

@@ -91,6 +91,12 @@ def decided(key: str, default: Any = None) -> Any:
     return active.active_run().decided(key, default)
 
 
+def answer(unknown_id: str, default: Any = None) -> Any:
+    """The answer to question `unknown_id` (`U1`) in the run this process drives, or
+    `default` while it is open; a step that reads it rests on it."""
+    return active.active_run().answer(unknown_id, default)
+
+
 def effect(
     name: str,
     do: Callable[[str], Any],

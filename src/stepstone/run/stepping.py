@@ -287,7 +287,7 @@ class Stepper:
             raise
         inputs, reads, binds = dependencies.recorded_inputs(
             source=start.source,
-            declared=planned.inputs,
+            declared=(*planned.inputs, *(dependencies.UNKNOWN + u for u in start.trace.unknowns)),
             decisions=start.trace.decisions,
             answers={u.id: u.answer for u in self.state.unknowns.values()},
             earlier=_records_before(self.state, planned.number) if start.source else (),

@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import dependencies, models
+from .. import dependencies, models, names
 from ..effectbook import EffectBook
+from ..errors import InvalidInput
 from ..index import PlanSteps, RecordBook
 from ..lock import RunLock
 from ..models import Decision, EffectRecord, RunInfo, Unknown
@@ -119,6 +120,19 @@ class RunView:
         decision = self.decisions.get(key)
         active.read_decision(self, key, decision.value if decision is not None else None)
         return decision.value if decision is not None else default
+
+    def answer(self, unknown_id: str, default: Any = None) -> Any:
+        """The answer to question `unknown_id` (`U1`), or `default` while it is open.
+        Read by a running step, the question is one of its inputs: the step rests on it
+        while it is open (`finish` waits), and its answer makes the step run again."""
+        question = self.unknowns.get(unknown_id)
+        if question is None:
+            raise InvalidInput(
+                f"run {self.id!r} has no question {unknown_id!r}; its questions: "
+                f"{names.listing(sorted(self.unknowns)) or 'none (ask one with %unknown)'}"
+            )
+        active.read_answer(self, unknown_id)
+        return question.answer if question.state == "resolved" else default
 
     def readers(self, key: str) -> list[str]:
         """The steps whose records say they read decision `key` (revising it makes
