@@ -203,3 +203,14 @@ def test_a_run_closed_inside_a_step_commits_nothing_more(workdir: Path):
         run.step("s1", run.close)
     subjects = git("log", "--all", "--format=%s", cwd=workdir / ".stepstone").splitlines()
     assert subjects == ["plan: add step 1 s1", "run job: created"]  # no record of s1
+
+
+def test_a_skipped_step_gives_back_a_dict_in_its_key_order(workdir: Path):
+    made = {"zeta": 1, "alpha": {"y": 2, "b": [3, {"d": 4, "c": 5}]}}
+    with stepstone.open_run("order") as run:
+        run.step("make", lambda: made)
+    with stepstone.open_run("order") as run:
+        result = run.step("make", lambda: {})
+    assert result.skipped and result.value == made
+    assert list(result.value) == ["zeta", "alpha"] and list(result.value["alpha"]) == ["y", "b"]
+    assert list(result.value["alpha"]["b"][1]) == ["d", "c"]

@@ -1,63 +1,147 @@
-"""Saved output values: safe formats by type, pickle only as a documented fallback.
+"""Saved values, exact: safe formats by type, pickle only as a documented fallback.
 
-JSON for plain values, `.npy` (pickling disabled) for NumPy arrays, Parquet for
-pandas DataFrames when pyarrow is present, and pickle for anything else. A
-pickle runs code when loaded: it is loaded only from a store the user trusts
-(one this user's driver wrote, or from a store this user trusts: see `trust`).
+JSON for plain values (exact `dict`, `list`, `str`, `int`, `float`, `bool`, `None`:
+they come back with the same types and key order), `.npy` (pickling disabled) for
+NumPy arrays, Parquet for pandas DataFrames that come back equal from it, a module's
+name for a module, and pickle for anything else. Every format but JSON and `.npy` is
+checked at save time: the value must come back of the same type and equal, else the
+next format is tried and then the value is refused (`Unsaveable`). A pickle (or an
+import) runs code when loaded: it is loaded only from a store the user trusts (one
+this user's driver wrote, or a store this user trusts: see `trust`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
 import pickle
+import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import InvalidInput
 
+_PLAIN = (type(None), bool, int, float, str)
+RUNS_CODE = frozenset({"pickle", "module"})  # formats whose loading runs code: trust first
+
+
+class Unsaveable(InvalidInput):
+    """A value that no format brings back exact (an open file, a lock, a generator)."""
+
+    def __init__(self, name: str, value: Any, why: str) -> None:
+        self.name = name
+        self.kind = kind_of(value)
+        self.why = why
+        super().__init__(f"{name!r} ({self.kind}) cannot be saved: {why}")
+
+
+def kind_of(value: Any) -> str:
+    """A value's type as people write it: `sqlite3.Connection`, `dict`."""
+    cls = type(value)
+    module, name = cls.__module__, cls.__qualname__
+    return name if module in ("builtins", "__main__") else f"{module}.{name}"
+
 
 def _is_plain(value: Any) -> bool:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return not (isinstance(value, float) and value != value)  # NaN does not round-trip
-    if isinstance(value, list):
+    kind = type(value)
+    if kind in _PLAIN:
+        return not (kind is float and value != value)  # NaN != NaN: keep it exact via pickle
+    if kind is list:
         return all(_is_plain(item) for item in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    if kind is dict:
+        return all(type(k) is str and _is_plain(v) for k, v in value.items())
     return False
 
 
 def encode(name: str, value: Any) -> tuple[str, bytes]:
-    """Serialise `value` in the safest format its type allows: (format, bytes)."""
-    if _is_plain(value):
-        return "json", json.dumps(value, sort_keys=True).encode()
-    module = type(value).__module__.split(".")[0]
-    if module == "numpy" and type(value).__name__ == "ndarray" and value.dtype != object:
-        import numpy as np
-
-        buffer = io.BytesIO()
-        np.save(buffer, value, allow_pickle=False)
-        return "npy", buffer.getvalue()
-    if module == "pandas" and type(value).__name__ == "DataFrame":
+    """Serialise `value` in the safest format that brings it back exact: (format,
+    bytes). Raises `Unsaveable` when none does."""
+    why = "no format brings it back of the same type and equal"
+    for fmt, write in _candidates(value):
         try:
-            buffer = io.BytesIO()
-            value.to_parquet(buffer)
-            return "parquet", buffer.getvalue()
-        except Exception:
-            pass
+            data = write(value)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            continue
+        if fmt in ("json", "npy") or _comes_back(fmt, data, value):
+            return fmt, data
+        why = f"it does not come back equal from {fmt}"
+    raise Unsaveable(name, value, why)
+
+
+def _candidates(value: Any) -> Iterator[tuple[str, Callable[[Any], bytes]]]:
+    if _is_plain(value):
+        yield "json", lambda v: json.dumps(v, ensure_ascii=False).encode()
+        return
+    cls = type(value)
+    if isinstance(value, types.ModuleType):
+        yield "module", lambda v: v.__name__.encode()
+        return
+    module = cls.__module__.split(".")[0]
+    if module == "numpy" and cls.__name__ == "ndarray" and not value.dtype.hasobject:
+        yield "npy", _npy
+        return
+    if module == "pandas" and cls.__name__ == "DataFrame":
+        yield "parquet", _parquet
+    yield "pickle", lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _npy(value: Any) -> bytes:
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, value, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _parquet(value: Any) -> bytes:
+    buffer = io.BytesIO()
+    value.to_parquet(buffer)
+    return buffer.getvalue()
+
+
+def _comes_back(fmt: str, data: bytes, value: Any) -> bool:
+    """Whether `data` decodes to a value of `value`'s type that equals it."""
     try:
-        return "pickle", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        if name == "return":
-            raise InvalidInput(
-                f"the step's return value ({type(value).__name__}) cannot be saved: {exc}. "
-                f"Return a plain value, an array or a DataFrame (or None, writing the "
-                f"value to a file the step's check names)"
-            ) from exc
-        raise InvalidInput(
-            f"output {name!r} ({type(value).__name__}) cannot be saved: {exc}. Drop it from "
-            f"--out, or convert it to a plain value, an array or a DataFrame"
-        ) from exc
+        back = decode(fmt, data)
+    except Exception:
+        return False
+    if type(back) is not type(value):
+        return False
+    if fmt == "module":
+        return back is value
+    if fmt == "parquet":
+        return _same_frame(back, value)
+    try:
+        if back == value:
+            return True
+    except Exception:  # arrays inside: `==` is not a truth value
+        pass
+    try:  # no __eq__ of its own, or one that cannot say: the same pickle again
+        return pickle.dumps(back, protocol=pickle.HIGHEST_PROTOCOL) == data
+    except Exception:
+        return False
+
+
+def _same_frame(back: Any, value: Any) -> bool:
+    def same_axis(a: Any, b: Any) -> bool:
+        return (
+            type(a) is type(b)
+            and a.equals(b)
+            and a.names == b.names
+            and a.dtype == b.dtype
+            and getattr(a, "freq", None) == getattr(b, "freq", None)
+        )
+
+    return (
+        back.equals(value)
+        and same_axis(back.index, value.index)
+        and same_axis(back.columns, value.columns)
+        and back.dtypes.equals(value.dtypes)
+        and back.attrs == value.attrs
+    )
 
 
 def decode(fmt: str, data: bytes) -> Any:
@@ -74,6 +158,8 @@ def decode(fmt: str, data: bytes) -> Any:
         return pd.read_parquet(io.BytesIO(data))
     if fmt == "pickle":
         return pickle.loads(data)
+    if fmt == "module":
+        return importlib.import_module(data.decode())
     raise InvalidInput(f"unknown artifact format {fmt!r}")
 
 

@@ -63,10 +63,10 @@ def cell_names(source: str) -> tuple[frozenset[str], frozenset[str]] | None:
         return None
     reads: set[str] = set()
     _statements(tree.body, reads, set())
-    return frozenset(reads), frozenset(_may_bind(tree))
+    return frozenset(reads), frozenset(may_bind(tree))
 
 
-def _may_bind(tree: ast.Module) -> set[str]:
+def may_bind(tree: ast.Module) -> set[str]:
     """Every name the cell may bind in the kernel: under `if`, `try`, a loop, `with`,
     `except` as well, imports included (a later cell may read any of them); not the
     names of its functions', classes' and comprehensions' own scopes."""

@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import Markdown, display
 
-from . import cellargs, names, render
+from . import cellargs, names, namespace, render
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
@@ -82,6 +82,7 @@ class StepstoneMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self.run: Run | None = None
+        self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
 
     # -- helpers ----------------------------------------------------------------
 
@@ -192,6 +193,8 @@ class StepstoneMagics(Magics):
         parsed = cellargs.parse_step_line(line)
         if parsed.rerun is not None:
             run.rerun(parsed.name, parsed.rerun, once=True)
+        code = self.ip.transform_cell(cell)
+        shape = namespace.read_cell(code)
         cell_raised = False
         try:
             with run.stepping(
@@ -205,23 +208,46 @@ class StepstoneMagics(Magics):
                 was=parsed.was,
             ) as attempt:
                 if attempt.skipped:
-                    ns.update(attempt.values)
+                    remade = self._give_back(parsed.name, attempt.values, shape)
                 else:
                     cell_raised = True
-                    code = self.ip.transform_cell(cell)
                     filename = self.ip.compile.cache(code)
                     with _cell_code():
                         exec(compile(code, filename, "exec"), ns)
                     cell_raised = False
                     attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
+                    if shape is not None:
+                        attempt.offer(namespace.offered(shape, ns, parsed.outputs))
+                        self.unrestored.bound(shape.binds)
         except StepstoneError as exc:
             if cell_raised:  # recording the cell's failure failed: keep both tracebacks
                 setattr(exc, _FROM_CELL, True)
             raise
-        assert attempt.record is not None
+        record = attempt.record
+        assert record is not None
         outcome = "skipped, verified" if attempt.skipped else "confirmed"
         number = attempt.start.planned.number
-        print(render.step_outcome(number, parsed.name, outcome, evidence_rows(attempt.record)))
+        print(render.step_outcome(number, parsed.name, outcome, evidence_rows(record)))
+        if attempt.skipped:
+            self.unrestored.skipped(parsed.name, record.unsaved)
+            said = render.kernel_names(attempt.values, remade, record.unsaved, skipped=True)
+        else:
+            said = render.kernel_names((), (), record.unsaved, skipped=False)
+        if said:
+            print(said)
+
+    def _give_back(
+        self, step: str, values: dict[str, Any], shape: namespace.Cell | None
+    ) -> list[str]:
+        """Put a skipped step's saved values and definitions back in the kernel; the
+        names its definitions made again."""
+        ns = self.ip.user_ns
+        ns.update(values)
+        if shape is None:
+            return []
+        remade = namespace.remake(shape, ns, step)
+        ns.update({name: values[name] for name in shape.defined if name in values})
+        return [name for name in remade if name not in values]
 
     @line_magic
     @_usage_errors
@@ -268,6 +294,24 @@ class StepstoneMagics(Magics):
 _registered: dict[int, StepstoneMagics] = {}
 
 
+def _explain_name_errors(magics: StepstoneMagics) -> Callable[..., None]:
+    """An IPython handler for `NameError`: when the name was made by a step skipped on
+    resume that could not give it back, the traceback says so and what to do."""
+
+    def handler(
+        shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
+    ) -> None:
+        hint = magics.unrestored.hint(getattr(value, "name", None) or "")
+        if hint is not None:
+            if hasattr(value, "add_note"):
+                value.add_note(hint)
+            else:  # Python 3.10
+                value.args = (f"{value}\n{hint}",)
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+
+    return handler
+
+
 def register(ipython: Any) -> None:
     """Register the magics on a shell (once)."""
     if id(ipython) in _registered:
@@ -277,6 +321,8 @@ def register(ipython: Any) -> None:
     from . import inputs  # lines ending in `?` stay magic lines, not help requests
 
     inputs.install(ipython)
+    if not ipython.custom_exceptions:  # a handler the user set stays theirs
+        ipython.set_custom_exc((NameError,), _explain_name_errors(magics))
     _registered[id(ipython)] = magics
     atexit.register(magics.close)  # a kernel shut down normally hands its lease back
 
@@ -287,6 +333,9 @@ def unregister(ipython: Any) -> None:
 
     magics = _registered.pop(id(ipython), None)
     inputs.uninstall(ipython)
+    if ipython.custom_exceptions == (NameError,):
+        ipython.set_custom_exc((), None)
+        ipython.custom_exceptions = ()
     if magics is not None:
         atexit.unregister(magics.close)
         magics.close()

@@ -95,6 +95,7 @@ class StepRecord(Record):
     evidence: tuple[Evidence, ...] = ()
     facts: dict[str, Any] = Field(default_factory=dict)
     outputs: dict[str, Artifact] = Field(default_factory=dict)
+    unsaved: dict[str, str] = Field(default_factory=dict)  # bound names not saved: their types
     checks: tuple[str, ...] = ()
     source_hash: str | None = None
     error: str | None = None

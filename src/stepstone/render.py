@@ -369,6 +369,28 @@ def step_outcome(number: int, name: str, outcome: str, evidence: Iterable[Eviden
     return f"step {number} {name}: {outcome} ({evidence_text(evidence)})"
 
 
+def kernel_names(
+    restored: Iterable[str], remade: Iterable[str], unsaved: Mapping[str, str], *, skipped: bool
+) -> str:
+    """What a skipped cell gave back to the kernel, or what a confirmed one could not
+    save, in one line ("" when there is nothing to say)."""
+    lost = ", ".join(f"{name} ({kind})" for name, kind in unsaved.items())
+    if not skipped:
+        return (
+            f"  will not survive a resume: {lost} - re-create it in the step that uses it"
+            if lost
+            else ""
+        )
+    parts = []
+    if restored := ", ".join(restored):
+        parts.append(f"restored {restored}")
+    if remade := ", ".join(remade):
+        parts.append(f"made again {remade}")
+    if lost:
+        parts.append(f"not restored {lost}")
+    return f"  kernel: {'; '.join(parts)}" if parts else ""
+
+
 def decision(item: Decision, *, was: str | None = None, readers: Iterable[str] = ()) -> str:
     """A decision recorded by `%decide`, in one line; revised just now from `was`, it
     names the steps that read the old value and so run again."""

@@ -226,7 +226,7 @@ class Checker:
         """Whether a saved value may be loaded here: not a pickle, or one this user wrote,
         or from a store this user trusts."""
         return (
-            art.format != "pickle"
+            art.format not in artifacts.RUNS_CODE
             or trust.signed_here(art.sha256, art.mark)
             or trust.store_trusted(self.state.store.git_dir)
         )

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import artifacts, checks, dependencies, message, models, names, trust
+from .. import checks, dependencies, message, models, names
 from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
 from ..models import PlannedStep, StepRecord, dump, now
 from ..redaction import error_text, redact
@@ -20,6 +20,7 @@ from .checking import RETURN, Checker, check_scope
 from .layout import source_hash, step_path
 from .ledger import Ledger
 from .planning import Planner
+from .saving import saved_outputs
 from .state import RunState
 
 
@@ -46,6 +47,7 @@ class Attempt:
     start: StepStart
     namespace: Mapping[str, Any] | None = None
     kept: dict[str, Any] = field(default_factory=dict)
+    offered: dict[str, Any] = field(default_factory=dict)
     facts: Mapping[str, Any] | None = None
 
     @property
@@ -66,6 +68,10 @@ class Attempt:
     def keep(self, values: Mapping[str, Any]) -> None:
         """Save `values` (name -> value) as the step's outputs when it is confirmed."""
         self.kept.update(values)
+
+    def offer(self, values: Mapping[str, Any]) -> None:
+        """Save what of `values` can be saved; the record names the rest (`unsaved`)."""
+        self.offered.update(values)
 
 
 class Stepper:
@@ -110,7 +116,11 @@ class Stepper:
             self.fail(start, exc)
             raise
         start.record = self.confirm(
-            start, values=attempt.kept, facts=attempt.facts, namespace=attempt.namespace
+            start,
+            values=attempt.kept,
+            facts=attempt.facts,
+            namespace=attempt.namespace,
+            offered=attempt.offered,
         )
 
     @contextmanager
@@ -241,12 +251,13 @@ class Stepper:
         values: Mapping[str, Any] | None = None,
         facts: Mapping[str, Any] | None = None,
         namespace: Mapping[str, Any] | None = None,
+        offered: Mapping[str, Any] | None = None,
     ) -> StepRecord:
         """Run the step's checks, then commit its record with evidence and saved outputs.
         A check that does not pass records the step as failed and raises `CheckFailed`."""
         try:
             with self.ledger.guard:
-                return self._confirm(start, dict(values or {}), facts, namespace)
+                return self._confirm(start, dict(values or {}), facts, namespace, offered or {})
         finally:
             self._end(start.planned.name)
 
@@ -256,6 +267,7 @@ class Stepper:
         values: dict[str, Any],
         facts: Mapping[str, Any] | None,
         namespace: Mapping[str, Any] | None,
+        offered: Mapping[str, Any],
     ) -> StepRecord:
         planned = start.planned
         missing = [var for var in planned.outputs if var not in values]
@@ -281,7 +293,7 @@ class Stepper:
         if not evidence:
             evidence.append(models.Evidence(check="completed", kind="completed", value=True))
         try:
-            writes, saved = _saved_outputs(values)
+            writes, saved, unsaved = saved_outputs(values, offered)
         except InvalidInput as exc:
             self._fail(start, str(exc))
             raise
@@ -302,6 +314,7 @@ class Stepper:
             inputs=inputs,
             reads=reads,
             binds=binds,
+            unsaved=unsaved or None,
         )
         writes[step_path(planned.name, legacy=self.state.legacy_layout)] = dump(record)
         trailers = [
@@ -361,21 +374,6 @@ class Stepper:
             reran_for=previous and (previous.rerun or previous.reran_for),
             **fields,
         )
-
-
-def _saved_outputs(
-    values: Mapping[str, Any],
-) -> tuple[dict[str, bytes | None], dict[str, models.Artifact]]:
-    """(the artifact files to write, the record's outputs) for a step's saved values."""
-    writes: dict[str, bytes | None] = {}
-    saved: dict[str, models.Artifact] = {}
-    for var, value in values.items():
-        fmt, data = artifacts.encode(var, value)
-        digest = artifacts.sha256(data)
-        writes[artifacts.path_for(digest, fmt)] = data
-        mark = trust.sign(digest) if fmt == "pickle" else None
-        saved[var] = models.Artifact(sha256=digest, format=fmt, size=len(data), mark=mark)
-    return writes, saved
 
 
 def _state_before(state: RunState, verdicts: Verdicts, number: int) -> Callable[[str], str]:

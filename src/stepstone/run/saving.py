@@ -1,0 +1,56 @@
+"""What a confirmed step saves of the values it made: the ones asked for (`--out`, a
+return value) or nothing, and the ones its cell bound as far as they can be saved."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import artifacts, models, trust
+from ..errors import InvalidInput
+from .checking import RETURN
+
+
+def saved_outputs(
+    asked: Mapping[str, Any], offered: Mapping[str, Any]
+) -> tuple[dict[str, bytes | None], dict[str, models.Artifact], dict[str, str]]:
+    """(the artifact files to write, the record's outputs, the offered names that
+    cannot be saved with their types). A value `asked` for that cannot be saved is an
+    error; an `offered` one is reported (it will not survive a resume)."""
+    writes: dict[str, bytes | None] = {}
+    saved: dict[str, models.Artifact] = {}
+    unsaved: dict[str, str] = {}
+    for var, value in asked.items():
+        try:
+            saved[var] = _save(var, value, writes)
+        except artifacts.Unsaveable as exc:
+            raise _refused(exc) from exc
+    for var, value in offered.items():
+        if var in saved:
+            continue
+        try:
+            saved[var] = _save(var, value, writes)
+        except artifacts.Unsaveable as exc:
+            unsaved[var] = exc.kind
+    return writes, saved, unsaved
+
+
+def _save(var: str, value: Any, writes: dict[str, bytes | None]) -> models.Artifact:
+    fmt, data = artifacts.encode(var, value)
+    digest = artifacts.sha256(data)
+    writes[artifacts.path_for(digest, fmt)] = data
+    mark = trust.sign(digest) if fmt in artifacts.RUNS_CODE else None
+    return models.Artifact(sha256=digest, format=fmt, size=len(data), mark=mark)
+
+
+def _refused(exc: artifacts.Unsaveable) -> InvalidInput:
+    if exc.name == RETURN:
+        return InvalidInput(
+            f"the step's return value ({exc.kind}) cannot be saved: {exc.why}. Return a "
+            f"plain value, an array or a DataFrame (or None, writing the value to a file "
+            f"the step's check names)"
+        )
+    return InvalidInput(
+        f"output {exc.name!r} ({exc.kind}) cannot be saved: {exc.why}. Drop it from --out, "
+        f"or convert it to a plain value, an array or a DataFrame"
+    )

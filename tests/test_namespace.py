@@ -1,0 +1,258 @@
+"""A skipped `%%step` cell leaves the kernel as if it had run: its imports, functions
+and classes made again, its data back exact, and what cannot be saved said twice."""
+
+import math
+import sqlite3
+import sys
+import threading
+from collections import Counter, OrderedDict, defaultdict
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from stepstone import artifacts
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, of the same types all the way down, dicts in the same key order."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    if isinstance(a, np.ndarray):
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and a.flags.f_contiguous == b.flags.f_contiguous
+            and a.tobytes(order="A") == b.tobytes(order="A")
+        )
+    if isinstance(a, dict):
+        if isinstance(a, defaultdict) and a.default_factory is not b.default_factory:
+            return False
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def round_trip(value: Any) -> tuple[str, Any]:
+    fmt, data = artifacts.encode("v", value)
+    return fmt, artifacts.decode(fmt, data)
+
+
+# -- values come back exact ---------------------------------------------------------
+
+keys = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
+leaves = st.one_of(
+    keys,
+    st.floats(allow_nan=False),
+    st.binary(max_size=8),
+    st.fractions(max_denominator=50),
+)
+
+
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.lists(children, max_size=4),
+        st.tuples(children, children),
+        st.dictionaries(st.text(max_size=5), children, max_size=4),
+        st.dictionaries(keys, children, max_size=4),
+        st.dictionaries(keys, children, max_size=4).map(OrderedDict),
+        st.dictionaries(st.text(max_size=5), children, max_size=4).map(
+            lambda d: defaultdict(list, d)
+        ),
+        st.lists(st.text(max_size=3), max_size=6).map(Counter),
+        st.sets(keys, max_size=4),
+        st.frozensets(keys, max_size=4),
+    )
+
+
+nested = st.recursive(leaves, _containers, max_leaves=25)
+
+
+@given(nested)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_nested_values_come_back_of_the_same_types_in_the_same_order(value: Any):
+    _, back = round_trip(value)
+    assert same(back, value)
+
+
+@given(
+    hnp.arrays(
+        dtype=st.one_of(
+            hnp.integer_dtypes(),
+            hnp.floating_dtypes(),
+            hnp.boolean_dtypes(),
+            hnp.complex_number_dtypes(),
+        ),
+        shape=hnp.array_shapes(min_dims=0, max_dims=3, max_side=4),
+    ),
+    st.booleans(),
+)
+@settings(max_examples=100, deadline=None)
+def test_arrays_come_back_with_their_dtype_shape_and_order(array: np.ndarray, fortran: bool):
+    if fortran:
+        array = np.asfortranarray(array)
+    fmt, back = round_trip(array)
+    assert fmt == "npy" and same(back, array)
+
+
+def _frames() -> list[pd.DataFrame]:
+    daily = pd.DataFrame(
+        {"x": np.arange(5.0), "k": pd.Categorical(list("abcab"))},
+        index=pd.date_range("2026-01-01", periods=5, freq="D", name="day"),
+    )
+    daily.attrs["source"] = "sensor 4"
+    plain = pd.DataFrame({"a": [1, 2], "b": ["x", None]})
+    wide = pd.DataFrame([[1, 2], [3, 4]], columns=pd.MultiIndex.from_tuples([("a", 1), ("b", 2)]))
+    return [daily, plain, wide, pd.DataFrame({"t": pd.to_timedelta([1, 2], unit="s")})]
+
+
+@pytest.mark.parametrize("frame", _frames(), ids=["freq-attrs", "plain", "multiindex", "td"])
+def test_data_frames_come_back_with_index_freq_dtypes_and_attrs(frame: pd.DataFrame):
+    _, back = round_trip(frame)
+    pd.testing.assert_frame_equal(back, frame, check_freq=True, check_flags=True)
+    assert type(back.index) is type(frame.index) and back.attrs == frame.attrs
+    assert getattr(back.index, "freq", None) == getattr(frame.index, "freq", None)
+
+
+def test_plain_frames_stay_parquet_and_a_frame_parquet_would_change_falls_back():
+    _, freq_back = round_trip(_frames()[0])
+    assert artifacts.encode("v", _frames()[1])[0] == "parquet"
+    assert artifacts.encode("v", _frames()[0])[0] == "pickle"  # Parquet drops the freq
+    assert freq_back.index.freq == "D"
+
+
+def test_a_dict_keeps_its_key_order_and_json_stays_for_plain_values():
+    value = {"zeta": 1, "alpha": [1.5, None, {"y": True, "b": "s"}]}
+    fmt, back = round_trip(value)
+    assert fmt == "json" and same(back, value)
+    assert round_trip((1, 2))[1] == (1, 2) and round_trip({1: "a"})[1] == {1: "a"}
+    assert math.isnan(round_trip(float("nan"))[1])
+    assert round_trip(Fraction(1, 3)) == ("pickle", Fraction(1, 3))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [threading.Lock(), (i for i in range(3)), sqlite3.connect(":memory:")],
+    ids=["lock", "generator", "connection"],
+)
+def test_a_value_no_format_keeps_is_refused_with_its_type(value: Any):
+    with pytest.raises(artifacts.Unsaveable) as caught:
+        artifacts.encode("v", value)
+    assert caught.value.kind in ("_thread.lock", "generator", "sqlite3.Connection")
+
+
+# -- the kernel gets it back --------------------------------------------------------
+
+DEFINE = """\
+import collections, sqlite3
+from collections import OrderedDict
+class Point:
+    def __init__(self, x):
+        self.x = x
+    def __eq__(self, other):
+        return type(other) is Point and other.x == self.x
+rate = 3
+def post(x, r=rate):
+    return x * r * scale
+scale = 2
+tally = collections.defaultdict(list)
+tally['z'].append(1)
+tally['a'].append(2)
+order = OrderedDict(b=1, a=2)
+counts = collections.Counter('hello')
+pair = (1, [2, 3], {4})
+conn = sqlite3.connect(':memory:')
+for last in range(3):
+    pass
+"""
+MADE = ["collections", "sqlite3", "OrderedDict", "Point", "rate", "post", "scale", "tally",
+        "order", "counts", "pair", "conn", "last"]  # fmt: skip
+
+
+@pytest.fixture
+def ip(workdir: Path):
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "stepstone")
+    yield shell
+    shell.run_line_magic("unload_ext", "stepstone")
+    for name in MADE:
+        shell.user_ns.pop(name, None)
+
+
+def _new_kernel(ip: InteractiveShell) -> None:
+    for name in MADE:
+        ip.user_ns.pop(name, None)
+    ip.run_line_magic("resume", "--run names")
+
+
+def test_a_skipped_cell_gives_back_its_imports_functions_classes_and_exact_data(ip, capsys):
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "define", DEFINE)
+    before = {n: ip.user_ns[n] for n in MADE if n not in ("conn", "Point", "post")}
+    _new_kernel(ip)
+    capsys.readouterr()
+    ip.run_cell_magic("step", "define", DEFINE)
+    out = capsys.readouterr().out
+    ns = ip.user_ns
+    assert "skipped, verified" in out
+    assert "made again OrderedDict, Point, collections, post, sqlite3" in out
+    for name, value in before.items():
+        assert same(ns[name], value), name
+    assert ns["tally"].default_factory is list and list(ns["order"]) == ["b", "a"]
+    assert ns["post"](1) == 6 and ns["Point"](1) == ns["Point"](1)
+    assert "conn" not in ns and "not restored conn (sqlite3.Connection)" in out
+
+
+def test_an_unsaveable_value_is_named_at_completion_and_when_a_later_cell_needs_it(ip, capsys):
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "define", DEFINE)
+    said = capsys.readouterr().out
+    assert (
+        "will not survive a resume: conn (sqlite3.Connection) - re-create it in the step "
+        "that uses it" in said
+    )
+    _new_kernel(ip)
+    ip.run_cell_magic("step", "define", DEFINE)
+    capsys.readouterr()
+    result = ip.run_cell("conn.execute('select 1')")
+    err = capsys.readouterr()
+    assert isinstance(result.error_in_exec, NameError)
+    text = err.out + err.err
+    assert "'conn' was made by step 'define', which was skipped on resume" in text
+    assert "%%step define --rerun" in text
+    ip.run_cell_magic("step", "again", "conn = None")  # a step that binds it again
+    ip.run_cell("del conn\nconn")
+    assert "skipped on resume" not in capsys.readouterr().out
+
+
+def test_a_definition_that_cannot_be_made_again_stops_with_what_to_do(
+    ip, workdir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    (workdir / "helper.py").write_text("def twice(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(workdir))
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "use", "from helper import twice\ny = twice(2)")
+    (workdir / "helper.py").unlink()
+    monkeypatch.delitem(sys.modules, "helper")
+    _new_kernel(ip)
+    with pytest.raises(UsageError, match=r"could not be made again \(ModuleNotFoundError.*--rerun"):
+        ip.run_cell_magic("step", "use", "from helper import twice\ny = twice(2)")
+
+
+def test_out_still_refuses_a_value_it_cannot_save(ip):
+    ip.run_line_magic("resume", "--run names")
+    with pytest.raises(UsageError, match=r"output 'conn' \(sqlite3.Connection\) cannot be saved"):
+        ip.run_cell_magic(
+            "step", "c --out conn", "import sqlite3\nconn = sqlite3.connect(':memory:')"
+        )
