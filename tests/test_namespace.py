@@ -256,3 +256,82 @@ def test_out_still_refuses_a_value_it_cannot_save(ip):
         ip.run_cell_magic(
             "step", "c --out conn", "import sqlite3\nconn = sqlite3.connect(':memory:')"
         )
+
+
+# -- which names: what later cells read ---------------------------------------------
+
+MAKE = """\
+import sqlite3
+rows = [1, 2]
+scratch = 3
+conn = sqlite3.connect(':memory:')
+with open('x.txt', 'w') as handle:
+    handle.write('x')
+"""
+
+
+def _notebook_of(folder: Path, *cells: str) -> Path:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    path = folder / "job.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in cells]), str(path))
+    return path
+
+
+def _in_notebook(ip, monkeypatch: pytest.MonkeyPatch, path: Path) -> Any:
+    from stepstone.notebook import NOTEBOOK_ENV
+
+    monkeypatch.setenv(NOTEBOOK_ENV, str(path))
+    ip.run_line_magic("resume", "")
+    return ip.magics_manager.registry["StepstoneMagics"].run
+
+
+def test_in_a_notebook_only_the_names_later_cells_read_are_saved(ip, workdir, monkeypatch, capsys):
+    path = _notebook_of(workdir, "%load_ext stepstone\n%resume", f"%%step make\n{MAKE}", "rows")
+    run = _in_notebook(ip, monkeypatch, path)
+    ip.run_cell_magic("step", "make", MAKE)
+    assert set(run.records["make"].outputs) == {"rows"}
+    assert "will not survive" not in capsys.readouterr().out  # conn, handle: nobody reads them
+    for name in ("rows", "scratch", "conn", "handle", "sqlite3"):
+        ip.user_ns.pop(name)
+    _in_notebook(ip, monkeypatch, path)
+    ip.run_cell_magic("step", "make", MAKE)
+    assert ip.user_ns["rows"] == [1, 2] and "sqlite3" in ip.user_ns
+    capsys.readouterr()
+    ip.run_cell("scratch")
+    said = capsys.readouterr().out
+    assert "'scratch' was made by step 'make', which was skipped on resume" in said
+    assert "no later cell read it when the step ran" in said
+
+
+@pytest.mark.parametrize(
+    ("later", "saved", "unsaved"),
+    [
+        ("print(rows)", {"rows"}, set()),
+        ("def total():\n    return sum(rows) + scratch", {"rows", "scratch"}, set()),
+        ("%time print(rows)", {"rows", "scratch"}, {"handle"}),  # IPython syntax: any name
+        ("print(eval('rows'))", {"rows", "scratch"}, {"handle"}),
+    ],
+    ids=["read", "read-by-a-function", "magic", "eval"],
+)
+def test_what_a_later_cell_may_read_is_saved(ip, workdir, monkeypatch, later, saved, unsaved):
+    body = "rows = [1, 2]\nscratch = 3\nwith open('x.txt', 'w') as handle:\n    pass"
+    path = _notebook_of(workdir, "%load_ext stepstone\n%resume", f"%%step make\n{body}", later)
+    run = _in_notebook(ip, monkeypatch, path)
+    ip.run_cell_magic("step", "make", body)
+    assert set(run.records["make"].outputs) == saved
+    assert set(run.records["make"].unsaved) == unsaved
+
+
+def test_a_value_a_later_step_changes_in_place_comes_back_changed(ip, workdir):
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "make", "tally = {'a': [1]}\nsame = [0]")
+    ip.run_cell_magic("step", "grow", "tally['a'].append(2)\nprint(same)")
+    run = ip.magics_manager.registry["StepstoneMagics"].run
+    assert set(run.records["grow"].outputs) == {"tally"}  # `same` did not change: not saved
+    ip.user_ns.pop("tally")
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "make", "tally = {'a': [1]}\nsame = [0]")
+    ip.run_cell_magic("step", "grow", "tally['a'].append(2)\nprint(same)")
+    assert ip.user_ns["tally"] == {"a": [1, 2]}

@@ -83,6 +83,7 @@ class StepstoneMagics(Magics):
         super().__init__(shell)
         self.run: Run | None = None
         self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
+        self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
 
     # -- helpers ----------------------------------------------------------------
 
@@ -147,7 +148,11 @@ class StepstoneMagics(Magics):
         self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
     ) -> RunStatus:
         """Claim the run for the notebook and commit the notebook's plan; the status."""
+        self.later = {}
         if notebook is not None and plan is not None:
+            self.later = namespace.later_reads(
+                namespace.notebook_cells(notebook, self.ip.transform_cell)
+            )
             moved = claim(run, notebook)
             if moved:
                 run.notes.append(moved)
@@ -217,7 +222,10 @@ class StepstoneMagics(Magics):
                     cell_raised = False
                     attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
                     if shape is not None:
-                        attempt.offer(namespace.offered(shape, ns, parsed.outputs))
+                        needed = self.later.get(parsed.name)
+                        attempt.offer(namespace.offered(shape, ns, parsed.outputs, needed))
+                        hidden = self.ip.user_ns_hidden
+                        attempt.offer_changed(namespace.touched(shape, ns, needed, hidden))
                         self.unrestored.bound(shape.binds)
         except StepstoneError as exc:
             if cell_raised:  # recording the cell's failure failed: keep both tracebacks
@@ -229,7 +237,9 @@ class StepstoneMagics(Magics):
         number = attempt.start.planned.number
         print(render.step_outcome(number, parsed.name, outcome, evidence_rows(record)))
         if attempt.skipped:
-            self.unrestored.skipped(parsed.name, record.unsaved)
+            back = {*attempt.values, *remade, *record.unsaved}
+            unread = [n for n in record.binds if n not in back and n not in ns]
+            self.unrestored.skipped(parsed.name, record.unsaved, unread)
             said = render.kernel_names(attempt.values, remade, record.unsaved, skipped=True)
         else:
             said = render.kernel_names((), (), record.unsaved, skipped=False)

@@ -9,15 +9,19 @@ and a function defined there sees the restored values as globals, as it did.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from .dependencies import may_bind
-from .errors import StepstoneError
+from .cellargs import parse_step_line, split_cell
+from .dependencies import DYNAMIC, cell_names, may_bind
+from .errors import InvalidInput, StepstoneError
 
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _THROWAWAY = frozenset({"_", "__", "___"})
+_DEFINED = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,8 @@ class Cell:
     definitions: ast.Module  # its top-level imports, defs and classes
     defined: frozenset[str]  # the names those bind
     others: frozenset[str]  # the names its other statements bind
+    reads: frozenset[str] | None  # the kernel names it may read; None: any
+    deferred: frozenset[str]  # the names its functions read when called, later
 
 
 def read_cell(code: str) -> Cell | None:
@@ -44,7 +50,11 @@ def read_cell(code: str) -> Cell | None:
         body=[s for s in tree.body if not isinstance(s, _DEFINITIONS)], type_ignores=[]
     )
     bound = may_bind(tree)
+    found = cell_names(code)
+    reads = None if found is None or DYNAMIC in found[0] else found[0]
     return Cell(
+        reads=reads,
+        deferred=frozenset(_read_in_functions(tree)),
         binds=tuple(dict.fromkeys(n for n in _in_order(tree) if n in bound)),
         definitions=definitions,
         defined=frozenset(may_bind(definitions)),
@@ -64,11 +74,127 @@ def _in_order(tree: ast.Module) -> Iterable[str]:
             yield node.name  # type: ignore[misc]
 
 
-def offered(cell: Cell, namespace: Mapping[str, Any], asked: Iterable[str] = ()) -> dict[str, Any]:
-    """The values to save of the names `cell` bound: not the ones its definitions
-    make again on skip, nor the ones `asked` for by name (`--out`)."""
+def offered(
+    cell: Cell,
+    namespace: Mapping[str, Any],
+    asked: Iterable[str] = (),
+    needed: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """The values to save of the names `cell` bound and a later cell may read (`needed`;
+    None: any): not the ones its definitions make again on skip, nor the ones `asked`
+    for by name (`--out`)."""
     skip = set(asked) | _THROWAWAY | (cell.defined - cell.others)
-    return {n: namespace[n] for n in cell.binds if n not in skip and n in namespace}
+    return {
+        n: namespace[n]
+        for n in cell.binds
+        if n not in skip and n in namespace and (needed is None or n in needed)
+    }
+
+
+def touched(
+    cell: Cell,
+    namespace: Mapping[str, Any],
+    needed: frozenset[str] | None = None,
+    hidden: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The values `cell` read and may have changed in place (`rows.append(x)`), that a
+    later cell may read: saved when they differ from what an earlier step saved."""
+    names = cell.reads if cell.reads is not None else namespace.keys()
+    skip = set(hidden) | _THROWAWAY | set(cell.binds)
+    return {
+        n: namespace[n]
+        for n in names
+        if n in namespace
+        and n not in skip
+        and not n.startswith("_")
+        and (needed is None or n in needed)
+        and not isinstance(namespace[n], _DEFINED)
+    }
+
+
+def later_reads(
+    cells: Sequence[tuple[str | None, str | None, Sequence[str]]],
+) -> dict[str, frozenset[str] | None]:
+    """For each step of a notebook, the names the cells after it (and its own `expr:`
+    checks) may read; None when one of those cells may read any name. `cells`: each
+    code cell as (its step name or None, its code as Python or None when it does not
+    parse, its checks)."""
+    shapes = [read_cell(code) if code is not None else None for _, code, _ in cells]
+    # a function reads its globals when it is called, from any later cell
+    deferred = set().union(*(s.deferred for s in shapes if s))
+    result: dict[str, frozenset[str] | None] = {}
+    later: set[str] | None = set()
+    for (name, _, checks), shape in zip(reversed(cells), reversed(shapes), strict=True):
+        own = _expression_names(checks)
+        if name is not None:
+            result[name] = (
+                None if later is None or own is None else frozenset(later | own | deferred)
+            )
+        if shape is None or shape.reads is None or own is None:
+            later = None
+        elif later is not None:
+            later |= shape.reads | own
+    return result
+
+
+def _read_in_functions(tree: ast.Module) -> set[str]:
+    """The names read inside the functions (and lambdas) `tree` defines: globals they
+    read when called."""
+    return {
+        node.id
+        for scope in ast.walk(tree)
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    }
+
+
+def notebook_cells(
+    path: Path, transform: Callable[[str], str]
+) -> list[tuple[str | None, str | None, Sequence[str]]]:
+    """A notebook's code cells for `later_reads`, their IPython syntax turned into
+    Python by `transform`."""
+    from .notebook import read_notebook
+
+    cells: list[tuple[str | None, str | None, Sequence[str]]] = []
+    for cell in read_notebook(path).cells:
+        if cell.cell_type != "code":
+            continue
+        parts = split_cell(cell.source)
+        try:
+            if parts is None:
+                cells.append((None, transform(_without_our_magics(cell.source)), ()))
+            else:
+                parsed = parse_step_line(parts[0])
+                cells.append((parsed.name, transform(parts[1]), parsed.checks))
+        except (InvalidInput, SyntaxError, ValueError):
+            cells.append((None, None, ()))
+    return cells
+
+
+_OURS = frozenset({"load_ext", "resume", "decide", "unknown", "finish"})
+
+
+def _without_our_magics(source: str) -> str:
+    """A cell without stepstone's own line magics: they read no kernel name (IPython
+    syntax left in makes the cell one that may read any)."""
+    return "\n".join(
+        "" if line.startswith("%") and line[1:].split(" ", 1)[0] in _OURS else line
+        for line in source.splitlines()
+    )
+
+
+def _expression_names(checks: Sequence[str]) -> set[str] | None:
+    """The names the `expr:` checks among `checks` read; None when one does not parse."""
+    names: set[str] = set()
+    for check in checks:
+        if check.startswith("expr:"):
+            try:
+                tree = ast.parse(check[len("expr:") :].strip(), mode="eval")
+            except SyntaxError:
+                return None
+            names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    return names
 
 
 def remake(cell: Cell, namespace: dict[str, Any], step: str) -> list[str]:
@@ -95,8 +221,10 @@ class Unrestored:
     def __init__(self) -> None:
         self.names: dict[str, tuple[str, str]] = {}  # name -> (step, type)
 
-    def skipped(self, step: str, unsaved: Mapping[str, str]) -> None:
-        """Step `step` was skipped; `unsaved` (name -> type) did not come back."""
+    def skipped(self, step: str, unsaved: Mapping[str, str], unread: Iterable[str] = ()) -> None:
+        """Step `step` was skipped; `unsaved` (name -> type) did not come back, nor did
+        `unread`, names it bound that no later cell read when it ran."""
+        self.names.update({name: (step, "") for name in unread})
         self.names.update({name: (step, kind) for name, kind in unsaved.items()})
 
     def bound(self, names: Iterable[str]) -> None:
@@ -109,8 +237,12 @@ class Unrestored:
         if name not in self.names:
             return None
         step, kind = self.names[name]
+        why = (
+            f"its value ({kind}) cannot be saved. Re-create it in the step that uses it, or"
+            if kind
+            else "it was not saved, as no later cell read it when the step ran. To make it,"
+        )
         return (
-            f"{name!r} was made by step {step!r}, which was skipped on resume, and its value "
-            f"({kind}) cannot be saved. Re-create it in the step that uses it, or run "
-            f"{step!r} again: %%step {step} --rerun 'REASON'"
+            f"{name!r} was made by step {step!r}, which was skipped on resume, and {why} "
+            f"run {step!r} again: %%step {step} --rerun 'REASON'"
         )

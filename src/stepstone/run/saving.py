@@ -3,20 +3,25 @@ return value) or nothing, and the ones its cell bound as far as they can be save
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import artifacts, models, trust
 from ..errors import InvalidInput
 from .checking import RETURN
+from .state import RunState
 
 
 def saved_outputs(
-    asked: Mapping[str, Any], offered: Mapping[str, Any]
+    asked: Mapping[str, Any],
+    offered: Mapping[str, Any],
+    touched: Mapping[str, Any],
+    last: Callable[[str], str | None],
 ) -> tuple[dict[str, bytes | None], dict[str, models.Artifact], dict[str, str]]:
     """(the artifact files to write, the record's outputs, the offered names that
     cannot be saved with their types). A value `asked` for that cannot be saved is an
-    error; an `offered` one is reported (it will not survive a resume)."""
+    error; an `offered` one is reported (it will not survive a resume); a `touched` one
+    is saved only when its sha256 differs from `last(name)`, the one saved before."""
     writes: dict[str, bytes | None] = {}
     saved: dict[str, models.Artifact] = {}
     unsaved: dict[str, str] = {}
@@ -32,12 +37,41 @@ def saved_outputs(
             saved[var] = _save(var, value, writes)
         except artifacts.Unsaveable as exc:
             unsaved[var] = exc.kind
+    for var, value in touched.items():
+        if var in saved:
+            continue
+        try:
+            fmt, data = artifacts.encode(var, value)
+        except artifacts.Unsaveable:
+            continue  # the step that bound it said so
+        digest = artifacts.sha256(data)
+        if digest != last(var):
+            saved[var] = _artifact(digest, fmt, data, writes)
     return writes, saved, unsaved
+
+
+def last_saved(state: RunState, number: int) -> Callable[[str], str | None]:
+    """The sha256 of the value the latest step before step `number` saved under a name."""
+
+    def last(var: str) -> str | None:
+        records = state.records
+        for name in reversed(state.steps.names[: number - 1]):
+            record = records.get(name)
+            if record is not None and var in record.outputs:
+                return record.outputs[var].sha256
+        return None
+
+    return last
 
 
 def _save(var: str, value: Any, writes: dict[str, bytes | None]) -> models.Artifact:
     fmt, data = artifacts.encode(var, value)
-    digest = artifacts.sha256(data)
+    return _artifact(artifacts.sha256(data), fmt, data, writes)
+
+
+def _artifact(
+    digest: str, fmt: str, data: bytes, writes: dict[str, bytes | None]
+) -> models.Artifact:
     writes[artifacts.path_for(digest, fmt)] = data
     mark = trust.sign(digest) if fmt in artifacts.RUNS_CODE else None
     return models.Artifact(sha256=digest, format=fmt, size=len(data), mark=mark)

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .. import checks, dependencies, message, models, names
@@ -20,7 +21,7 @@ from .checking import RETURN, Checker, check_scope
 from .layout import source_hash, step_path
 from .ledger import Ledger
 from .planning import Planner
-from .saving import saved_outputs
+from .saving import last_saved, saved_outputs
 from .state import RunState
 
 
@@ -48,6 +49,7 @@ class Attempt:
     namespace: Mapping[str, Any] | None = None
     kept: dict[str, Any] = field(default_factory=dict)
     offered: dict[str, Any] = field(default_factory=dict)
+    touched: dict[str, Any] = field(default_factory=dict)
     facts: Mapping[str, Any] | None = None
 
     @property
@@ -72,6 +74,11 @@ class Attempt:
     def offer(self, values: Mapping[str, Any]) -> None:
         """Save what of `values` can be saved; the record names the rest (`unsaved`)."""
         self.offered.update(values)
+
+    def offer_changed(self, values: Mapping[str, Any]) -> None:
+        """Save those of `values` that differ from what an earlier step saved under their
+        names (values the step may have changed in place)."""
+        self.touched.update(values)
 
 
 class Stepper:
@@ -121,6 +128,7 @@ class Stepper:
             facts=attempt.facts,
             namespace=attempt.namespace,
             offered=attempt.offered,
+            touched=attempt.touched,
         )
 
     @contextmanager
@@ -252,12 +260,15 @@ class Stepper:
         facts: Mapping[str, Any] | None = None,
         namespace: Mapping[str, Any] | None = None,
         offered: Mapping[str, Any] | None = None,
+        touched: Mapping[str, Any] | None = None,
     ) -> StepRecord:
         """Run the step's checks, then commit its record with evidence and saved outputs.
         A check that does not pass records the step as failed and raises `CheckFailed`."""
         try:
             with self.ledger.guard:
-                return self._confirm(start, dict(values or {}), facts, namespace, offered or {})
+                return self._confirm(
+                    start, dict(values or {}), facts, namespace, offered or {}, touched or {}
+                )
         finally:
             self._end(start.planned.name)
 
@@ -268,6 +279,7 @@ class Stepper:
         facts: Mapping[str, Any] | None,
         namespace: Mapping[str, Any] | None,
         offered: Mapping[str, Any],
+        touched: Mapping[str, Any],
     ) -> StepRecord:
         planned = start.planned
         missing = [var for var in planned.outputs if var not in values]
@@ -293,18 +305,13 @@ class Stepper:
         if not evidence:
             evidence.append(models.Evidence(check="completed", kind="completed", value=True))
         try:
-            writes, saved, unsaved = saved_outputs(values, offered)
+            writes, saved, unsaved = saved_outputs(
+                values, offered, touched, last_saved(self.state, planned.number)
+            )
         except InvalidInput as exc:
             self._fail(start, str(exc))
             raise
-        inputs, reads, binds = dependencies.recorded_inputs(
-            source=start.source,
-            declared=(*planned.inputs, *(dependencies.UNKNOWN + u for u in start.trace.unknowns)),
-            decisions=start.trace.decisions,
-            answers={u.id: u.answer for u in self.state.unknowns.values()},
-            earlier=_records_before(self.state, planned.number) if start.source else (),
-            workdir=self.checker.workdir,
-        )
+        inputs, reads, binds = _recorded_inputs(self.state, start, self.checker.workdir)
         record = self._record(
             start,
             "confirmed",
@@ -374,6 +381,20 @@ class Stepper:
             reran_for=previous and (previous.rerun or previous.reran_for),
             **fields,
         )
+
+
+def _recorded_inputs(
+    state: RunState, start: StepStart, workdir: Path
+) -> tuple[dict[str, str | None] | None, tuple[str, ...], tuple[str, ...]]:
+    """What step `start` read (its inputs, with the values seen) and its cell's names."""
+    return dependencies.recorded_inputs(
+        source=start.source,
+        declared=(*start.planned.inputs, *(dependencies.UNKNOWN + u for u in start.trace.unknowns)),
+        decisions=start.trace.decisions,
+        answers={u.id: u.answer for u in state.unknowns.values()},
+        earlier=_records_before(state, start.planned.number) if start.source else (),
+        workdir=workdir,
+    )
 
 
 def _state_before(state: RunState, verdicts: Verdicts, number: int) -> Callable[[str], str]:
