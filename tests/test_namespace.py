@@ -335,3 +335,39 @@ def test_a_value_a_later_step_changes_in_place_comes_back_changed(ip, workdir):
     ip.run_cell_magic("step", "make", "tally = {'a': [1]}\nsame = [0]")
     ip.run_cell_magic("step", "grow", "tally['a'].append(2)\nprint(same)")
     assert ip.user_ns["tally"] == {"a": [1, 2]}
+
+
+def test_a_large_value_a_step_only_reads_is_not_saved_again(ip, workdir, monkeypatch):
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "make", "import numpy as np\ngrid = np.zeros((200, 200))")
+    encoded: list[str] = []
+    encode = artifacts.encode
+    monkeypatch.setattr(artifacts, "encode", lambda n, v: encoded.append(n) or encode(n, v))
+    ip.run_cell_magic("step", "look", "peak = grid.max()")
+    assert encoded == ["peak"]  # its fingerprint says grid is as saved: not even encoded
+    ip.run_cell_magic("step", "poke", "grid[0, 0] = 7.0")
+    run = ip.magics_manager.registry["StepstoneMagics"].run
+    assert "grid" in run.records["make"].outputs
+    assert "grid" not in run.records["look"].outputs  # read, left as it was
+    assert "grid" in run.records["poke"].outputs  # changed in place: saved as it is now
+    ip.user_ns.pop("grid")
+    ip.run_line_magic("resume", "--run names")
+    for name, cell in [("make", "import numpy as np\ngrid = np.zeros((200, 200))"),
+                       ("look", "peak = grid.max()"), ("poke", "grid[0, 0] = 7.0")]:  # fmt: skip
+        ip.run_cell_magic("step", name, cell)
+    assert ip.user_ns["grid"][0, 0] == 7.0
+
+
+def test_resume_says_what_each_verified_step_gives_back(ip, workdir, capsys):
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "define", DEFINE)
+    ip.run_cell_magic("step", "nothing", "pass")
+    capsys.readouterr()
+    _new_kernel(ip)
+    out = capsys.readouterr().out
+    assert "skipped cells give back (with their imports, defs and classes):" in out
+    assert (
+        "  define: counts, last, order, pair, rate, scale, tally; not conn (sqlite3.Connection)"
+        in out
+    )
+    assert "nothing:" not in out

@@ -21,7 +21,7 @@ from .models import PlannedStep
 from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, plan_from_notebook
 from .run import Run, open_run
 from .settings import STEAL_ENV
-from .status import RunStatus
+from .status import RunStatus, StepStatus
 from .store import RUN_ENV, STORE_ENV, resolve_store_path
 
 M = TypeVar("M", bound=Callable[..., Any])
@@ -84,6 +84,7 @@ class StepstoneMagics(Magics):
         self.run: Run | None = None
         self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
         self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
+        self.seen = namespace.Seen()  # large values as last saved or restored
 
     # -- helpers ----------------------------------------------------------------
 
@@ -143,6 +144,11 @@ class StepstoneMagics(Magics):
             raise
         self.run = run
         self._show(status)
+        shown = render.shown_steps(status)
+        verified = [s.name for s in shown if isinstance(s, StepStatus) and s.state == "verified"]
+        giving = [(name, run.records.get(name)) for name in verified]
+        if said := render.giving_back((n, r.outputs, r.unsaved) for n, r in giving if r):
+            print(said)
 
     def _open_plan(
         self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
@@ -224,8 +230,8 @@ class StepstoneMagics(Magics):
                     if shape is not None:
                         needed = self.later.get(parsed.name)
                         attempt.offer(namespace.offered(shape, ns, parsed.outputs, needed))
-                        hidden = self.ip.user_ns_hidden
-                        attempt.offer_changed(namespace.touched(shape, ns, needed, hidden))
+                        read = namespace.touched(shape, ns, needed, self.ip.user_ns_hidden)
+                        attempt.offer_changed(self.seen.maybe_changed(read))
                         self.unrestored.bound(shape.binds)
         except StepstoneError as exc:
             if cell_raised:  # recording the cell's failure failed: keep both tracebacks
@@ -233,6 +239,7 @@ class StepstoneMagics(Magics):
             raise
         record = attempt.record
         assert record is not None
+        self.seen.saw({n: ns[n] for n in {*record.outputs, *attempt.touched} if n in ns})
         outcome = "skipped, verified" if attempt.skipped else "confirmed"
         number = attempt.start.planned.number
         print(render.step_outcome(number, parsed.name, outcome, evidence_rows(record)))

@@ -9,6 +9,7 @@ and a function defined there sees the restored values as globals, as it did.
 from __future__ import annotations
 
 import ast
+import hashlib
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -246,3 +247,53 @@ class Unrestored:
             f"{name!r} was made by step {step!r}, which was skipped on resume, and {why} "
             f"run {step!r} again: %%step {step} --rerun 'REASON'"
         )
+
+
+def fingerprint(value: Any) -> str | None:
+    """A fast hash of a NumPy array's or a pandas frame's content, to tell whether a
+    step changed it in place without saving it again; None for other values (they are
+    encoded to tell) and for frames pandas cannot hash."""
+    cls = type(value)
+    module = cls.__module__.split(".")[0]
+    try:
+        if module == "numpy" and cls.__name__ == "ndarray" and not value.dtype.hasobject:
+            import numpy as np
+
+            digest = hashlib.blake2b(f"{value.dtype.str}{value.shape}".encode())
+            digest.update(np.ascontiguousarray(value).data.cast("B"))
+            return digest.hexdigest()
+        if module == "pandas" and cls.__name__ in ("DataFrame", "Series"):
+            import pandas as pd
+
+            shape = (getattr(value, "columns", None), value.dtypes, value.attrs, value.index)
+            digest = hashlib.blake2b(repr(shape).encode())
+            digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+            return digest.hexdigest()
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+class Seen:
+    """The fingerprints of the large values the kernel holds as last saved or
+    restored, by name: a step that read one and left it as it was saves nothing."""
+
+    def __init__(self) -> None:
+        self.prints: dict[str, str] = {}
+
+    def saw(self, values: Mapping[str, Any]) -> None:
+        """`values` are as saved (or restored) now."""
+        for name, value in values.items():
+            found = fingerprint(value)
+            if found is None:
+                self.prints.pop(name, None)
+            else:
+                self.prints[name] = found
+
+    def maybe_changed(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Those of `values` that may differ from when they were seen."""
+        return {
+            name: value
+            for name, value in values.items()
+            if (seen := self.prints.get(name)) is None or fingerprint(value) != seen
+        }

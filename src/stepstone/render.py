@@ -369,6 +369,22 @@ def step_outcome(number: int, name: str, outcome: str, evidence: Iterable[Eviden
     return f"step {number} {name}: {outcome} ({evidence_text(evidence)})"
 
 
+def giving_back(steps: Iterable[tuple[str, Iterable[str], Mapping[str, str]]]) -> str:
+    """What `%resume` says verified steps give back to the kernel when their cells are
+    skipped: their saved values, and what they cannot give back ("" when none saved)."""
+    lines = []
+    for name, saved, unsaved in steps:
+        words = ", ".join(saved)
+        if unsaved:
+            lost = ", ".join(f"{n} ({kind})" for n, kind in unsaved.items())
+            words = f"{words}; not {lost}" if words else f"not {lost}"
+        if words:
+            lines.append(f"  {name}: {words}")
+    if not lines:
+        return ""
+    return "\n".join(["skipped cells give back (with their imports, defs and classes):", *lines])
+
+
 def kernel_names(
     restored: Iterable[str], remade: Iterable[str], unsaved: Mapping[str, str], *, skipped: bool
 ) -> str:
