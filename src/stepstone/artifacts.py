@@ -112,33 +112,63 @@ def _comes_back(fmt: str, data: bytes, value: Any) -> bool:
         return False
     if fmt == "module":
         return back is value
-    if fmt == "parquet":
-        return _same_frame(back, value)
-    try:
-        if back == value:
-            return True
-    except Exception:  # arrays inside: `==` is not a truth value
-        pass
+    if _equal(back, value):
+        return True
     try:  # no __eq__ of its own, or one that cannot say: the same pickle again
         return pickle.dumps(back, protocol=pickle.HIGHEST_PROTOCOL) == data
     except Exception:
         return False
 
 
-def _same_frame(back: Any, value: Any) -> bool:
-    def same_axis(a: Any, b: Any) -> bool:
+def _equal(back: Any, value: Any) -> bool:
+    """`back == value`, of the same types all the way down, for containers, arrays and
+    frames too (whose `==` is not a truth value)."""
+    if type(back) is not type(value):
+        return False
+    if isinstance(value, dict):
+        if getattr(value, "default_factory", None) != getattr(back, "default_factory", None):
+            return False
+        return list(back) == list(value) and all(_equal(back[k], value[k]) for k in value)
+    if isinstance(value, (list, tuple)):
+        return len(back) == len(value) and all(map(_equal, back, value))
+    cls = type(value)
+    module = cls.__module__.split(".")[0]
+    if module == "pandas" and cls.__name__ == "DataFrame":
+        return _same_frame(back, value)
+    if module == "pandas" and cls.__name__ == "Series":
         return (
-            type(a) is type(b)
-            and a.equals(b)
-            and a.names == b.names
-            and a.dtype == b.dtype
-            and getattr(a, "freq", None) == getattr(b, "freq", None)
+            back.equals(value)
+            and back.name == value.name
+            and back.dtype == value.dtype
+            and back.attrs == value.attrs
+            and _same_axis(back.index, value.index)
         )
+    if module == "numpy" and cls.__name__ == "ndarray":
+        import numpy as np
 
+        return back.dtype == value.dtype and bool(np.array_equal(back, value))
+    try:
+        result = back == value
+        return result is True or (type(result).__name__ == "bool_" and bool(result))
+    except Exception:
+        return False
+
+
+def _same_axis(a: Any, b: Any) -> bool:
+    return (
+        type(a) is type(b)
+        and a.equals(b)
+        and a.names == b.names
+        and a.dtype == b.dtype
+        and getattr(a, "freq", None) == getattr(b, "freq", None)
+    )
+
+
+def _same_frame(back: Any, value: Any) -> bool:
     return (
         back.equals(value)
-        and same_axis(back.index, value.index)
-        and same_axis(back.columns, value.columns)
+        and _same_axis(back.index, value.index)
+        and _same_axis(back.columns, value.columns)
         and back.dtypes.equals(value.dtypes)
         and back.attrs == value.attrs
     )

@@ -18,6 +18,7 @@ In the Python API a plain callable can stand in for a spec.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import csv
@@ -368,3 +369,17 @@ def verify(
     ):
         return Verdict(False, f"{spec.arg} now gives {fresh.value!r}, was {evidence.value!r}")
     return Verdict(True)
+
+
+def names_read(check_texts: Iterable[str]) -> set[str] | None:
+    """The names the `expr:` checks among `check_texts` read; None when one does not
+    parse (it may read any)."""
+    names: set[str] = set()
+    for text in check_texts:
+        if text.startswith("expr:"):
+            try:
+                tree = ast.parse(text[len("expr:") :].strip(), mode="eval")
+            except SyntaxError:
+                return None
+            names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    return names

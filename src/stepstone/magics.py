@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -85,6 +85,7 @@ class StepstoneMagics(Magics):
         self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
         self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
         self.seen = namespace.Seen()  # large values as last saved or restored
+        self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
 
     # -- helpers ----------------------------------------------------------------
 
@@ -219,7 +220,8 @@ class StepstoneMagics(Magics):
                 was=parsed.was,
             ) as attempt:
                 if attempt.skipped:
-                    remade = self._give_back(parsed.name, attempt.values, shape)
+                    unsaved = attempt.record.unsaved if attempt.record else {}
+                    remade = self._give_back(parsed.name, attempt.values, unsaved, shape)
                 else:
                     cell_raised = True
                     filename = self.ip.compile.cache(code)
@@ -254,12 +256,20 @@ class StepstoneMagics(Magics):
             print(said)
 
     def _give_back(
-        self, step: str, values: dict[str, Any], shape: namespace.Cell | None
+        self,
+        step: str,
+        values: dict[str, Any],
+        unsaved: Iterable[str],
+        shape: namespace.Cell | None,
     ) -> list[str]:
         """Put a skipped step's saved values and definitions back in the kernel; the
         names its definitions made again."""
         ns = self.ip.user_ns
         ns.update(values)
+        self.given.update({name: id(value) for name, value in values.items()})
+        for name in unsaved:  # as given back by an earlier step: from before this one ran
+            if name in ns and self.given.get(name) == id(ns[name]):
+                del ns[name]
         if shape is None:
             return []
         remade = namespace.remake(shape, ns, step)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .cellargs import parse_step_line, split_cell
+from .checks import names_read
 from .dependencies import DYNAMIC, cell_names, may_bind
 from .errors import InvalidInput, StepstoneError
 
@@ -88,7 +90,10 @@ def offered(
     return {
         n: namespace[n]
         for n in cell.binds
-        if n not in skip and n in namespace and (needed is None or n in needed)
+        if n not in skip
+        and n in namespace
+        and (needed is None or n in needed)
+        and not _closed(namespace[n])
     }
 
 
@@ -110,7 +115,13 @@ def touched(
         and not n.startswith("_")
         and (needed is None or n in needed)
         and not isinstance(namespace[n], _DEFINED)
+        and not _closed(namespace[n])
     }
+
+
+def _closed(value: Any) -> bool:
+    """A closed file: nothing to give back (`with open(p) as f` leaves one)."""
+    return isinstance(value, io.IOBase) and value.closed
 
 
 def later_reads(
@@ -126,7 +137,7 @@ def later_reads(
     result: dict[str, frozenset[str] | None] = {}
     later: set[str] | None = set()
     for (name, _, checks), shape in zip(reversed(cells), reversed(shapes), strict=True):
-        own = _expression_names(checks)
+        own = names_read(checks)
         if name is not None:
             result[name] = (
                 None if later is None or own is None else frozenset(later | own | deferred)
@@ -185,19 +196,6 @@ def _without_our_magics(source: str) -> str:
     )
 
 
-def _expression_names(checks: Sequence[str]) -> set[str] | None:
-    """The names the `expr:` checks among `checks` read; None when one does not parse."""
-    names: set[str] = set()
-    for check in checks:
-        if check.startswith("expr:"):
-            try:
-                tree = ast.parse(check[len("expr:") :].strip(), mode="eval")
-            except SyntaxError:
-                return None
-            names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
-    return names
-
-
 def remake(cell: Cell, namespace: dict[str, Any], step: str) -> list[str]:
     """Run `cell`'s top-level imports, defs and classes again in `namespace`; the names
     they bound. Raises `StepstoneError` saying how to go on when one fails."""
@@ -239,13 +237,16 @@ class Unrestored:
             return None
         step, kind = self.names[name]
         why = (
-            f"its value ({kind}) cannot be saved. Re-create it in the step that uses it, or"
+            f"its value ({kind}) cannot be saved. Re-create it in the step that uses it (or "
+            f"in a plain cell before it, which always runs)"
             if kind
-            else "it was not saved, as no later cell read it when the step ran. To make it,"
+            else "it was not saved, as no later cell read it when the step ran. Make it "
+            "again in a plain cell"
         )
         return (
-            f"{name!r} was made by step {step!r}, which was skipped on resume, and {why} "
-            f"run {step!r} again: %%step {step} --rerun 'REASON'"
+            f"{name!r} was made by step {step!r}, which was skipped on resume, and {why}; "
+            f"or run {step!r} again (%%step {step} --rerun 'REASON'), which repeats what it "
+            f"does outside stepstone.effect"
         )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +65,11 @@ class Checker:
                 return self.untrusted(var)
         scope = dict(namespace or {})
         if any(ev.kind == "expr" for ev in record.evidence):
+            read = checks.names_read(ev.check for ev in record.evidence)
+            if read is not None and "result" in read:
+                read.add(RETURN)
             try:
-                scope = check_scope(namespace, self.load_outputs(record))
+                scope = check_scope(namespace, self.load_outputs(record, only=read))
             except StepstoneError as exc:
                 return str(exc)
         for ev in record.evidence:
@@ -240,10 +243,15 @@ class Checker:
             f"{shlex.quote(str(self.state.store.path))}` (once) loads its values"
         )
 
-    def load_outputs(self, record: StepRecord) -> dict[str, Any]:
-        """The values `record` saved, loaded (raises when one cannot be)."""
+    def load_outputs(
+        self, record: StepRecord, only: Collection[str] | None = None
+    ) -> dict[str, Any]:
+        """The values `record` saved (those named in `only`), loaded (raises when one
+        cannot be)."""
         values: dict[str, Any] = {}
         for var, art in record.outputs.items():
+            if only is not None and var not in only:
+                continue
             data = self.state.blob(artifacts.path_for(art.sha256, art.format))
             if data is None or artifacts.sha256(data) != art.sha256:
                 raise StepstoneError(
@@ -256,8 +264,8 @@ class Checker:
             except Exception as exc:  # a pickle whose class is gone, a missing pyarrow...
                 raise StepstoneError(
                     f"saved output {var!r} cannot be loaded here ({type(exc).__name__}: "
-                    f"{exc}); the step runs again. A class defined in the step's own cell "
-                    f"is not there when the step is skipped: define it in a cell before"
+                    f"{exc}); the step runs again. A class its value needs must be defined "
+                    f"before the value is loaded: in an earlier cell, not in the step's own"
                 ) from exc
         return values
 

@@ -42,8 +42,9 @@ def saved_outputs(
             continue
         try:
             fmt, data = artifacts.encode(var, value)
-        except artifacts.Unsaveable:
-            continue  # the step that bound it said so
+        except artifacts.Unsaveable as exc:
+            unsaved[var] = exc.kind  # a resume must not give back its value from before
+            continue
         digest = artifacts.sha256(data)
         if digest != last(var):
             saved[var] = _artifact(digest, fmt, data, writes)
