@@ -72,8 +72,13 @@ def encode(name: str, value: Any) -> tuple[str, bytes]:
 
 
 def _candidates(value: Any) -> Iterator[tuple[str, Callable[[Any], bytes]]]:
-    if _is_plain(value):
-        yield "json", lambda v: json.dumps(v, ensure_ascii=False).encode()
+    try:
+        plain = _is_plain(value)
+    except RecursionError:  # a cycle, or nesting deeper than JSON goes
+        plain = False
+    if plain:  # (pickle after it: an int too long for JSON, a lone surrogate)
+        yield "json", lambda v: json.dumps(v).encode()
+        yield "pickle", lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
         return
     cls = type(value)
     if isinstance(value, types.ModuleType):
@@ -112,8 +117,11 @@ def _comes_back(fmt: str, data: bytes, value: Any) -> bool:
         return False
     if fmt == "module":
         return back is value
-    if _equal(back, value):
-        return True
+    try:
+        if _equal(back, value):
+            return True
+    except Exception:  # RecursionError (a cycle), an `==` that cannot say (attrs of arrays)
+        pass
     try:  # no __eq__ of its own, or one that cannot say: the same pickle again
         return pickle.dumps(back, protocol=pickle.HIGHEST_PROTOCOL) == data
     except Exception:
@@ -140,7 +148,7 @@ def _equal(back: Any, value: Any) -> bool:
             back.equals(value)
             and back.name == value.name
             and back.dtype == value.dtype
-            and back.attrs == value.attrs
+            and _equal(back.attrs, value.attrs)
             and _same_axis(back.index, value.index)
         )
     if module == "numpy" and cls.__name__ == "ndarray":
@@ -170,7 +178,8 @@ def _same_frame(back: Any, value: Any) -> bool:
         and _same_axis(back.index, value.index)
         and _same_axis(back.columns, value.columns)
         and back.dtypes.equals(value.dtypes)
-        and back.attrs == value.attrs
+        and back.flags.allows_duplicate_labels == value.flags.allows_duplicate_labels
+        and _equal(back.attrs, value.attrs)
     )
 
 

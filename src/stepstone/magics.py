@@ -86,6 +86,7 @@ class StepstoneMagics(Magics):
         self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
         self.seen = namespace.Seen()  # large values as last saved or restored
         self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
+        self.kept: set[str] = set()  # the names the steps met so far saved
 
     # -- helpers ----------------------------------------------------------------
 
@@ -155,7 +156,7 @@ class StepstoneMagics(Magics):
         self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
     ) -> RunStatus:
         """Claim the run for the notebook and commit the notebook's plan; the status."""
-        self.later = {}
+        self.later, self.kept = {}, set()
         if notebook is not None and plan is not None:
             self.later = namespace.later_reads(
                 namespace.notebook_cells(notebook, self.ip.transform_cell)
@@ -207,6 +208,9 @@ class StepstoneMagics(Magics):
             run.rerun(parsed.name, parsed.rerun, once=True)
         code = self.ip.transform_cell(cell)
         shape = namespace.read_cell(code)
+        before = run.records.get(parsed.name)
+        pickled = before is not None and any(a.format == "pickle" for a in before.outputs.values())
+        defined = shape is not None and pickled and namespace.define_first(shape, ns)
         cell_raised = False
         try:
             with run.stepping(
@@ -221,7 +225,7 @@ class StepstoneMagics(Magics):
             ) as attempt:
                 if attempt.skipped:
                     unsaved = attempt.record.unsaved if attempt.record else {}
-                    remade = self._give_back(parsed.name, attempt.values, unsaved, shape)
+                    remade = self._give_back(parsed.name, attempt.values, unsaved, shape, defined)
                 else:
                     cell_raised = True
                     filename = self.ip.compile.cache(code)
@@ -232,7 +236,7 @@ class StepstoneMagics(Magics):
                     if shape is not None:
                         needed = self.later.get(parsed.name)
                         attempt.offer(namespace.offered(shape, ns, parsed.outputs, needed))
-                        read = namespace.touched(shape, ns, needed, self.ip.user_ns_hidden)
+                        read = namespace.touched(shape, ns, self.kept, needed)
                         attempt.offer_changed(self.seen.maybe_changed(read))
                         self.unrestored.bound(shape.binds)
         except StepstoneError as exc:
@@ -242,6 +246,7 @@ class StepstoneMagics(Magics):
         record = attempt.record
         assert record is not None
         self.seen.saw({n: ns[n] for n in {*record.outputs, *attempt.touched} if n in ns})
+        self.kept.update(record.outputs)
         outcome = "skipped, verified" if attempt.skipped else "confirmed"
         number = attempt.start.planned.number
         print(render.step_outcome(number, parsed.name, outcome, evidence_rows(record)))
@@ -261,6 +266,7 @@ class StepstoneMagics(Magics):
         values: dict[str, Any],
         unsaved: Iterable[str],
         shape: namespace.Cell | None,
+        defined: bool,
     ) -> list[str]:
         """Put a skipped step's saved values and definitions back in the kernel; the
         names its definitions made again."""
@@ -272,8 +278,13 @@ class StepstoneMagics(Magics):
                 del ns[name]
         if shape is None:
             return []
-        remade = namespace.remake(shape, ns, step)
-        ns.update({name: values[name] for name in shape.defined if name in values})
+        remade = sorted(shape.defined) if defined else namespace.remake(shape, ns, step)
+        for name in shape.defined & shape.others:  # rebound after: its definition is not it
+            if name in values:
+                ns[name] = values[name]
+            else:
+                ns.pop(name, None)
+                remade.remove(name)
         return [name for name in remade if name not in values]
 
     @line_magic

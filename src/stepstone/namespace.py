@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import io
+import pickle
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from .errors import InvalidInput, StepstoneError
 
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _THROWAWAY = frozenset({"_", "__", "___"})
+_TEXT_EVAL = frozenset({"query", "eval"})
 _DEFINED = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)
 
 
@@ -37,6 +39,7 @@ class Cell:
     others: frozenset[str]  # the names its other statements bind
     reads: frozenset[str] | None  # the kernel names it may read; None: any
     deferred: frozenset[str]  # the names its functions read when called, later
+    remade_reads: frozenset[str]  # the names its definitions read (class bodies, defaults)
 
 
 def read_cell(code: str) -> Cell | None:
@@ -54,14 +57,31 @@ def read_cell(code: str) -> Cell | None:
     )
     bound = may_bind(tree)
     found = cell_names(code)
-    reads = None if found is None or DYNAMIC in found[0] else found[0]
+    reads = None if found is None or DYNAMIC in found[0] or _evaluates_text(tree) else found[0]
+    if reads is not None:  # `del x` needs x
+        reads = reads | {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)
+        }
     return Cell(
         reads=reads,
         deferred=frozenset(_read_in_functions(tree)),
+        remade_reads=frozenset(
+            n.id
+            for n in ast.walk(definitions)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        ),
         binds=tuple(dict.fromkeys(n for n in _in_order(tree) if n in bound)),
         definitions=definitions,
         defined=frozenset(may_bind(definitions)),
         others=frozenset(may_bind(rest)),
+    )
+
+
+def _evaluates_text(tree: ast.Module) -> bool:
+    """Whether the code evaluates names in text (`df.query("v > @cutoff")`, `df.eval`)."""
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _TEXT_EVAL
+        for n in ast.walk(tree)
     )
 
 
@@ -100,23 +120,33 @@ def offered(
 def touched(
     cell: Cell,
     namespace: Mapping[str, Any],
+    kept: Collection[str],
     needed: frozenset[str] | None = None,
-    hidden: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """The values `cell` read and may have changed in place (`rows.append(x)`), that a
-    later cell may read: saved when they differ from what an earlier step saved."""
-    names = cell.reads if cell.reads is not None else namespace.keys()
-    skip = set(hidden) | _THROWAWAY | set(cell.binds)
+    """The values earlier steps saved (`kept`) that `cell` may have changed in place
+    (`rows.append(x)`, or a function of the notebook it called), that a later cell may
+    read: saved again when they differ from what was saved."""
+    reads = cell.reads
+    if reads is None or any(_notebook_code(namespace.get(n)) for n in reads):
+        names: Iterable[str] = kept
+    else:
+        names = [n for n in reads if n in kept]
     return {
         n: namespace[n]
         for n in names
         if n in namespace
-        and n not in skip
-        and not n.startswith("_")
+        and n not in cell.binds
         and (needed is None or n in needed)
         and not isinstance(namespace[n], _DEFINED)
         and not _closed(namespace[n])
     }
+
+
+def _notebook_code(value: Any) -> bool:
+    """A function, method or class the notebook defined: calling it may change any
+    value it reaches."""
+    value = getattr(value, "__func__", value)
+    return isinstance(value, (types.FunctionType, type)) and value.__module__ == "__main__"
 
 
 def _closed(value: Any) -> bool:
@@ -139,8 +169,9 @@ def later_reads(
     for (name, _, checks), shape in zip(reversed(cells), reversed(shapes), strict=True):
         own = names_read(checks)
         if name is not None:
+            remade = shape.remade_reads if shape is not None else frozenset()
             result[name] = (
-                None if later is None or own is None else frozenset(later | own | deferred)
+                None if later is None or own is None else frozenset(later | own | deferred | remade)
             )
         if shape is None or shape.reads is None or own is None:
             later = None
@@ -213,6 +244,17 @@ def remake(cell: Cell, namespace: dict[str, Any], step: str) -> list[str]:
     return sorted(cell.defined)
 
 
+def define_first(cell: Cell, namespace: dict[str, Any]) -> bool:
+    """Run `cell`'s definitions before its saved values load: a pickled value may name
+    a function or class the cell defines (`ops = {"add": add}`, an instance). Whether
+    they ran; a failure is left to `remake`, after the values are back."""
+    try:
+        exec(compile(cell.definitions, "<definitions>", "exec"), namespace)
+    except Exception:
+        return False
+    return True
+
+
 class Unrestored:
     """The names skipped steps could not give back (`unsaved` in their records), until
     a cell that runs binds them again."""
@@ -251,7 +293,7 @@ class Unrestored:
 
 
 def fingerprint(value: Any) -> str | None:
-    """A fast hash of a NumPy array's or a pandas frame's content, to tell whether a
+    """A fast hash of a NumPy array's or a pandas object's content, to tell whether a
     step changed it in place without saving it again; None for other values (they are
     encoded to tell) and for frames pandas cannot hash."""
     cls = type(value)
@@ -260,17 +302,28 @@ def fingerprint(value: Any) -> str | None:
         if module == "numpy" and cls.__name__ == "ndarray" and not value.dtype.hasobject:
             import numpy as np
 
-            digest = hashlib.blake2b(f"{value.dtype.str}{value.shape}".encode())
-            digest.update(np.ascontiguousarray(value).data.cast("B"))
+            flat = value.T if value.flags.f_contiguous and value.ndim > 1 else value
+            digest = hashlib.blake2b(pickle.dumps((value.dtype, value.shape, flat is not value)))
+            digest.update(np.ascontiguousarray(flat).data.cast("B"))
             return digest.hexdigest()
         if module == "pandas" and cls.__name__ in ("DataFrame", "Series"):
             import pandas as pd
 
-            shape = (getattr(value, "columns", None), value.dtypes, value.attrs, value.index)
-            digest = hashlib.blake2b(repr(shape).encode())
+            index = value.index
+            shape = (
+                getattr(value, "columns", None),
+                getattr(value, "name", None),
+                list(value.dtypes) if cls.__name__ == "DataFrame" else value.dtype,
+                value.attrs,
+                value.flags.allows_duplicate_labels,
+                type(index),
+                index.names,
+                getattr(index, "freq", None),
+            )
+            digest = hashlib.blake2b(pickle.dumps(shape))
             digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
             return digest.hexdigest()
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, pickle.PicklingError):
         return None
     return None
 
@@ -281,20 +334,29 @@ class Seen:
 
     def __init__(self) -> None:
         self.prints: dict[str, str] = {}
+        self._taken: dict[str, tuple[int, str | None]] = {}  # this step's, by id
 
     def saw(self, values: Mapping[str, Any]) -> None:
         """`values` are as saved (or restored) now."""
         for name, value in values.items():
-            found = fingerprint(value)
+            taken = self._taken.get(name)
+            found = taken[1] if taken and taken[0] == id(value) else fingerprint(value)
             if found is None:
                 self.prints.pop(name, None)
             else:
                 self.prints[name] = found
+        self._taken = {}
 
     def maybe_changed(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Those of `values` that may differ from when they were seen."""
-        return {
-            name: value
-            for name, value in values.items()
-            if (seen := self.prints.get(name)) is None or fingerprint(value) != seen
-        }
+        changed = {}
+        for name, value in values.items():
+            seen = self.prints.get(name)
+            if seen is None:
+                changed[name] = value
+                continue
+            now = fingerprint(value)
+            self._taken[name] = (id(value), now)
+            if now != seen:
+                changed[name] = value
+        return changed

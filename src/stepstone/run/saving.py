@@ -38,7 +38,8 @@ def saved_outputs(
         except artifacts.Unsaveable as exc:
             unsaved[var] = exc.kind
     for var, value in touched.items():
-        if var in saved:
+        before = last(var)
+        if var in saved or before is None:  # no step saved it: a plain cell makes it
             continue
         try:
             fmt, data = artifacts.encode(var, value)
@@ -46,7 +47,7 @@ def saved_outputs(
             unsaved[var] = exc.kind  # a resume must not give back its value from before
             continue
         digest = artifacts.sha256(data)
-        if digest != last(var):
+        if digest != before:
             saved[var] = _artifact(digest, fmt, data, writes)
     return writes, saved, unsaved
 
