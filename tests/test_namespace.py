@@ -544,3 +544,15 @@ def test_values_that_name_the_cells_own_functions_and_classes_come_back(ip, work
     assert run.records["a"].attempt == 1  # skipped, not run again
     assert ip.user_ns["ops"]["add"](1, 2) == 3 and ip.user_ns["box"].v == 3
     assert type(ip.user_ns["box"]) is ip.user_ns["Box"]
+
+
+def test_a_value_a_step_read_and_left_as_saved_is_not_loaded_back_to_check(ip, monkeypatch):
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "make", "pairs = [(i, str(i)) for i in range(1000)]")
+    decoded: list[str] = []
+    decode = artifacts.decode
+    monkeypatch.setattr(artifacts, "decode", lambda f, d: decoded.append(f) or decode(f, d))
+    ip.run_cell_magic("step", "look", "n = len(pairs)")
+    assert decoded == []  # its pickle's sha256 says it is as saved
+    ip.run_cell_magic("step", "grow", "pairs.append((-1, 'x'))")
+    assert decoded == ["pickle"]  # changed: saved again, with its round-trip check

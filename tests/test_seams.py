@@ -488,17 +488,18 @@ def test_finishing_again_restores_an_archive_tag_a_kill_lost(workdir: Path):
     assert git("tag", cwd=workdir / ".stepstone").split() == ["stepstone/job"]
 
 
-def test_a_value_whose_class_is_defined_in_its_step_runs_the_step_again(
+def test_a_value_whose_class_is_defined_in_its_step_comes_back_in_a_new_kernel(
     tmp_path: Path, receiver: Receiver
 ):
     a = tmp_path / "a"
     a.mkdir()
     boxed = "%%step box --out box\nclass Box:\n    n = 3\nbox = Box()"
-    write_job(a, extra_cells=(boxed,))
+    shown = "assert type(box) is Box and box.n == 3"
+    write_job(a, extra_cells=(boxed, shown))
     assert run_job(a, receiver).returncode == 0
     again = run_job(a, receiver)
     assert again.returncode == 0, again.stderr
-    assert "[4/4] box: done" in again.stderr
+    assert "[4/4] box: skipped" in again.stderr  # the class is defined before box loads
     assert list(receiver.applied("blind").values()) == [1]
 
 

@@ -71,6 +71,18 @@ def encode(name: str, value: Any) -> tuple[str, bytes]:
     raise Unsaveable(name, value, why)
 
 
+def encoded_as(fmt: str, value: Any) -> bytes | None:
+    """`value` in format `fmt`, without the round-trip check (None when it does not
+    go): to tell cheaply whether a value is still the one saved in that format."""
+    for candidate, write in _candidates(value):
+        if candidate == fmt:
+            try:
+                return write(value)
+            except Exception:
+                return None
+    return None
+
+
 def _candidates(value: Any) -> Iterator[tuple[str, Callable[[Any], bytes]]]:
     try:
         plain = _is_plain(value)

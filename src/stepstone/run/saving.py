@@ -16,12 +16,12 @@ def saved_outputs(
     asked: Mapping[str, Any],
     offered: Mapping[str, Any],
     touched: Mapping[str, Any],
-    last: Callable[[str], str | None],
+    last: Callable[[str], models.Artifact | None],
 ) -> tuple[dict[str, bytes | None], dict[str, models.Artifact], dict[str, str]]:
     """(the artifact files to write, the record's outputs, the offered names that
     cannot be saved with their types). A value `asked` for that cannot be saved is an
     error; an `offered` one is reported (it will not survive a resume); a `touched` one
-    is saved only when its sha256 differs from `last(name)`, the one saved before."""
+    is saved only when it differs from `last(name)`, the one saved before."""
     writes: dict[str, bytes | None] = {}
     saved: dict[str, models.Artifact] = {}
     unsaved: dict[str, str] = {}
@@ -41,26 +41,29 @@ def saved_outputs(
         before = last(var)
         if var in saved or before is None:  # no step saved it: a plain cell makes it
             continue
+        quick = artifacts.encoded_as(before.format, value)
+        if quick is not None and artifacts.sha256(quick) == before.sha256:
+            continue  # as saved: no round-trip check needed
         try:
             fmt, data = artifacts.encode(var, value)
         except artifacts.Unsaveable as exc:
             unsaved[var] = exc.kind  # a resume must not give back its value from before
             continue
         digest = artifacts.sha256(data)
-        if digest != before:
+        if digest != before.sha256:
             saved[var] = _artifact(digest, fmt, data, writes)
     return writes, saved, unsaved
 
 
-def last_saved(state: RunState, number: int) -> Callable[[str], str | None]:
-    """The sha256 of the value the latest step before step `number` saved under a name."""
+def last_saved(state: RunState, number: int) -> Callable[[str], models.Artifact | None]:
+    """The value the latest step before step `number` saved under a name."""
 
-    def last(var: str) -> str | None:
+    def last(var: str) -> models.Artifact | None:
         records = state.records
         for name in reversed(state.steps.names[: number - 1]):
             record = records.get(name)
             if record is not None and var in record.outputs:
-                return record.outputs[var].sha256
+                return record.outputs[var]
         return None
 
     return last
