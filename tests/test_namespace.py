@@ -556,3 +556,29 @@ def test_a_value_a_step_read_and_left_as_saved_is_not_loaded_back_to_check(ip, m
     assert decoded == []  # its pickle's sha256 says it is as saved
     ip.run_cell_magic("step", "grow", "pairs.append((-1, 'x'))")
     assert decoded == ["pickle"]  # changed: saved again, with its round-trip check
+
+
+def test_another_users_pickles_are_withheld_not_rerun_and_trust_gives_them_back(
+    ip, workdir, monkeypatch, capsys
+):
+    from conftest import stepstone_cli
+
+    cell = "tags = {'eu', 'us'}\ncount = 2"
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "tag", cell)
+    ip.user_ns.pop("tags"), ip.user_ns.pop("count")
+    monkeypatch.setenv("STEPSTONE_CONFIG", str(workdir / "another-user"))
+    capsys.readouterr()
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "tag", cell)
+    out = capsys.readouterr().out
+    assert "skipped, verified" in out  # the step stands: the run does not start over
+    assert "not restored tags (a pickle from a store you do not trust)" in out
+    assert ip.user_ns["count"] == 2 and "tags" not in ip.user_ns
+    ip.run_cell("tags")
+    assert "run `stepstone trust` (once)" in capsys.readouterr().out
+    other = {"STEPSTONE_CONFIG": str(workdir / "another-user")}
+    assert stepstone_cli("trust", cwd=workdir, **other).returncode == 0
+    ip.run_line_magic("resume", "--run names")
+    ip.run_cell_magic("step", "tag", cell)
+    assert ip.user_ns["tags"] == {"eu", "us"}

@@ -251,10 +251,12 @@ class StepstoneMagics(Magics):
         number = attempt.start.planned.number
         print(render.step_outcome(number, parsed.name, outcome, evidence_rows(record)))
         if attempt.skipped:
-            back = {*attempt.values, *remade, *record.unsaved}
+            lost = dict(record.unsaved)  # and the untrusted pickles the step stands without:
+            lost.update({n: namespace.UNTRUSTED for n in record.outputs if n not in attempt.values})
+            back = {*attempt.values, *remade, *lost}
             unread = [n for n in record.binds if n not in back and n not in ns]
-            self.unrestored.skipped(parsed.name, record.unsaved, unread)
-            said = render.kernel_names(attempt.values, remade, record.unsaved, skipped=True)
+            self.unrestored.skipped(parsed.name, lost, unread)
+            said = render.kernel_names(attempt.values, remade, lost, skipped=True)
         else:
             said = render.kernel_names((), (), record.unsaved, skipped=False)
         if said:

@@ -25,6 +25,7 @@ from .errors import InvalidInput, StepstoneError
 
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _THROWAWAY = frozenset({"_", "__", "___"})
+UNTRUSTED = "a pickle from a store you do not trust"  # why a saved value was withheld
 _TEXT_EVAL = frozenset({"query", "eval"})
 _DEFINED = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)
 
@@ -278,6 +279,13 @@ class Unrestored:
         if name not in self.names:
             return None
         step, kind = self.names[name]
+        if kind == UNTRUSTED:
+            return (
+                f"{name!r} was made by step {step!r}, which was skipped on resume; its saved "
+                f"value is a pickle written by someone else, and loading a pickle runs its "
+                f"code. If you trust who wrote this store, run `stepstone trust` (once) and "
+                f"run the notebook again"
+            )
         why = (
             f"its value ({kind}) cannot be saved. Re-create it in the step that uses it (or "
             f"in a plain cell before it, which always runs)"

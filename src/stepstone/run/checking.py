@@ -61,7 +61,7 @@ class Checker:
         if any(d not in recorded for d in planned.inputs if d.startswith(("file:", "unknown:"))):
             return "its declared inputs changed since it ran"
         for var, art in record.outputs.items():
-            if not self.may_load(art):
+            if var in (*planned.outputs, RETURN) and not self.may_load(art):
                 return self.untrusted(var)
         scope = dict(namespace or {})
         if any(ev.kind == "expr" for ev in record.evidence):
@@ -234,6 +234,10 @@ class Checker:
             or trust.store_trusted(self.state.store.git_dir)
         )
 
+    def withheld(self, record: StepRecord) -> list[str]:
+        """The saved values of `record` this user may not load here (untrusted pickles)."""
+        return [var for var, art in record.outputs.items() if not self.may_load(art)]
+
     def untrusted(self, var: str) -> str:
         """Why saved output `var` is not loaded here, and how to trust its store."""
         return (
@@ -244,13 +248,20 @@ class Checker:
         )
 
     def load_outputs(
-        self, record: StepRecord, only: Collection[str] | None = None
+        self,
+        record: StepRecord,
+        only: Collection[str] | None = None,
+        asked: Collection[str] | None = None,
     ) -> dict[str, Any]:
         """The values `record` saved (those named in `only`), loaded (raises when one
-        cannot be)."""
+        cannot be). Given the names `asked` for (`--out`), a pickle of another name
+        from a store this user does not trust is left out, not an error: the step
+        stands, and the name is not given back (`withheld`)."""
         values: dict[str, Any] = {}
         for var, art in record.outputs.items():
             if only is not None and var not in only:
+                continue
+            if asked is not None and var not in (*asked, RETURN) and not self.may_load(art):
                 continue
             data = self.state.blob(artifacts.path_for(art.sha256, art.format))
             if data is None or artifacts.sha256(data) != art.sha256:

@@ -236,7 +236,7 @@ class Stepper:
             problem = self.checker.verify_step(planned, record, namespace, state_of=before)
             if problem is None:
                 try:
-                    values = self.checker.load_outputs(record)
+                    values = self.checker.load_outputs(record, asked=planned.outputs)
                 except StepstoneError as exc:
                     problem = f"its saved outputs cannot be restored ({exc})"
                 else:
