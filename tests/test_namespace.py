@@ -570,6 +570,9 @@ def test_another_users_pickles_are_withheld_not_rerun_and_trust_gives_them_back(
     monkeypatch.setenv("STEPSTONE_CONFIG", str(workdir / "another-user"))
     capsys.readouterr()
     ip.run_line_magic("resume", "--run names")
+    shown = capsys.readouterr().out
+    assert "  tag: count\n" in shown  # what it gives back: not the withheld pickle
+    assert "not given back here (tag: tags)" in shown and "stepstone trust --repo" in shown
     ip.run_cell_magic("step", "tag", cell)
     out = capsys.readouterr().out
     assert "skipped, verified" in out  # the step stands: the run does not start over

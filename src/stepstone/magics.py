@@ -149,7 +149,13 @@ class StepstoneMagics(Magics):
         shown = render.shown_steps(status)
         verified = [s.name for s in shown if isinstance(s, StepStatus) and s.state == "verified"]
         giving = [(name, run.records.get(name)) for name in verified]
-        if said := render.giving_back((n, r.outputs, r.unsaved) for n, r in giving if r):
+        withheld = run.withheld  # untrusted pickles, named in the status's notes
+        rows = (
+            (n, [v for v in r.outputs if v not in withheld.get(n, ())], r.unsaved)
+            for n, r in giving
+            if r
+        )
+        if said := render.giving_back(rows):
             print(said)
 
     def _open_plan(

@@ -39,6 +39,7 @@ class Checker:
         self.workdir = workdir
         self.notes = notes
         self._not_rerun: list[str] = []
+        self.withheld: dict[str, list[str]] = {}  # step -> saved names not loaded here
 
     def verify_step(
         self,
@@ -60,9 +61,12 @@ class Checker:
         recorded = record.inputs or {}
         if any(d not in recorded for d in planned.inputs if d.startswith(("file:", "unknown:"))):
             return "its declared inputs changed since it ran"
-        for var, art in record.outputs.items():
-            if var in (*planned.outputs, RETURN) and not self.may_load(art):
+        withheld = [var for var, art in record.outputs.items() if not self.may_load(art)]
+        for var in withheld:
+            if var in (*planned.outputs, RETURN):
                 return self.untrusted(var)
+        if withheld:
+            self.withheld[planned.name] = withheld
         scope = dict(namespace or {})
         if any(ev.kind == "expr" for ev in record.evidence):
             read = checks.names_read(ev.check for ev in record.evidence)
@@ -109,7 +113,7 @@ class Checker:
     ) -> RunStatus:
         """Verify every recorded step now (running `cmd:`/`call:` checks again only with
         `run_commands`) and say what is next; the verdicts keep each step's state."""
-        self._not_rerun = []
+        self._not_rerun, self.withheld = [], {}
         state = self.state
         with collector_paused():
             follows = self.following()
@@ -129,6 +133,8 @@ class Checker:
                     f"a run runs no code: {names.listing(self._not_rerun, 5)} (`stepstone "
                     f"verify`, or --recheck, re-runs them)"
                 )
+            if self.withheld:
+                notes.append(self._withheld_note())
             effect_records = state.effect_book.records.values()
             retention, at = self.settings.effect_retention, self.settings.clock()
             return RunStatus(
@@ -234,9 +240,14 @@ class Checker:
             or trust.store_trusted(self.state.store.git_dir)
         )
 
-    def withheld(self, record: StepRecord) -> list[str]:
-        """The saved values of `record` this user may not load here (untrusted pickles)."""
-        return [var for var, art in record.outputs.items() if not self.may_load(art)]
+    def _withheld_note(self) -> str:
+        said = [f"{step}: {', '.join(vars_)}" for step, vars_ in self.withheld.items()]
+        return (
+            f"saved values that are pickles written by someone else are not given back "
+            f"here ({names.listing(said, 5)}); a cell that reads one fails. If you trust "
+            f"who wrote this store, `stepstone trust --repo "
+            f"{shlex.quote(str(self.state.store.path))}` (once) loads them"
+        )
 
     def untrusted(self, var: str) -> str:
         """Why saved output `var` is not loaded here, and how to trust its store."""

@@ -46,6 +46,12 @@ class RunView:
         return self._checker.workdir
 
     @property
+    def withheld(self) -> dict[str, list[str]]:
+        """By step, the saved values the last status found this user may not load
+        (pickles from a store they do not trust): the step stands without them."""
+        return self._checker.withheld
+
+    @property
     def info(self) -> RunInfo:
         """The run's head file (`run.json`)."""
         return self.state.info
