@@ -23,7 +23,9 @@ CELLS = {
     "binds nothing (floor)": "pass",
     "3 small values": "n = 1\nname = 'x'\nrows = [1, 2, 3]",
     "dict of 1,000 items": "table = {str(i): i for i in range(1000)}",
-    "OrderedDict of 1,000": "from collections import OrderedDict\nod = OrderedDict((i, i) for i in range(1000))",
+    "OrderedDict of 1,000": (
+        "from collections import OrderedDict\nod = OrderedDict((i, i) for i in range(1000))"
+    ),
     "1 MB float64 array": "import numpy as np\narr = np.arange(131072, dtype=np.float64)",
     "10 MB float64 array": "import numpy as np\nbig = np.arange(1310720, dtype=np.float64)",
     "imports + def only": "import json, math\ndef helper(x):\n    return math.sqrt(x)",
