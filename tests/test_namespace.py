@@ -5,7 +5,7 @@ import math
 import sqlite3
 import sys
 import threading
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict, namedtuple
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,7 @@ def test_a_dict_keeps_its_key_order_and_json_stays_for_plain_values():
     assert fmt == "json" and same(back, value)
     assert round_trip((1, 2))[1] == (1, 2) and round_trip({1: "a"})[1] == {1: "a"}
     assert math.isnan(round_trip(float("nan"))[1])
+    assert round_trip(float("nan"))[0] == "pyjson" and round_trip({1: (2, {3})})[0] == "pyjson"
     assert round_trip(Fraction(1, 3)) == ("pickle", Fraction(1, 3))
 
 
@@ -553,9 +554,9 @@ def test_a_value_a_step_read_and_left_as_saved_is_not_loaded_back_to_check(ip, m
     decode = artifacts.decode
     monkeypatch.setattr(artifacts, "decode", lambda f, d: decoded.append(f) or decode(f, d))
     ip.run_cell_magic("step", "look", "n = len(pairs)")
-    assert decoded == []  # its pickle's sha256 says it is as saved
+    assert decoded == []  # the sha256 of its bytes says it is as saved
     ip.run_cell_magic("step", "grow", "pairs.append((-1, 'x'))")
-    assert decoded == ["pickle"]  # changed: saved again, with its round-trip check
+    assert decoded == ["pyjson"]  # changed: saved again, with its round-trip check
 
 
 def test_another_users_pickles_are_withheld_not_rerun_and_trust_gives_them_back(
@@ -563,25 +564,39 @@ def test_another_users_pickles_are_withheld_not_rerun_and_trust_gives_them_back(
 ):
     from conftest import stepstone_cli
 
-    cell = "tags = {'eu', 'us'}\ncount = 2"
+    cell = "from fractions import Fraction\ntags = Fraction(1, 3)\nshape = (3, {'eu'})\ncount = 2"
     ip.run_line_magic("resume", "--run names")
     ip.run_cell_magic("step", "tag", cell)
-    ip.user_ns.pop("tags"), ip.user_ns.pop("count")
+    for name in ("tags", "shape", "count", "Fraction"):
+        ip.user_ns.pop(name)
     monkeypatch.setenv("STEPSTONE_CONFIG", str(workdir / "another-user"))
     capsys.readouterr()
     ip.run_line_magic("resume", "--run names")
     shown = capsys.readouterr().out
-    assert "  tag: count\n" in shown  # what it gives back: not the withheld pickle
+    assert "  tag: count, shape\n" in shown  # not the withheld pickle
+    assert "(tag: tags)" in shown  # a tuple of a set is tagged JSON: it loads for anyone
     assert "not given back here (tag: tags)" in shown and "stepstone trust --repo" in shown
     ip.run_cell_magic("step", "tag", cell)
     out = capsys.readouterr().out
     assert "skipped, verified" in out  # the step stands: the run does not start over
     assert "not restored tags (a pickle from a store you do not trust)" in out
-    assert ip.user_ns["count"] == 2 and "tags" not in ip.user_ns
+    assert ip.user_ns["count"] == 2 and ip.user_ns["shape"] == (3, {"eu"})
+    assert "tags" not in ip.user_ns
     ip.run_cell("tags")
     assert "run `stepstone trust` (once)" in capsys.readouterr().out
     other = {"STEPSTONE_CONFIG": str(workdir / "another-user")}
     assert stepstone_cli("trust", cwd=workdir, **other).returncode == 0
     ip.run_line_magic("resume", "--run names")
     ip.run_cell_magic("step", "tag", cell)
-    assert ip.user_ns["tags"] == {"eu", "us"}
+    assert ip.user_ns["tags"] == ip.user_ns["Fraction"](1, 3)
+
+
+Pair = namedtuple("Pair", "x y")  # a subclass of tuple: not tagged JSON
+
+
+def test_pythons_containers_are_tagged_json_and_subclasses_stay_exact_through_pickle():
+    value = {("a", 1): [{1, 2}, frozenset({b"x"}), 1j], "p": (1.5, float("inf"))}
+    fmt, back = round_trip(value)
+    assert fmt == "pyjson" and same(back, value)
+    assert round_trip(Pair(1, 2)) == ("pickle", Pair(1, 2))
+    assert b"__reduce__" not in artifacts.encode("v", value)[1]  # plain JSON text

@@ -311,7 +311,8 @@ def test_a_cloned_store_with_pickled_outputs_finishes_and_says_how_to_trust_them
 ):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
-    write_job(a, extra_cells=("%%step tags --out tags\ntags = {'eu', 'us', 'apac'}",))
+    pickled = "%%step tags --out tags\nfrom fractions import Fraction\ntags = Fraction(1, 3)"
+    write_job(a, extra_cells=(pickled,))
     assert run_job(a, receiver).returncode == 0
     _copy_work_files(a, b)
     agent_b = {"STEPSTONE_CONFIG": str(tmp_path / "agent-b-config"), "RECEIVER": receiver.url}

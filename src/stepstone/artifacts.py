@@ -2,8 +2,10 @@
 
 JSON for plain values (exact `dict`, `list`, `str`, `int`, `float`, `bool`, `None`:
 they come back with the same types and key order), `.npy` (pickling disabled) for
-NumPy arrays, Parquet for pandas DataFrames that come back equal from it, a module's
-name for a module, and pickle for anything else. Every format but JSON and `.npy` is
+NumPy arrays, tagged JSON for Python's own containers (tuples, sets, `OrderedDict`,
+`defaultdict`, `Counter`, dicts with other keys, bytes: see `tagged`), Parquet for
+pandas DataFrames that come back equal from it, a module's name for a module, and
+pickle for anything else. Every format but JSON and `.npy` is
 checked at save time: the value must come back of the same type and equal, else the
 next format is tried and then the value is refused (`Unsaveable`). A pickle (or an
 import) runs code when loaded: it is loaded only from a store the user trusts (one
@@ -21,6 +23,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from . import tagged
 from .errors import InvalidInput
 
 _PLAIN = (type(None), bool, int, float, str)
@@ -92,6 +95,8 @@ def _candidates(value: Any) -> Iterator[tuple[str, Callable[[Any], bytes]]]:
         yield "json", lambda v: json.dumps(v).encode()
         yield "pickle", lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
         return
+    if tagged.encodable(value):
+        yield tagged.FORMAT, tagged.dumps
     cls = type(value)
     if isinstance(value, types.ModuleType):
         yield "module", lambda v: v.__name__.encode()
@@ -145,6 +150,8 @@ def _equal(back: Any, value: Any) -> bool:
     frames too (whose `==` is not a truth value)."""
     if type(back) is not type(value):
         return False
+    if type(value) is float and value != value:  # NaN
+        return bool(back != back)
     if isinstance(value, dict):
         if getattr(value, "default_factory", None) != getattr(back, "default_factory", None):
             return False
@@ -207,6 +214,8 @@ def decode(fmt: str, data: bytes) -> Any:
         import pandas as pd
 
         return pd.read_parquet(io.BytesIO(data))
+    if fmt == tagged.FORMAT:
+        return tagged.loads(data)
     if fmt == "pickle":
         return pickle.loads(data)
     if fmt == "module":
