@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from hypothesis.extra import pandas as hpd
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -600,3 +601,33 @@ def test_pythons_containers_are_tagged_json_and_subclasses_stay_exact_through_pi
     assert fmt == "pyjson" and same(back, value)
     assert round_trip(Pair(1, 2)) == ("pickle", Pair(1, 2))
     assert b"__reduce__" not in artifacts.encode("v", value)[1]  # plain JSON text
+
+
+@given(
+    hpd.data_frames(
+        [
+            hpd.column("f", dtype=float),
+            hpd.column("i", dtype=int),
+            hpd.column("s", elements=st.text(max_size=4)),
+            hpd.column("b", dtype=bool),
+        ],
+        index=hpd.range_indexes(max_size=6) | hpd.indexes(dtype="datetime64[ns]", max_size=6),
+    ),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_frames_come_back_exact_in_whatever_format_keeps_them(frame: pd.DataFrame, attrs):
+    frame.attrs.update(attrs)
+    _, back = round_trip(frame)
+    pd.testing.assert_frame_equal(back, frame, check_freq=True, check_exact=True)
+    assert type(back.index) is type(frame.index) and back.attrs == frame.attrs
+
+
+@given(
+    st.lists(hnp.arrays(hnp.integer_dtypes(), hnp.array_shapes(max_dims=2, max_side=3)), max_size=3)
+)
+@settings(max_examples=60, deadline=None)
+def test_arrays_inside_containers_come_back_exact(arrays: list[np.ndarray]):
+    value = {"arrays": arrays, "pair": tuple(arrays[:2])}
+    _, back = round_trip(value)
+    assert same(back, value)
