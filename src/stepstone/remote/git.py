@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
+from pathlib import Path
 
+from .. import trust
 from ..errors import GitFailed, StoreError
 from ..store import GitStore
+
+# stepstone's git commands need no hook; a store copied from someone else brings theirs
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+# settings of a store's own config that make git run a command (hooks and fsmonitor
+# are turned off by NO_HOOKS instead)
+_RUNS_COMMANDS = re.compile(
+    r"^(core\.(sshcommand|askpass|gitproxy)|credential\.(.*\.)?helper"
+    r"|remote\..*\.(uploadpack|receivepack|vcs)|protocol\..*allow|uploadpack\..*hook"
+    r"|include\..*|includeif\..*)$"
+)
 
 REMOTE_KEY = "stepstone.remote"  # the Git config key naming the remote runs travel to
 
@@ -25,11 +39,42 @@ def git_env() -> dict[str, str]:
     return {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
 
 
+def commands_in_config(git_dir: Path) -> list[str]:
+    """The settings in the store's own config that would make git run a command."""
+    done = subprocess.run(
+        ["git", "config", "--file", str(git_dir / "config"), "--name-only", "--list"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [key for key in done.stdout.split() if _RUNS_COMMANDS.match(key.lower())]
+
+
+def refuse_untrusted_commands(store: GitStore) -> None:
+    """Raise, naming them, when a store this user does not trust sets command-valued git
+    settings: stepstone's git would run what whoever wrote the store chose."""
+    if trust.store_trusted(store.git_dir):
+        return
+    keys = commands_in_config(store.git_dir)
+    if keys:
+        where = shlex.quote(str(store.git_dir))
+        unset = "; ".join(f"git --git-dir {where} config --unset-all {k}" for k in keys)
+        raise StoreError(
+            str(store.path),
+            f"its Git config sets {', '.join(keys)}, which make git run a command, and you "
+            f"have not said you trust this store, so stepstone runs no git command on it. "
+            f"Remove them ({unset}) or, if you trust who wrote it, `stepstone trust --repo "
+            f"{shlex.quote(str(store.path))}`",
+        )
+
+
 def git(store: GitStore, *args: str, check: bool = True, timeout: float = 60) -> str:
-    """Run git in the store's Git directory; return stdout."""
+    """Run git in the store's Git directory, with no hooks and no command-valued
+    settings of an untrusted store (`refuse_untrusted_commands`); return stdout."""
+    refuse_untrusted_commands(store)
     try:
         done = subprocess.run(
-            ["git", "--git-dir", str(store.git_dir), *args],
+            ["git", *NO_HOOKS, "--git-dir", str(store.git_dir), *args],
             capture_output=True,
             text=True,
             env=git_env(),

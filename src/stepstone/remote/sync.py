@@ -12,7 +12,7 @@ from ..effectbook import state_rank
 from ..errors import Diverged, GitFailed, StoreError
 from ..message import FROM, KEY, STATUS, CommitMessage, run_commit
 from ..store import BRANCH_REFS, DIVERGED_REFS, RUN_REFS, TAG_REFS, TRACKING_REFS, GitStore
-from .git import REMOTE_KEY, gist, git, git_env, require_remote
+from .git import NO_HOOKS, REMOTE_KEY, gist, git, git_env, require_remote
 
 
 def clone(url: str, path: Path) -> GitStore:
@@ -20,7 +20,7 @@ def clone(url: str, path: Path) -> GitStore:
     if path.exists() and any(path.iterdir()):
         raise StoreError(str(path), "exists and is not empty; clone into a new folder")
     done = subprocess.run(
-        ["git", "clone", "--bare", "--quiet", url, str(path)],
+        ["git", *NO_HOOKS, "clone", "--bare", "--quiet", url, str(path)],
         capture_output=True,
         text=True,
         env=git_env(),
@@ -109,7 +109,7 @@ def _name_remote_head(store: GitStore, name: str, ref: str) -> None:
     except OSError:
         return
     subprocess.run(
-        ["git", "--git-dir", str(path), "symbolic-ref", "HEAD", ref],
+        ["git", *NO_HOOKS, "--git-dir", str(path), "symbolic-ref", "HEAD", ref],
         capture_output=True,
         check=False,
         timeout=30,
