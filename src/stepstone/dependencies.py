@@ -61,15 +61,21 @@ def cell_names(source: str) -> tuple[frozenset[str], frozenset[str]] | None:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
+    return tree_names(tree)
+
+
+def tree_names(tree: ast.Module) -> tuple[frozenset[str], frozenset[str]]:
+    """`cell_names` of a cell's parsed code."""
     reads: set[str] = set()
     _statements(tree.body, reads, set())
     return frozenset(reads), frozenset(may_bind(tree))
 
 
-def may_bind(tree: ast.Module) -> set[str]:
-    """Every name the cell may bind in the kernel: under `if`, `try`, a loop, `with`,
-    `except` as well, imports included (a later cell may read any of them); not the
-    names of its functions', classes' and comprehensions' own scopes."""
+def may_bind(tree: ast.Module) -> dict[str, None]:
+    """Every name the cell may bind in the kernel, in the order first met (an ordered
+    set): under `if`, `try`, a loop, `with`, `except` as well, imports included (a
+    later cell may read any of them); not the names of its functions', classes' and
+    comprehensions' own scopes."""
     scopes = (
         ast.FunctionDef,
         ast.AsyncFunctionDef,
@@ -85,18 +91,18 @@ def may_bind(tree: ast.Module) -> set[str]:
         if isinstance(node, scopes):
             for child in ast.iter_child_nodes(node):
                 inner.update(id(n) for n in ast.walk(child))
-    found: set[str] = set()
+    found: dict[str, None] = {}
     for node in ast.walk(tree):
         if id(node) in inner:
             continue
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            found.add(node.id)
+            found[node.id] = None
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.update((a.asname or a.name).split(".")[0] for a in node.names)
+            found.update(dict.fromkeys((a.asname or a.name).split(".")[0] for a in node.names))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or (
             isinstance(node, ast.ExceptHandler) and node.name
         ):
-            found.add(node.name)  # type: ignore[arg-type]
+            found[node.name] = None  # type: ignore[index]
     return found
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from .cellargs import parse_step_line, split_cell
 from .checks import names_read
-from .dependencies import DYNAMIC, cell_names, may_bind
+from .dependencies import DYNAMIC, may_bind, tree_names
 from .errors import InvalidInput, StepstoneError
 
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -56,22 +56,15 @@ def read_cell(code: str) -> Cell | None:
     rest = ast.Module(
         body=[s for s in tree.body if not isinstance(s, _DEFINITIONS)], type_ignores=[]
     )
-    bound = may_bind(tree)
-    found = cell_names(code)
-    reads = None if found is None or DYNAMIC in found[0] or _evaluates_text(tree) else found[0]
+    found, _ = tree_names(tree)
+    reads = None if DYNAMIC in found or _evaluates_text(tree) else found
     if reads is not None:  # `del x` needs x
-        reads = reads | {
-            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)
-        }
+        reads = reads | _names(tree, ast.Del)
     return Cell(
         reads=reads,
         deferred=frozenset(_read_in_functions(tree)),
-        remade_reads=frozenset(
-            n.id
-            for n in ast.walk(definitions)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-        ),
-        binds=tuple(dict.fromkeys(n for n in _in_order(tree) if n in bound)),
+        remade_reads=frozenset(_names(definitions, ast.Load)),
+        binds=tuple(may_bind(tree)),
         definitions=definitions,
         defined=frozenset(may_bind(definitions)),
         others=frozenset(may_bind(rest)),
@@ -86,16 +79,9 @@ def _evaluates_text(tree: ast.Module) -> bool:
     )
 
 
-def _in_order(tree: ast.Module) -> Iterable[str]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            yield node.id
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield from ((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or (
-            isinstance(node, ast.ExceptHandler) and node.name
-        ):
-            yield node.name  # type: ignore[misc]
+def _names(tree: ast.AST, context: type[ast.expr_context]) -> set[str]:
+    """The names `tree` uses in `context` (`ast.Load`: reads, `ast.Del`: `del x`)."""
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
 
 
 def offered(
@@ -184,13 +170,10 @@ def later_reads(
 def _read_in_functions(tree: ast.Module) -> set[str]:
     """The names read inside the functions (and lambdas) `tree` defines: globals they
     read when called."""
-    return {
-        node.id
-        for scope in ast.walk(tree)
-        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-        for node in ast.walk(scope)
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-    }
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    return set().union(
+        *(_names(scope, ast.Load) for scope in ast.walk(tree) if isinstance(scope, functions))
+    )
 
 
 def notebook_cells(

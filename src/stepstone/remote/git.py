@@ -10,10 +10,8 @@ from pathlib import Path
 
 from .. import trust
 from ..errors import GitFailed, StoreError
-from ..store import GitStore
+from ..store import NO_HOOKS, GitStore
 
-# stepstone's git commands need no hook; a store copied from someone else brings theirs
-NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 # settings of a store's own config that make git run a command (hooks and fsmonitor
 # are turned off by NO_HOOKS instead)
 _RUNS_COMMANDS = re.compile(
@@ -39,15 +37,30 @@ def git_env() -> dict[str, str]:
     return {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
 
 
+_read_configs: dict[Path, tuple[tuple[int, int], list[str]]] = {}  # path -> (stat, keys)
+
+
 def commands_in_config(git_dir: Path) -> list[str]:
-    """The settings in the store's own config that would make git run a command."""
+    """The settings in the store's own config that would make git run a command (read
+    again only when the file changed: every git command of a lease asks)."""
+    path = git_dir / "config"
+    try:
+        info = path.stat()
+    except OSError:
+        return []
+    stamp = (info.st_mtime_ns, info.st_size)
+    known = _read_configs.get(path)
+    if known is not None and known[0] == stamp:
+        return known[1]
     done = subprocess.run(
-        ["git", "config", "--file", str(git_dir / "config"), "--name-only", "--list"],
+        ["git", "config", "--file", str(path), "--name-only", "--list"],
         capture_output=True,
         text=True,
         check=False,
     )
-    return [key for key in done.stdout.split() if _RUNS_COMMANDS.match(key.lower())]
+    keys = [key for key in done.stdout.split() if _RUNS_COMMANDS.match(key.lower())]
+    _read_configs[path] = (stamp, keys)
+    return keys
 
 
 def refuse_untrusted_commands(store: GitStore) -> None:

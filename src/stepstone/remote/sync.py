@@ -11,8 +11,16 @@ from urllib.parse import urlparse
 from ..effectbook import state_rank
 from ..errors import Diverged, GitFailed, StoreError
 from ..message import FROM, KEY, STATUS, CommitMessage, run_commit
-from ..store import BRANCH_REFS, DIVERGED_REFS, RUN_REFS, TAG_REFS, TRACKING_REFS, GitStore
-from .git import NO_HOOKS, REMOTE_KEY, gist, git, git_env, require_remote
+from ..store import (
+    BRANCH_REFS,
+    DIVERGED_REFS,
+    NO_HOOKS,
+    RUN_REFS,
+    TAG_REFS,
+    TRACKING_REFS,
+    GitStore,
+)
+from .git import REMOTE_KEY, gist, git, git_env, require_remote
 
 
 def clone(url: str, path: Path) -> GitStore:

@@ -34,6 +34,7 @@ from ..settings import RUN_ENV, STORE_ENV
 from .derived import CACHE_AFTER, CatchUp, write_derived
 from .errors import READ_ERRORS
 from .gitstore import GitStore
+from .maintenance import NO_HOOKS
 from .objects import CommitInfo
 from .opening import DEFAULT_STORE, holder_identity, resolve_store_path
 from .reading import Snapshot
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_STORE",
     "DIVERGED_REFS",
     "LEASE_REFS",
+    "NO_HOOKS",
     "READ_ERRORS",
     "RUN_ENV",
     "RUN_REFS",

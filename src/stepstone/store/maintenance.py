@@ -26,7 +26,8 @@ from .objects import Objects
 from .opening import batch_sync
 from .refs import BRANCH_REFS, REMOTE_REFS, RUN_REFS, TAG_REFS, Refs
 
-_NO_HOOKS = ("git", "-c", "core.hooksPath=/dev/null")
+# stepstone's git commands need no hook; a store copied from someone else brings theirs
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
 class Upkeep:
@@ -70,8 +71,8 @@ class Upkeep:
             return
         # `gc --auto` detaches itself (gc.autoDetach), so this returns at once
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(  # with no hook: a copied store brings its sender's
-                [*_NO_HOOKS, "--git-dir", str(self._git_dir), "gc", "--auto", "--quiet"],
+            subprocess.run(
+                ["git", *NO_HOOKS, "--git-dir", str(self._git_dir), "gc", "--auto", "--quiet"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
