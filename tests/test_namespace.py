@@ -192,6 +192,21 @@ def ip(workdir: Path):
         shell.user_ns.pop(name, None)
 
 
+def _run_then_resume(ip: InteractiveShell, steps: dict[str, str], forget: tuple[str, ...]):
+    """Run `steps` (name -> cell), forget the names a new kernel would not have, and run
+    the same cells again after `%resume`, as a new kernel would."""
+
+    def run_all() -> None:
+        ip.run_line_magic("resume", "--run names")
+        for name, cell in steps.items():
+            ip.run_cell_magic("step", name, cell)
+
+    run_all()
+    for name in forget:
+        ip.user_ns.pop(name)
+    run_all()
+
+
 def _new_kernel(ip: InteractiveShell) -> None:
     for name in MADE:
         ip.user_ns.pop(name, None)
@@ -380,14 +395,7 @@ def test_a_frame_with_a_freq_changed_in_place_comes_back_changed(ip, workdir):
         "import pandas as pd\n"
         "d = pd.DataFrame({'v': [1.0, 2.0]}, pd.date_range('2026-01-01', periods=2, freq='D'))"
     )
-    double = "d['v'] = d['v'] * 2"
-    ip.run_line_magic("resume", "--run names")
-    ip.run_cell_magic("step", "make", make)
-    ip.run_cell_magic("step", "double", double)
-    ip.user_ns.pop("d")
-    ip.run_line_magic("resume", "--run names")
-    ip.run_cell_magic("step", "make", make)
-    ip.run_cell_magic("step", "double", double)
+    _run_then_resume(ip, {"make": make, "double": "d['v'] = d['v'] * 2"}, ("d",))
     assert ip.user_ns["d"]["v"].tolist() == [2.0, 4.0] and ip.user_ns["d"].index.freq == "D"
 
 
@@ -446,14 +454,8 @@ def test_a_plain_cells_value_is_not_given_back_from_an_earlier_session(ip, workd
 
 
 def test_a_value_a_notebook_function_changes_comes_back_changed(ip, workdir):
-    cells = [("a", "rows = []\ndef record(x):\n    rows.append(x)"), ("b", "record(1)\nrecord(2)")]
-    ip.run_line_magic("resume", "--run names")
-    for name, cell in cells:
-        ip.run_cell_magic("step", name, cell)
-    ip.user_ns.pop("rows")
-    ip.run_line_magic("resume", "--run names")
-    for name, cell in cells:
-        ip.run_cell_magic("step", name, cell)
+    cells = {"a": "rows = []\ndef record(x):\n    rows.append(x)", "b": "record(1)\nrecord(2)"}
+    _run_then_resume(ip, cells, ("rows",))
     assert ip.user_ns["rows"] == [1, 2]
 
 
@@ -474,12 +476,7 @@ def test_a_rebound_definition_is_not_made_again_as_its_first_self(ip, workdir, c
         "def logged(f):\n    return lambda *a: calls.append(1) or f(*a)\n"
         "dumps = logged(dumps)"
     )
-    ip.run_line_magic("resume", "--run names")
-    ip.run_cell_magic("step", "wrap", cell)
-    for name in ("dumps", "calls", "logged"):
-        ip.user_ns.pop(name)
-    ip.run_line_magic("resume", "--run names")
-    ip.run_cell_magic("step", "wrap", cell)
+    _run_then_resume(ip, {"wrap": cell}, ("dumps", "calls", "logged"))
     assert "dumps" not in ip.user_ns  # not json.dumps unwrapped: a NameError that says why
     capsys.readouterr()
     ip.run_cell("dumps(1)")
@@ -536,12 +533,7 @@ def test_values_that_name_the_cells_own_functions_and_classes_come_back(ip, work
         "class Box:\n    def __init__(self, v):\n        self.v = v\n"
         "ops = {'add': add}\nbox = Box(3)"
     )
-    ip.run_line_magic("resume", "--run names")
-    ip.run_cell_magic("step", "a", cell)
-    for name in ("add", "Box", "ops", "box"):
-        ip.user_ns.pop(name)
-    ip.run_line_magic("resume", "--run names")
-    ip.run_cell_magic("step", "a", cell)
+    _run_then_resume(ip, {"a": cell}, ("add", "Box", "ops", "box"))
     run = ip.magics_manager.registry["StepstoneMagics"].run
     assert run.records["a"].attempt == 1  # skipped, not run again
     assert ip.user_ns["ops"]["add"](1, 2) == 3 and ip.user_ns["box"].v == 3
