@@ -181,6 +181,9 @@ def _equal(back: Any, value: Any) -> bool:
         return False
 
 
+same_value = _equal
+
+
 def _same_axis(a: Any, b: Any) -> bool:
     return (
         type(a) is type(b)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import artifacts, checks, dependencies, effects, names, trust
+from .. import artifacts, bigvalues, checks, dependencies, effects, names, trust
 from ..bulk import collector_paused
 from ..effectbook import MAYBE_HAPPENED
 from ..errors import StepstoneError, StoreError
@@ -274,15 +274,12 @@ class Checker:
                 continue
             if asked is not None and var not in (*asked, RETURN) and not self.may_load(art):
                 continue
-            data = self.state.blob(artifacts.path_for(art.sha256, art.format))
-            if data is None or artifacts.sha256(data) != art.sha256:
-                raise StepstoneError(
-                    f"saved output {var!r} is missing or does not match its sha256"
-                )
             if not self.may_load(art):
                 raise StoreError(str(self.state.store.path), self.untrusted(var))
             try:
-                values[var] = artifacts.decode(art.format, data)
+                values[var] = self._load(var, art)
+            except StepstoneError:
+                raise
             except Exception as exc:  # a pickle whose class is gone, a missing pyarrow...
                 raise StepstoneError(
                     f"saved output {var!r} cannot be loaded here ({type(exc).__name__}: "
@@ -290,6 +287,32 @@ class Checker:
                     f"before the value is loaded: in an earlier cell, not in the step's own"
                 ) from exc
         return values
+
+    def _load(self, var: str, art: Artifact) -> Any:
+        path = artifacts.path_for(art.sha256, art.format)
+        value = _streamed(self.state, path, art)
+        if value is not _NOT_STREAMED:
+            return value
+        data = self.state.blob(path)
+        if data is None or artifacts.sha256(data) != art.sha256:
+            raise StepstoneError(f"saved output {var!r} is missing or does not match its sha256")
+        return artifacts.decode(art.format, data)
+
+
+def _streamed(state: RunState, path: str, art: Artifact) -> Any:
+    """A big array or frame read straight from its stored blob, or `_NOT_STREAMED`."""
+    if art.format not in bigvalues.FORMATS or art.size < bigvalues.THRESHOLD:
+        return _NOT_STREAMED
+    reader = state.store.open_blob(state.snap.tree, path) if state.snap.tree else None
+    if reader is None:
+        return _NOT_STREAMED
+    with reader:
+        if reader.size != art.size:
+            raise StepstoneError(f"saved output at {path} is not the size its record says")
+        return bigvalues.load(art.format, reader, art.size)
+
+
+_NOT_STREAMED = object()
 
 
 def check_scope(namespace: Mapping[str, Any] | None, values: Mapping[str, Any]) -> dict[str, Any]:

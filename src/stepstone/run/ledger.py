@@ -9,13 +9,14 @@ commit. Nothing else in stepstone commits to a run.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..errors import RunFinished
 from ..index import INDEXED, StepIndex, save_index
 from ..message import run_commit
 from ..models import dump, now
 from ..settings import Settings
+from ..store import StoredBlob
 from .layout import RUN_INFO
 from .state import RunState
 
@@ -38,7 +39,7 @@ class Ledger:
 
     def commit(
         self,
-        writes: dict[str, bytes | None],
+        writes: Mapping[str, bytes | StoredBlob | None],
         subject: str,
         trailers: Trailers,
         *,

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import artifacts, models, trust
+from .. import artifacts, bigvalues, models, trust
 from ..errors import InvalidInput
+from ..store import StoredBlob
 from .checking import RETURN
 from .state import RunState
 
@@ -16,43 +17,58 @@ def saved_outputs(
     asked: Mapping[str, Any],
     offered: Mapping[str, Any],
     touched: Mapping[str, Any],
-    last: Callable[[str], models.Artifact | None],
-) -> tuple[dict[str, bytes | None], dict[str, models.Artifact], dict[str, str]]:
+    state: RunState,
+    number: int,
+) -> tuple[Writes, dict[str, models.Artifact], dict[str, str]]:
     """(the artifact files to write, the record's outputs, the offered names that
     cannot be saved with their types). A value `asked` for that cannot be saved is an
     error; an `offered` one is reported (it will not survive a resume); a `touched` one
-    is saved only when it differs from `last(name)`, the one saved before."""
-    writes: dict[str, bytes | None] = {}
+    is saved only when it differs from the one a step before step `number` saved. Big
+    arrays and frames are written to the store as they are saved, before the commit."""
+    last = last_saved(state, number)
+    big = state.store.big_blobs
+    writes: Writes = {}
     saved: dict[str, models.Artifact] = {}
     unsaved: dict[str, str] = {}
     for var, value in asked.items():
         try:
-            saved[var] = _save(var, value, writes)
+            saved[var] = _save(var, value, writes, big)
         except artifacts.Unsaveable as exc:
             raise _refused(exc) from exc
     for var, value in offered.items():
         if var in saved:
             continue
         try:
-            saved[var] = _save(var, value, writes)
+            saved[var] = _save(var, value, writes, big)
         except artifacts.Unsaveable as exc:
             unsaved[var] = exc.kind
     for var, value in touched.items():
         before = last(var)
         if var in saved or before is None:  # no step saved it: a plain cell makes it
             continue
-        quick = artifacts.encoded_as(before.format, value)
-        if quick is not None and artifacts.sha256(quick) == before.sha256:
+        if _unchanged(value, before):
             continue  # as saved: no round-trip check needed
         try:
-            fmt, data = artifacts.encode(var, value)
+            artifact = _save(var, value, writes, big)
         except artifacts.Unsaveable as exc:
             unsaved[var] = exc.kind  # a resume must not give back its value from before
             continue
-        digest = artifacts.sha256(data)
-        if digest != before.sha256:
-            saved[var] = _artifact(digest, fmt, data, writes)
+        if artifact.sha256 != before.sha256:
+            saved[var] = artifact
     return writes, saved, unsaved
+
+
+Writes = dict[str, bytes | StoredBlob | None]
+
+
+def _unchanged(value: Any, before: models.Artifact) -> bool:
+    if before.format == "npy" and bigvalues.is_big(value):
+        try:
+            return bigvalues.npy_sha256(value) == before.sha256
+        except Exception:
+            return False
+    quick = artifacts.encoded_as(before.format, value)
+    return quick is not None and artifacts.sha256(quick) == before.sha256
 
 
 def last_saved(state: RunState, number: int) -> Callable[[str], models.Artifact | None]:
@@ -69,14 +85,15 @@ def last_saved(state: RunState, number: int) -> Callable[[str], models.Artifact 
     return last
 
 
-def _save(var: str, value: Any, writes: dict[str, bytes | None]) -> models.Artifact:
+def _save(var: str, value: Any, writes: Writes, big: bigvalues.BigStore) -> models.Artifact:
+    streamed = bigvalues.save(value, big) if bigvalues.is_big(value) else None
+    if streamed is not None:
+        fmt, blob = streamed
+        stored = StoredBlob(blob.oid, blob.sha256, blob.size)
+        writes[artifacts.path_for(blob.sha256, fmt)] = stored
+        return models.Artifact(sha256=blob.sha256, format=fmt, size=blob.size)
     fmt, data = artifacts.encode(var, value)
-    return _artifact(artifacts.sha256(data), fmt, data, writes)
-
-
-def _artifact(
-    digest: str, fmt: str, data: bytes, writes: dict[str, bytes | None]
-) -> models.Artifact:
+    digest = artifacts.sha256(data)
     writes[artifacts.path_for(digest, fmt)] = data
     mark = trust.sign(digest) if fmt in artifacts.RUNS_CODE else None
     return models.Artifact(sha256=digest, format=fmt, size=len(data), mark=mark)

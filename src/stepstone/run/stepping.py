@@ -21,7 +21,7 @@ from .checking import RETURN, Checker, check_scope
 from .layout import source_hash, step_path
 from .ledger import Ledger
 from .planning import Planner
-from .saving import last_saved, saved_outputs
+from .saving import saved_outputs
 from .state import RunState
 
 
@@ -306,7 +306,7 @@ class Stepper:
             evidence.append(models.Evidence(check="completed", kind="completed", value=True))
         try:
             writes, saved, unsaved = saved_outputs(
-                values, offered, touched, last_saved(self.state, planned.number)
+                values, offered, touched, self.state, planned.number
             )
         except InvalidInput as exc:
             self._fail(start, str(exc))

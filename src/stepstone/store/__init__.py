@@ -22,6 +22,8 @@ from there and continues on its local branch, as `git checkout` would.
     reading      a run's commit and files
     writing      a run's commit: one pack (`gitobjects`, `packs`), then the ref
                  by compare-and-swap (`durable`)
+    bigblobs     big values: each streamed into a pack of its own, uncompressed,
+                 and read back without zlib
     maintenance  pack merges, `git gc`, repair of a damaged run
     errors       the one translation of libgit2 and OS errors into `StoreError`s
 
@@ -31,6 +33,7 @@ pygit2 is imported by these modules only.
 from __future__ import annotations
 
 from ..settings import RUN_ENV, STORE_ENV
+from .bigblobs import StoredBlob
 from .derived import CACHE_AFTER, CatchUp, write_derived
 from .errors import READ_ERRORS
 from .gitstore import GitStore
@@ -66,6 +69,7 @@ __all__ = [
     "CommitInfo",
     "GitStore",
     "Snapshot",
+    "StoredBlob",
     "holder_identity",
     "resolve_store_path",
     "write_derived",

@@ -12,6 +12,7 @@ from .. import names
 from ..errors import StoreError
 from ..settings import Settings
 from . import durable, gitobjects
+from .bigblobs import BigBlobs, StoredBlob, StoredReader
 from .config import Config
 from .derived import CatchUp, DerivedData
 from .errors import READ_ERRORS, damaged_commit, translated
@@ -54,6 +55,8 @@ class GitStore:
             self._repo, self.path, self._objects, self._refs, lambda: self.settings, self._upkeep
         )
         self._repair = Repair(self.path, self._objects, self._refs, self._derived)
+        # where big values are written streaming, before the commit that names them
+        self.big_blobs = BigBlobs(str(self.git_dir / "objects" / "pack"), self._fsync_each)
 
     @property
     def git_dir(self) -> Path:
@@ -181,6 +184,11 @@ class GitStore:
         """The content of `path` in `tree`, or None when absent."""
         return self._objects.blob(tree, path)
 
+    def open_blob(self, tree: str, path: str) -> StoredReader | None:
+        """A file over `path` in `tree` if it is a big blob (`bigblobs`), else None."""
+        oid = self._objects.entry_id(tree, path)
+        return None if oid is None else self.big_blobs.reader(oid)
+
     def tree_files(self, tree: str, wanted: Callable[[str], bool]) -> dict[str, bytes]:
         """Every file of `tree` under the top-level names `wanted` accepts."""
         return self._objects.files(tree, wanted)
@@ -266,12 +274,13 @@ class GitStore:
         self,
         run: str,
         parent: Snapshot,
-        writes: Mapping[str, bytes | None],
+        writes: Mapping[str, bytes | StoredBlob | None],
         message: str,
         *,
         author: str,
     ) -> Snapshot:
-        """Commit `writes` (path to content, None deletes) on top of `parent`.
+        """Commit `writes` (path to content, a blob written before, None deletes) on
+        top of `parent`.
 
         The ref moves only if it still points at `parent.commit`: a run that
         moved under us is an error, never a silent overwrite.
@@ -281,6 +290,9 @@ class GitStore:
     def empty_commit(self, message: str, parents: list[str]) -> str:
         """A commit of the empty tree by stepstone (a lease's); no ref points at it yet."""
         return self._committer.loose_commit(message, parents)
+
+    def _fsync_each(self) -> bool:
+        return not batch_sync(self.settings)
 
     def _writer(self) -> gitobjects.ObjectWriter:
         return self._committer.objects()

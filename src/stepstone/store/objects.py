@@ -108,6 +108,13 @@ class Objects:
                 changed[delta.new_file.path] = self.blob_data(delta.new_file.id)
         return changed, deleted
 
+    def entry_id(self, tree: str, path: str) -> bytes | None:
+        """The 20-byte id of `path` in `tree`, or None when absent (or unreadable)."""
+        try:
+            return bytes((self.tree(tree) / path).id.raw)
+        except (KeyError, pygit2.GitError):
+            return None
+
     def blob(self, tree: str, path: str) -> bytes | None:
         """The content of `path` in `tree`, or None when absent (or unreadable)."""
         try:

@@ -18,6 +18,7 @@ import pygit2
 
 from ..settings import Settings
 from . import durable, gitobjects
+from .bigblobs import StoredBlob
 from .errors import COMMIT_ERRORS, commit_failed, translated
 from .maintenance import Upkeep
 from .objects import Objects
@@ -62,7 +63,7 @@ class Writer:
         self,
         run: str,
         parent: Snapshot,
-        writes: Mapping[str, bytes | None],
+        writes: Mapping[str, bytes | StoredBlob | None],
         message: str,
         *,
         author: str,
@@ -75,7 +76,10 @@ class Writer:
             updates: dict[tuple[bytes, ...], bytes | None] = {}
             for path, data in writes.items():
                 parts = tuple(part.encode() for part in path.split("/"))
-                updates[parts] = None if data is None else writer.write(b"blob", data)
+                if isinstance(data, StoredBlob):
+                    updates[parts] = bytes.fromhex(data.oid)
+                else:
+                    updates[parts] = None if data is None else writer.write(b"blob", data)
             base = bytes.fromhex(parent.tree) if parent.tree else None
             tree = writer.apply(base, updates) or writer.write_tree(gitobjects.Tree())
             user, _, rest = author.partition("@")

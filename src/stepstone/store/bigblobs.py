@@ -1,0 +1,321 @@
+"""Big blobs: streamed into a pack of their own, uncompressed, and read back without zlib.
+
+A saved array or table of hundreds of MB is mostly incompressible, and deflating
+it into a Git object costs ~10 ms per MB. So a big blob is written as a pack that
+holds it alone, its zlib stream made of *stored* deflate blocks (a valid stream,
+level 0): every Git tool reads it, `git push`, `clone` and `gc` copy the entry as
+it is (no recompression), and its bytes sit in the file at offsets known by
+arithmetic. The content is hashed while written (the object id, the pack's
+checksum, the entry's CRC and the stream's Adler-32 on this thread; the object
+id and the caller's sha256 on a second one), from chunks the caller streams in:
+one copy of the value in memory at most, the caller's own.
+
+Reading finds the blob's pack through the pack indexes and, if the entry is still
+laid out this way (not re-deltified by a `git gc`, say), hands out a seekable
+file over its bytes; otherwise the caller reads the blob through libgit2. As git
+does with its packs, content read this way is not hashed again: packs are hashed
+when written and when received (`git index-pack`), and `git fsck` re-hashes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..atomic import fsync_dir
+from .packs import format_index, read_index
+
+BLOCK = 65535  # the largest stored deflate block
+_BLOB = 3
+_ZLIB_HEADER = b"\x78\x01"  # deflate, 32K window, no dictionary, "fastest"
+_IOV = 512  # stored blocks handed to one writev (header and data each take a slot)
+_hasher: ThreadPoolExecutor | None = None
+_hasher_lock = threading.Lock()
+
+
+def _hash_thread() -> ThreadPoolExecutor:
+    global _hasher
+    with _hasher_lock:
+        if _hasher is None:
+            _hasher = ThreadPoolExecutor(1, thread_name_prefix="stepstone-hash")
+        return _hasher
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    """A blob written before its commit: Git id (hex), the content's sha256 and size."""
+
+    oid: str
+    sha256: str
+    size: int
+
+
+def _entry_header(size: int) -> bytes:
+    byte = (_BLOB << 4) | (size & 0x0F)
+    size >>= 4
+    header = bytearray()
+    while size:
+        header.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    header.append(byte)
+    return bytes(header)
+
+
+def _block_header(length: int, final: bool) -> bytes:
+    return struct.pack("<BHH", 1 if final else 0, length, length ^ 0xFFFF)
+
+
+class BlobSink:
+    """Writes one blob of exactly `size` bytes as a pack of its own in `pack_dir`.
+
+    `write` takes the content in chunks (bytes or memoryviews, any sizes); `close`
+    installs the pack and its index (flushed only if `fsync_each`: otherwise the
+    commit's flush of the file system covers them) and returns the `StoredBlob`.
+    """
+
+    def __init__(self, pack_dir: str, size: int, *, fsync_each: bool = False) -> None:
+        self._dir = pack_dir
+        self._size = size
+        self._fsync_each = fsync_each
+        self._written = 0
+        self._oid = hashlib.sha1(b"blob %d\0" % size)
+        self._sha256 = hashlib.sha256()
+        self._pack_sha = hashlib.sha1()
+        self._adler = 1
+        os.makedirs(pack_dir, exist_ok=True)
+        self._tmp = f"{pack_dir}/tmp_pack_stepstone_big_{os.getpid()}_{threading.get_ident()}"
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)  # left by a killed writer that had this process's id
+        self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        head = b"PACK" + struct.pack(">II", 2, 1)
+        entry_start = _entry_header(size) + _ZLIB_HEADER
+        self._crc = zlib.crc32(entry_start)
+        self._pack_sha.update(head + entry_start)
+        self._out(head + entry_start)
+        if size == 0:
+            self._emit([_block_header(0, True)])
+
+    def _out(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def _emit(self, pieces: list[Any]) -> None:
+        for piece in pieces:
+            self._pack_sha.update(piece)
+            self._crc = zlib.crc32(piece, self._crc)
+        total = sum(len(p) for p in pieces)
+        done = os.writev(self._fd, pieces)
+        if done < total:  # a short write: finish it piece by piece
+            flat = b"".join(bytes(p) for p in pieces)
+            self._out(flat[done:])
+
+    def write(self, chunk: bytes | memoryview) -> None:
+        """Add the next `chunk` of the content."""
+        view = memoryview(chunk).cast("B")
+        if self._written + len(view) > self._size:
+            raise ValueError(f"blob is longer than the {self._size} bytes announced")
+        hashed = _hash_thread().submit(_update_both, self._oid, self._sha256, view)
+        try:
+            self._adler = zlib.adler32(view, self._adler)
+            pieces: list[Any] = []
+            at = 0
+            while at < len(view):
+                in_block = self._written % BLOCK
+                if in_block == 0:
+                    length = min(BLOCK, self._size - self._written)
+                    pieces.append(_block_header(length, self._written + length == self._size))
+                take = min(BLOCK - in_block, len(view) - at)
+                pieces.append(view[at : at + take])
+                at += take
+                self._written += take
+                if len(pieces) >= _IOV:
+                    self._emit(pieces)
+                    pieces = []
+            if pieces:
+                self._emit(pieces)
+        finally:
+            hashed.result()
+
+    def close(self) -> StoredBlob:
+        """Finish the pack and install it with its index; the blob written."""
+        if self._written != self._size:
+            self.abort()
+            raise ValueError(f"blob has {self._written} of the {self._size} bytes announced")
+        tail = struct.pack(">I", self._adler)
+        self._crc = zlib.crc32(tail, self._crc)
+        self._pack_sha.update(tail)
+        self._out(tail)
+        digest = self._pack_sha.digest()
+        self._out(digest)
+        if self._fsync_each:
+            os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        oid = self._oid.digest()
+        name = f"{self._dir}/pack-{digest.hex()}"
+        os.replace(self._tmp, f"{name}.pack")
+        index = format_index([(oid, self._crc, 12)], digest)
+        tmp_index = self._tmp + "_idx"
+        with open(tmp_index, "wb") as handle:
+            handle.write(index)
+            if self._fsync_each:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp_index, f"{name}.idx")
+        if self._fsync_each:
+            fsync_dir(Path(self._dir))
+        return StoredBlob(oid.hex(), self._sha256.hexdigest(), self._size)
+
+    def abort(self) -> None:
+        """Drop what was written (the value could not be saved)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+
+def _update_both(one: Any, other: Any, view: memoryview) -> None:
+    one.update(view)
+    other.update(view)
+
+
+class PackIndexes:
+    """Where each object of a pack folder sits: (pack file, offset), indexes read once."""
+
+    def __init__(self, pack_dir: str) -> None:
+        self._dir = pack_dir
+        self._read: dict[str, dict[bytes, int]] = {}
+
+    def find(self, oid: bytes) -> tuple[str, int] | None:
+        """The pack file holding `oid` and the offset of its entry, or None."""
+        try:
+            names = [n[:-4] for n in os.listdir(self._dir) if n.endswith(".idx")]
+        except FileNotFoundError:
+            return None
+        present = set(names)
+        for gone in set(self._read) - present:
+            del self._read[gone]
+        for name in names:
+            offsets = self._read.get(name)
+            if offsets is None:
+                try:
+                    with open(f"{self._dir}/{name}.idx", "rb") as handle:
+                        triples = read_index(handle.read())
+                except (OSError, ValueError, struct.error):
+                    continue
+                offsets = {o: at for o, _, at in triples}
+                self._read[name] = offsets
+            if oid in offsets:
+                return f"{self._dir}/{name}.pack", offsets[oid]
+        return None
+
+
+def open_stored(pack: str, offset: int) -> StoredReader | None:
+    """A reader over the blob whose entry is at `offset` of `pack`, if it is a stored
+    (uncompressed) blob as `BlobSink` writes them; None otherwise."""
+    try:
+        fd = os.open(pack, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, 24, offset)
+        if not head or (head[0] >> 4) & 7 != _BLOB:
+            raise ValueError("not a blob")
+        size, shift, at = head[0] & 0x0F, 4, 0
+        while head[at] & 0x80:
+            at += 1
+            size |= (head[at] & 0x7F) << shift
+            shift += 7
+        at += 1
+        start = offset + at + len(_ZLIB_HEADER)
+        first = _block_header(min(BLOCK, size), size <= BLOCK)
+        blocks = max(1, -(-size // BLOCK))
+        end = start + size + 5 * blocks + 4
+        last = size - (blocks - 1) * BLOCK
+        last_at = start + (blocks - 1) * (BLOCK + 5)
+        if (
+            head[at : at + 2] != _ZLIB_HEADER
+            or os.pread(fd, 5, start) != first
+            or os.pread(fd, 5, last_at) != _block_header(last, True)
+        ):
+            raise ValueError("not stored blocks")
+        if os.fstat(fd).st_size < end + 20:
+            raise ValueError("pack shorter than the blob it claims")
+    except (OSError, ValueError, IndexError):
+        os.close(fd)
+        return None
+    return StoredReader(fd, start, size)
+
+
+class StoredReader(io.RawIOBase):
+    """A read-only, seekable file over a stored blob's content."""
+
+    def __init__(self, fd: int, start: int, size: int) -> None:
+        self._fd = fd
+        self._start = start
+        self.size = size
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._at
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self.size}[whence]
+        self._at = max(0, base + offset)
+        return self._at
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        done = 0
+        while done < len(view) and self._at < self.size:
+            block, within = divmod(self._at, BLOCK)
+            take = min(BLOCK - within, len(view) - done, self.size - self._at)
+            where = self._start + block * (BLOCK + 5) + 5 + within
+            got = os.preadv(self._fd, [view[done : done + take]], where)
+            if got <= 0:
+                raise OSError(f"pack ends inside a stored blob (at byte {self._at})")
+            done += got
+            self._at += got
+        return done
+
+    def close(self) -> None:
+        if not self.closed and self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        super().close()
+
+
+class BigBlobs:
+    """The big blobs of one repository: sinks to write them, readers to read them."""
+
+    def __init__(self, pack_dir: str, fsync_each: Callable[[], bool]) -> None:
+        self.scratch_dir = pack_dir
+        self._fsync_each = fsync_each
+        self._indexes = PackIndexes(pack_dir)
+
+    def sink(self, size: int) -> BlobSink:
+        """A sink for a blob of `size` bytes."""
+        return BlobSink(self.scratch_dir, size, fsync_each=self._fsync_each())
+
+    def reader(self, oid: bytes) -> StoredReader | None:
+        """A reader over blob `oid` if it is stored uncompressed in a pack, else None."""
+        found = self._indexes.find(oid)
+        return None if found is None else open_stored(*found)

@@ -1,0 +1,176 @@
+"""Big arrays and frames: streamed into an uncompressed pack of their own, exact, read
+back without zlib, and still plain Git objects that `git` reads, repacks and clones."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import stepstone
+from stepstone import artifacts, bigvalues
+from stepstone.store import GitStore
+from tests.conftest import fsck, git, run_python
+
+MB = 1 << 20
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array, allow_pickle=False)
+    return out.getvalue()
+
+
+def _stored_entries(store: Path) -> list[str]:
+    """The packs whose single entry is a stored (uncompressed) blob, as `git verify-pack`
+    lists them: their object ids."""
+    found = []
+    for index in sorted((store / "objects" / "pack").glob("*.idx")):
+        lines = git("verify-pack", "-v", str(index), cwd=store).splitlines()
+        objects = [line.split() for line in lines if line[:40].isalnum() and " blob " in line]
+        # an uncompressed entry is a little larger than its content, never smaller
+        found += [oid for oid, _, size, packed, *_ in objects if int(packed) > int(size)]
+    return found
+
+
+def _save_and_skip(workdir: Path, value_code: str) -> tuple[stepstone.StepResult, object]:
+    code = f"""
+import numpy as np, pandas as pd, stepstone
+run = stepstone.open_run("big")
+value = {value_code}
+run.step("make", lambda: value)
+"""
+    run_python(code, cwd=workdir)
+    with stepstone.open_run("big") as run:
+        again = run.step("make", lambda: pytest.fail("a verified step ran again"))
+    made = eval(value_code, {"np": np, "pd": pd})
+    return again, made
+
+
+@pytest.mark.parametrize(
+    "value_code",
+    [
+        "np.arange(3_000_000, dtype=np.float64).reshape(1000, 3000)",
+        "np.asfortranarray(np.arange(3_000_000, dtype=np.int32).reshape(1500, 2000))",
+        "np.arange(6_000_000, dtype=np.int64)[::2]",  # not contiguous
+        "np.zeros((1200, 1200), dtype=[('a', '<f8'), ('b', '<i4')])",
+    ],
+)
+def test_a_big_array_comes_back_equal_from_an_uncompressed_pack_git_reads(workdir, value_code):
+    again, made = _save_and_skip(workdir, value_code)
+    assert again.skipped
+    art = again.record.outputs["return"]
+    assert art.format == "npy" and art.size >= bigvalues.THRESHOLD
+    value = again.value
+    assert type(value) is np.ndarray and value.dtype == made.dtype
+    assert value.shape == made.shape and np.array_equal(value, made)
+    assert value.flags.f_contiguous == made.flags.f_contiguous or made.ndim < 2
+    store = workdir / ".stepstone"
+    # the same bytes np.save writes, so its sha256 is the small path's
+    blob = git("rev-parse", f"big:{artifacts.path_for(art.sha256, 'npy')}", cwd=store)
+    assert blob.strip() in _stored_entries(store)
+    tree = git("rev-parse", "big^{tree}", cwd=store).strip()
+    reader = GitStore(store).open_blob(tree, artifacts.path_for(art.sha256, "npy"))
+    assert reader is not None and reader.size == art.size  # the path the skip took
+    reader.close()
+    fsck(store)
+
+
+def test_the_saved_bytes_are_exactly_np_save_s(workdir):
+    array = np.asfortranarray(np.random.default_rng(1).random((900, 1500)))
+    with stepstone.open_run("big") as run:
+        record = run.step("make", lambda: array).record
+    art = record.outputs["return"]
+    store = workdir / ".stepstone"
+    raw = subprocess.run(
+        ["git", "cat-file", "blob", f"big:{artifacts.path_for(art.sha256, 'npy')}"],
+        cwd=store,
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert raw == _npy_bytes(array)
+    assert art.sha256 == artifacts.sha256(raw)
+
+
+def test_a_big_frame_is_parquet_and_one_parquet_would_change_is_pickled(workdir):
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame({"x": rng.random(800_000), "n": np.arange(800_000)})
+    frame.attrs["source"] = "sensor"
+    odd = frame.copy()
+    odd.index = pd.Index([f"r{i}" for i in range(len(odd))], dtype=object).astype("category")
+    with stepstone.open_run("big") as run:
+        kept = run.step("frame", lambda: frame).record.outputs["return"]
+        fallback = run.step("odd", lambda: odd).record.outputs["return"]
+    assert kept.format == "parquet" and kept.size > MB
+    assert fallback.format in ("pickle", "parquet")
+    with stepstone.open_run("big") as reopened:
+        back = reopened.step("frame", lambda: pytest.fail("ran again")).value
+        back_odd = reopened.step("odd", lambda: pytest.fail("ran again")).value
+    assert artifacts.same_value(back, frame)
+    assert artifacts.same_value(back_odd, odd)
+    assert _stored_entries(workdir / ".stepstone")
+
+
+def test_a_big_value_repacked_by_git_gc_still_comes_back(workdir):
+    array = np.random.default_rng(3).random(2_000_000)
+    with stepstone.open_run("big") as run:
+        run.step("make", lambda: array)
+    store = workdir / ".stepstone"
+    git("-c", "pack.compression=9", "repack", "-a", "-d", "-F", "-q", cwd=store)
+    assert _stored_entries(store) == []  # recompressed: the libgit2 path reads it
+    with stepstone.open_run("big") as run:
+        again = run.step("make", lambda: pytest.fail("ran again"))
+    assert np.array_equal(again.value, array)
+
+
+def test_a_clone_carries_big_values_uncompressed_and_resumes_them(workdir, tmp_path):
+    array = np.random.default_rng(4).random(2_000_000)
+    with stepstone.open_run("big") as run:
+        run.step("make", lambda: array)
+    np.save(workdir / "expected.npy", array)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    git("clone", "--bare", "-q", str(workdir / ".stepstone"), str(other / ".stepstone"), cwd=other)
+    assert _stored_entries(other / ".stepstone")  # the entry travelled as it was written
+    code = f"""
+import numpy as np, stepstone
+again = stepstone.open_run("big").step("make", lambda: 1 / 0)
+assert again.skipped and np.array_equal(again.value, np.load({str(workdir / "expected.npy")!r}))
+print("restored")
+"""
+    assert "restored" in run_python(code, cwd=other).stdout
+
+
+def test_an_npy_header_that_claims_more_than_its_blob_holds_is_refused_before_allocating(
+    tmp_path,
+):
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": (10**11,)}
+    )
+    content = header.getvalue() + bytes(800)  # a 800 GB array in 800 bytes
+    store = GitStore(tmp_path / "store")
+    sink = store.big_blobs.sink(len(content))
+    sink.write(content)
+    blob = sink.close()
+    reader = store.big_blobs.reader(bytes.fromhex(blob.oid))
+    assert reader is not None and reader.size == len(content)
+    with pytest.raises(ValueError, match="holds 800 bytes"):
+        bigvalues.load("npy", reader, reader.size)
+
+
+def test_saving_a_big_array_holds_at_most_one_extra_copy_in_memory(workdir):
+    code = """
+import resource, numpy as np, stepstone
+array = np.random.default_rng(5).random(12_500_000)  # 100 MB
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+stepstone.open_run("big").step("make", lambda: array)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((peak - base) * 1024 / array.nbytes)
+"""
+    extra = float(run_python(code, cwd=workdir).stdout.split()[-1])
+    assert extra < 0.5, f"saving used {extra:.2f}x the array's size on top of it"
