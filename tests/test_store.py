@@ -186,7 +186,7 @@ def test_packs_removed_by_merges_are_not_kept_open(workdir: Path):
         return sum(1 for link in links if link.startswith(here))
 
     with stepstone.open_run("many") as run:
-        run.store._writer().packs.pack_limit = 2  # merge every few commits
+        run.store._committer.objects().packs.pack_limit = 2  # merge every few commits
         run.set_plan([f"s{i}" for i in range(300)])
         for i in range(300):
             run.step(f"s{i}", lambda: None)

@@ -11,7 +11,7 @@ from typing import TypeVar
 from .. import names
 from ..errors import StoreError
 from ..settings import Settings
-from . import durable, gitobjects
+from . import durable
 from .bigblobs import BigBlobs, StoredBlob, StoredReader
 from .config import Config
 from .derived import CatchUp, DerivedData
@@ -55,7 +55,6 @@ class GitStore:
             self._repo, self.path, self._objects, self._refs, lambda: self.settings, self._upkeep
         )
         self._repair = Repair(self.path, self._objects, self._refs, self._derived)
-        # where big values are written streaming, before the commit that names them
         self.big_blobs = BigBlobs(str(self.git_dir / "objects" / "pack"), self._fsync_each)
 
     @property
@@ -70,9 +69,8 @@ class GitStore:
 
     @property
     def dedicated(self) -> bool:
-        """Whether this is a store of stepstone's own: runs on branches, HEAD on a run.
-        Known from the refs (a branch holds a run), so that it travels with any copy;
-        the `stepstone.dedicated` setting says it before the first run exists."""
+        """Whether this is a store of stepstone's own (runs on branches, HEAD on a run):
+        known from the refs, so it travels; `stepstone.dedicated` says it before then."""
         return self._refs.dedicated
 
     # -- config -----------------------------------------------------------------
@@ -293,9 +291,6 @@ class GitStore:
 
     def _fsync_each(self) -> bool:
         return not batch_sync(self.settings)
-
-    def _writer(self) -> gitobjects.ObjectWriter:
-        return self._committer.objects()
 
     # -- maintenance ------------------------------------------------------------
 
