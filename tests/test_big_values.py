@@ -13,7 +13,7 @@ import pytest
 
 import stepstone
 from stepstone import artifacts, bigvalues
-from stepstone.store import GitStore
+from stepstone.store import GIT_OPTIONS, GitStore
 from tests.conftest import fsck, git, run_python
 
 MB = 1 << 20
@@ -174,3 +174,16 @@ print((peak - base) * 1024 / array.nbytes)
 """
     extra = float(run_python(code, cwd=workdir).stdout.split()[-1])
     assert extra < 0.5, f"saving used {extra:.2f}x the array's size on top of it"
+
+
+def test_stepstones_git_gc_does_not_delta_big_values(workdir):
+    array = np.random.default_rng(7).random(2_000_000)
+    changed = array.copy()
+    changed[5] = 0.0
+    with stepstone.open_run("big") as run:
+        run.step("a", lambda: array)
+        run.step("b", lambda: changed)
+    store = workdir / ".stepstone"
+    git(*GIT_OPTIONS, "gc", "-q", cwd=store)
+    assert len(_stored_entries(store)) == 2
+    fsck(store)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from .. import trust
 from ..errors import GitFailed, StoreError
-from ..store import NO_HOOKS, GitStore
+from ..store import GIT_OPTIONS, GitStore
 
 # settings of a store's own config that make git run a command (hooks and fsmonitor
-# are turned off by NO_HOOKS instead)
+# are turned off by GIT_OPTIONS instead)
 _RUNS_COMMANDS = re.compile(
     r"^(core\.(sshcommand|askpass|gitproxy)|credential\.(.*\.)?helper"
     r"|remote\..*\.(uploadpack|receivepack|vcs)|protocol\..*allow|uploadpack\..*hook"
@@ -87,7 +87,7 @@ def git(store: GitStore, *args: str, check: bool = True, timeout: float = 60) ->
     refuse_untrusted_commands(store)
     try:
         done = subprocess.run(
-            ["git", *NO_HOOKS, "--git-dir", str(store.git_dir), *args],
+            ["git", *GIT_OPTIONS, "--git-dir", str(store.git_dir), *args],
             capture_output=True,
             text=True,
             env=git_env(),

@@ -14,7 +14,7 @@ from ..message import FROM, KEY, STATUS, CommitMessage, run_commit
 from ..store import (
     BRANCH_REFS,
     DIVERGED_REFS,
-    NO_HOOKS,
+    GIT_OPTIONS,
     RUN_REFS,
     TAG_REFS,
     TRACKING_REFS,
@@ -28,7 +28,7 @@ def clone(url: str, path: Path) -> GitStore:
     if path.exists() and any(path.iterdir()):
         raise StoreError(str(path), "exists and is not empty; clone into a new folder")
     done = subprocess.run(
-        ["git", *NO_HOOKS, "clone", "--bare", "--quiet", url, str(path)],
+        ["git", *GIT_OPTIONS, "clone", "--bare", "--quiet", url, str(path)],
         capture_output=True,
         text=True,
         env=git_env(),
@@ -117,7 +117,7 @@ def _name_remote_head(store: GitStore, name: str, ref: str) -> None:
     except OSError:
         return
     subprocess.run(
-        ["git", *NO_HOOKS, "--git-dir", str(path), "symbolic-ref", "HEAD", ref],
+        ["git", *GIT_OPTIONS, "--git-dir", str(path), "symbolic-ref", "HEAD", ref],
         capture_output=True,
         check=False,
         timeout=30,

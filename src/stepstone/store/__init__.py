@@ -37,7 +37,7 @@ from .bigblobs import StoredBlob
 from .derived import CACHE_AFTER, CatchUp, write_derived
 from .errors import READ_ERRORS
 from .gitstore import GitStore
-from .maintenance import NO_HOOKS
+from .maintenance import GIT_OPTIONS
 from .objects import CommitInfo
 from .opening import DEFAULT_STORE, holder_identity, resolve_store_path
 from .reading import Snapshot
@@ -56,8 +56,8 @@ __all__ = [
     "CACHE_AFTER",
     "DEFAULT_STORE",
     "DIVERGED_REFS",
+    "GIT_OPTIONS",
     "LEASE_REFS",
-    "NO_HOOKS",
     "READ_ERRORS",
     "RUN_ENV",
     "RUN_REFS",

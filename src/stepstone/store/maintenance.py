@@ -26,8 +26,13 @@ from .objects import Objects
 from .opening import batch_sync
 from .refs import BRANCH_REFS, REMOTE_REFS, RUN_REFS, TAG_REFS, Refs
 
-# stepstone's git commands need no hook; a store copied from someone else brings theirs
-NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+# stepstone's git commands need no hook (a store copied from someone else brings
+# theirs), and never delta big values (`bigblobs`): a delta search over blobs of
+# hundreds of MB costs memory and time, and reading a delta costs a skip its speed
+GIT_OPTIONS = (
+    *("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"),
+    *("-c", "core.bigFileThreshold=8m"),
+)
 
 
 class Upkeep:
@@ -72,7 +77,7 @@ class Upkeep:
         # `gc --auto` detaches itself (gc.autoDetach), so this returns at once
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run(
-                ["git", *NO_HOOKS, "--git-dir", str(self._git_dir), "gc", "--auto", "--quiet"],
+                ["git", *GIT_OPTIONS, "--git-dir", str(self._git_dir), "gc", "--auto", "--quiet"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
