@@ -33,7 +33,7 @@ def _stored_entries(store: Path) -> list[str]:
         lines = git("verify-pack", "-v", str(index), cwd=store).splitlines()
         objects = [line.split() for line in lines if line[:40].isalnum() and " blob " in line]
         # an uncompressed entry is a little larger than its content, never smaller
-        found += [oid for oid, _, size, packed, *_ in objects if int(packed) > int(size)]
+        found += [oid for oid, _, size, packed, *_ in objects if int(packed) > int(size) >= MB]
     return found
 
 
