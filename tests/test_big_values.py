@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import stepstone
 from stepstone import artifacts, bigvalues
@@ -187,3 +189,50 @@ def test_stepstones_git_gc_does_not_delta_big_values(workdir):
     git(*GIT_OPTIONS, "gc", "-q", cwd=store)
     assert len(_stored_entries(store)) == 2
     fsck(store)
+
+
+_NUMBER_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64"]
+_NUMBER_DTYPES += ["float32", "float64", "bool"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(min_size=0, max_size=8),
+            st.sampled_from(_NUMBER_DTYPES),
+            st.integers(0, 2**31),
+        ),
+        min_size=0,
+        max_size=5,
+        unique_by=lambda c: c[0],
+    ),
+    st.integers(0, 40),
+    st.integers(-5, 5),
+    st.integers(1, 3),
+)
+def test_a_frame_called_plainly_parquet_comes_back_exact_from_parquet(columns, rows, start, step):
+    rng = np.random.default_rng(rows)
+    data = {}
+    for name, dtype, seed in columns:
+        values = np.random.default_rng(seed).integers(0, 100, rows)
+        data[name] = values.astype(dtype) if dtype != "float64" else rng.random(rows)
+    frame = pd.DataFrame(data, index=pd.RangeIndex(start, start + rows * step, step))
+    if not bigvalues.plainly_parquet(frame):
+        return
+    out = io.BytesIO()
+    frame.to_parquet(out)
+    back = pd.read_parquet(io.BytesIO(out.getvalue()))
+    assert type(back) is pd.DataFrame and artifacts.same_value(back, frame)
+
+
+def test_frames_parquet_may_change_are_not_called_plain():
+    plain = pd.DataFrame({"x": np.arange(3.0)})
+    assert bigvalues.plainly_parquet(plain)
+    assert not bigvalues.plainly_parquet(plain.set_axis(["a", "b", "c"]))
+    assert not bigvalues.plainly_parquet(plain.astype("float16"))
+    assert not bigvalues.plainly_parquet(plain.rename(columns={"x": 0}))
+    named = plain.copy()
+    named.attrs["unit"] = "m"
+    assert not bigvalues.plainly_parquet(named)
+    assert not bigvalues.plainly_parquet(plain.assign(s=["a", "b", "c"]))

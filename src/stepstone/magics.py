@@ -251,7 +251,8 @@ class StepstoneMagics(Magics):
             raise
         record = attempt.record
         assert record is not None
-        self.seen.saw({n: ns[n] for n in {*record.outputs, *attempt.touched} if n in ns})
+        npy = {n: a.sha256 for n, a in record.outputs.items() if a.format == "npy"}
+        self.seen.saw({n: ns[n] for n in {*record.outputs, *attempt.touched} if n in ns}, npy)
         self.kept.update(record.outputs)
         outcome = "skipped, verified" if attempt.skipped else "confirmed"
         number = attempt.start.planned.number

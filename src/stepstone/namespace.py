@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import bigvalues
 from .cellargs import parse_step_line, split_cell
 from .checks import names_read
 from .dependencies import DYNAMIC, may_bind, tree_names
@@ -291,12 +292,7 @@ def fingerprint(value: Any) -> str | None:
     module = cls.__module__.split(".")[0]
     try:
         if module == "numpy" and cls.__name__ == "ndarray" and not value.dtype.hasobject:
-            import numpy as np
-
-            flat = value.T if value.flags.f_contiguous and value.ndim > 1 else value
-            digest = hashlib.blake2b(pickle.dumps((value.dtype, value.shape, flat is not value)))
-            digest.update(np.ascontiguousarray(flat).data.cast("B"))
-            return digest.hexdigest()
+            return bigvalues.npy_sha256(value)  # the sha256 of the array saved as `.npy`
         if module == "pandas" and cls.__name__ in ("DataFrame", "Series"):
             import pandas as pd
 
@@ -311,12 +307,31 @@ def fingerprint(value: Any) -> str | None:
                 index.names,
                 getattr(index, "freq", None),
             )
-            digest = hashlib.blake2b(pickle.dumps(shape))
-            digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+            digest = hashlib.sha256(pickle.dumps(shape))
+            if cls.__name__ == "Series" or not _numeric_columns(value):
+                digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+                return digest.hexdigest()
+            if type(index) is pd.RangeIndex:
+                digest.update(repr((index.start, index.stop, index.step)).encode())
+            else:
+                digest.update(pd.util.hash_pandas_object(index).to_numpy().tobytes())
+            for _, column in value.items():  # each column's memory, as it is: no copy
+                digest.update(memoryview(column.to_numpy(copy=False)).cast("B"))
             return digest.hexdigest()
     except (TypeError, ValueError, pickle.PicklingError):
         return None
     return None
+
+
+def _numeric_columns(frame: Any) -> bool:
+    """Whether every column of `frame` is a contiguous NumPy number or bool column."""
+    for _, column in frame.items():
+        kind = getattr(column.dtype, "kind", "O")
+        if type(column.dtype).__module__ != "numpy" or kind not in "biuf":
+            return False
+        if not column.to_numpy(copy=False).flags.c_contiguous:
+            return False
+    return True
 
 
 class Seen:
@@ -327,11 +342,17 @@ class Seen:
         self.prints: dict[str, str] = {}
         self._taken: dict[str, tuple[int, str | None]] = {}  # this step's, by id
 
-    def saw(self, values: Mapping[str, Any]) -> None:
-        """`values` are as saved (or restored) now."""
+    def saw(self, values: Mapping[str, Any], known: Mapping[str, str] | None = None) -> None:
+        """`values` are as saved (or restored) now; `known` holds the fingerprints of
+        those saved or restored as `.npy` (their sha256: no need to hash them again)."""
         for name, value in values.items():
             taken = self._taken.get(name)
-            found = taken[1] if taken and taken[0] == id(value) else fingerprint(value)
+            if known and name in known:
+                found: str | None = known[name]
+            elif taken and taken[0] == id(value):
+                found = taken[1]
+            else:
+                found = fingerprint(value)
             if found is None:
                 self.prints.pop(name, None)
             else:

@@ -6,8 +6,8 @@ holds it alone, its zlib stream made of *stored* deflate blocks (a valid stream,
 level 0): every Git tool reads it, `git push`, `clone` and `gc` copy the entry as
 it is (no recompression), and its bytes sit in the file at offsets known by
 arithmetic. The content is hashed while written (the object id, the pack's
-checksum, the entry's CRC and the stream's Adler-32 on this thread; the object
-id and the caller's sha256 on a second one), from chunks the caller streams in:
+checksum and the entry's CRC on this thread, as it writes; the object id, the
+stream's Adler-32 and the caller's sha256 on a second one), from chunks streamed in:
 one copy of the value in memory at most, the caller's own.
 
 Reading finds the blob's pack through the pack indexes and, if the entry is still
@@ -125,9 +125,8 @@ class BlobSink:
         view = memoryview(chunk).cast("B")
         if self._written + len(view) > self._size:
             raise ValueError(f"blob is longer than the {self._size} bytes announced")
-        hashed = _hash_thread().submit(_update_both, self._oid, self._sha256, view)
+        hashed = _hash_thread().submit(self._hash_content, view)
         try:
-            self._adler = zlib.adler32(view, self._adler)
             pieces: list[Any] = []
             at = 0
             while at < len(view):
@@ -146,6 +145,11 @@ class BlobSink:
                 self._emit(pieces)
         finally:
             hashed.result()
+
+    def _hash_content(self, view: memoryview) -> None:
+        self._oid.update(view)
+        self._sha256.update(view)
+        self._adler = zlib.adler32(view, self._adler)
 
     def close(self) -> StoredBlob:
         """Finish the pack and install it with its index; the blob written."""
@@ -184,11 +188,6 @@ class BlobSink:
             self._fd = -1
         if os.path.exists(self._tmp):
             os.unlink(self._tmp)
-
-
-def _update_both(one: Any, other: Any, view: memoryview) -> None:
-    one.update(view)
-    other.update(view)
 
 
 class PackIndexes:
