@@ -20,7 +20,7 @@ from hypothesis.extra import pandas as hpd
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from stepstone import artifacts
+from stepstone import artifacts, namespace
 
 
 def same(a: Any, b: Any) -> bool:
@@ -623,3 +623,16 @@ def test_arrays_inside_containers_come_back_exact(arrays: list[np.ndarray]):
     value = {"arrays": arrays, "pair": tuple(arrays[:2])}
     _, back = round_trip(value)
     assert same(back, value)
+
+
+def test_a_numeric_frames_fingerprint_follows_its_cells_index_and_dtypes():
+    frame = pd.DataFrame({"a": np.arange(5.0), "b": np.arange(5)})
+    first = namespace.fingerprint(frame)
+    assert namespace._numeric_columns(frame)  # noqa: SLF001 - the fast path is the one tested
+    assert namespace.fingerprint(frame.copy()) == first
+    changed = frame.copy()
+    changed.iloc[2, 1] = 7
+    assert namespace.fingerprint(changed) != first
+    assert namespace.fingerprint(frame.set_axis(range(1, 6))) != first
+    assert namespace.fingerprint(frame.astype({"b": "int32"})) != first
+    assert namespace.fingerprint(frame.rename(columns={"a": "c"})) != first

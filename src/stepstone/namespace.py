@@ -327,7 +327,7 @@ def _numeric_columns(frame: Any) -> bool:
     """Whether every column of `frame` is a contiguous NumPy number or bool column."""
     for _, column in frame.items():
         kind = getattr(column.dtype, "kind", "O")
-        if type(column.dtype).__module__ != "numpy" or kind not in "biuf":
+        if not type(column.dtype).__module__.startswith("numpy") or kind not in "biuf":
             return False
         if not column.to_numpy(copy=False).flags.c_contiguous:
             return False
