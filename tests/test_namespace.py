@@ -628,7 +628,7 @@ def test_arrays_inside_containers_come_back_exact(arrays: list[np.ndarray]):
 def test_a_numeric_frames_fingerprint_follows_its_cells_index_and_dtypes():
     frame = pd.DataFrame({"a": np.arange(5.0), "b": np.arange(5)})
     first = namespace.fingerprint(frame)
-    assert namespace._numeric_columns(frame)  # noqa: SLF001 - the fast path is the one tested
+    assert namespace._numeric_columns(frame)  # the fast path is the one tested
     assert namespace.fingerprint(frame.copy()) == first
     changed = frame.copy()
     changed.iloc[2, 1] = 7
