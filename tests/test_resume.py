@@ -202,7 +202,7 @@ def test_a_run_closed_inside_a_step_commits_nothing_more(workdir: Path):
     with pytest.raises(stepstone.StepstoneError, match="read-only or is closed"):
         run.step("s1", run.close)
     subjects = git("log", "--all", "--format=%s", cwd=workdir / ".stepstone").splitlines()
-    assert subjects == ["plan: add step 1 s1", "run job: created"]  # no record of s1
+    assert subjects == ["run job: created"]  # no record of s1, nor its plan entry
 
 
 def test_a_skipped_step_gives_back_a_dict_in_its_key_order(workdir: Path):
@@ -214,3 +214,22 @@ def test_a_skipped_step_gives_back_a_dict_in_its_key_order(workdir: Path):
     assert result.skipped and result.value == made
     assert list(result.value) == ["zeta", "alpha"] and list(result.value["alpha"]) == ["y", "b"]
     assert list(result.value["alpha"]["b"][1]) == ["d", "c"]
+
+
+def test_a_step_met_incrementally_costs_one_commit_that_holds_its_plan_entry(workdir: Path):
+    with stepstone.open_run("one") as run:
+        for name in ("a", "b", "c"):
+            run.step(name, lambda: 1)
+    store = workdir / ".stepstone"
+    subjects = git("log", "--format=%s", "one", cwd=store).splitlines()
+    assert subjects == [
+        "step 3 c: confirmed",
+        "step 2 b: confirmed",
+        "step 1 a: confirmed",
+        "run one: created",
+    ]
+    changed = git("show", "--name-only", "--format=", "one~1", cwd=store).split()
+    assert any(path.startswith("plan/") for path in changed)  # b's entry rode with b
+    with stepstone.open_run("one") as run:
+        assert [run.step(n, lambda: 2).skipped for n in ("a", "b", "c")] == [True] * 3
+    assert len(git("log", "--format=%s", "one", cwd=store).splitlines()) == 4

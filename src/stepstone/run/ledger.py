@@ -36,6 +36,8 @@ class Ledger:
         self.before: list[Callable[[], None]] = []  # may refuse a commit by raising
         self.after: list[Callable[[], None]] = []  # told after each commit
         self._since_save = 0
+        # plan entries of steps met incrementally: they ride in the step's first commit
+        self.pending: dict[str, bytes | None] = {}
 
     def commit(
         self,
@@ -59,6 +61,8 @@ class Ledger:
         with self.guard:
             if not indexed and any(path.split("/", 1)[0] in INDEXED for path in writes):
                 state.index_trusted = False
+            if self.pending:
+                writes = {**self.pending, **writes}
             # The sequence number travels in the commit message, so a step's commit
             # rewrites only its own record, not run.json.
             state.seq += 1
@@ -74,6 +78,7 @@ class Ledger:
             except BaseException:
                 state.index_trusted = False  # the rows may have moved ahead of the store
                 raise
+            self.pending = {}
             self._since_save += 1
             for listener in self.after:
                 listener()
@@ -87,10 +92,12 @@ class Ledger:
     def save_index(self) -> None:
         """Save the step index of the latest commit, so that the next open need not read
         the records committed since the last save. Between steps, the rows match the
-        commit."""
+        commit; a plan entry not yet committed (`pending`) would not."""
         self._since_save = 0
         state = self.state
-        if not state.index_trusted or state.snap.tree in (None, state.index_saved_at):
+        if self.pending or not state.index_trusted:
+            return
+        if state.snap.tree in (None, state.index_saved_at):
             return
         save_index(
             state.store,

@@ -180,12 +180,17 @@ class Planner:
         )
         if existing == wanted:
             return existing
+        state.put_step(wanted)
+        if existing is None and name not in state.records:
+            # a new step commits nothing yet: its entry rides in the step's first commit
+            # (its record, or its effects' intent), so a step costs one commit
+            self.ledger.pending[plan_path(number)] = dump(wanted)
+            return wanted
         if existing is None:
             subject = f"plan: add step {number} {name}"
         else:
             subject = f"plan: update step {number} {name}"
             self.notes.append(f"step {number} {name} changed since it was planned")
-        state.put_step(wanted)
         self.ledger.commit(
             {plan_path(number): dump(wanted)},
             subject,
