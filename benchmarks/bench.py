@@ -256,6 +256,44 @@ def stepstone_step(tmp: Path, total: int) -> tuple[Sampler, Callable[[], None]]:
     return (lambda i: run.step(f"s{i + offset}", lambda: None) and None), run.close
 
 
+def stepstone_incremental(tmp: Path) -> tuple[Sampler, Callable[[], None]]:
+    """A Python-API step in a run with no plan given: the plan grows a step at a time."""
+    run = stepstone.open_run("incremental", repo=tmp / "incremental", workdir=tmp)
+    return (lambda i: run.step(f"s{i + 10}", lambda: None) and None), run.close
+
+
+def stepstone_magic(tmp: Path) -> tuple[Sampler, Callable[[], None]]:
+    """What `%%step` adds to a cell in a real IPython shell, no notebook file (so the
+    plan is incremental): a `%%step NAME` cell of `x = 1` less the same plain cell,
+    the two timed in turns; reported in ms."""
+    import io
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    folder = tmp / "magic"
+    folder.mkdir()
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "stepstone")
+    quiet = contextlib.redirect_stdout(io.StringIO())
+    with quiet:
+        ip.run_line_magic("resume", f"--run magic --repo {folder / 'store'}")
+
+    def one(i: int) -> float:
+        with quiet:
+            start = time.perf_counter()
+            ip.run_cell("x = 1", store_history=True)
+            plain = time.perf_counter() - start
+            start = time.perf_counter()
+            ip.run_cell_magic("step", f"m{i + 10}", "x = 1")
+            stepped = time.perf_counter() - start
+        return (stepped - plain) * 1000
+
+    def close() -> None:
+        ip.magics_manager.registry["StepstoneMagics"].close()
+
+    return one, close
+
+
 def stepstone_effect(tmp: Path) -> tuple[Driven, Callable[[], None]]:
     """One effect (intent + confirmation commits) of a step that performs many."""
     run = stepstone.open_run("effects", repo=tmp / "effects", workdir=tmp)
@@ -495,6 +533,10 @@ def main() -> None:
         closers.append(close)
         dbos, close = dbos_step(tmp)
         closers.append(close)
+        incremental, close = stepstone_incremental(tmp)
+        closers.append(close)
+        magic, close = stepstone_magic(tmp)
+        closers.append(close)
         samplers: dict[str, Sampler | None] = {
             "floor: atomic write + fsync + rename + dir fsync": floor(tmp),
             "SQLite WAL insert, synchronous=FULL": sqlite_insert(tmp),
@@ -504,6 +546,8 @@ def main() -> None:
             "peer: DBOS step on SQLite": dbos,
             "peer: LangGraph SqliteSaver.put, synchronous=FULL": langgraph_put(tmp),
             "stepstone step (record + commit)": step,
+            "stepstone step, incremental plan (no plan given)": incremental,
+            "stepstone %%step adds to an IPython cell (incremental plan)": magic,
             "stepstone skip path (verify file check + restore value)": skip,
             "stepstone effect (intent + confirmation commits)": effect,
             "stepstone decision (one commit)": decision,
