@@ -9,7 +9,7 @@ from conftest import fsck, git
 
 import stepstone
 from stepstone.message import CommitMessage
-from stepstone.store import GitStore
+from stepstone.store import GitStore, durable
 from stepstone.store.packs import read_index
 
 
@@ -149,27 +149,37 @@ def test_git_gc_repacks_in_the_background_once_packs_pass_gc_auto_pack_limit(wor
         assert len(reader.records) == 12
 
 
-def test_without_syncfs_each_object_is_fsynced_before_the_ref_moves(
+def test_a_commit_fsyncs_its_own_files_and_folders_before_the_ref_moves(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setenv("STEPSTONE_SYNC", "each")
     run = stepstone.open_run("demo")
     run.set_plan(["one"])
     store = workdir / ".stepstone"
-    flushed: list[str] = []
-    real_fsync = os.fsync
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
 
     def fsync(fd: int) -> None:
-        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+
+    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        events.append(("rename", str(src)))
+        real_replace(src, dst)
 
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    syncfs = []
+    monkeypatch.setattr(durable, "sync_filesystem_of", lambda fd: syncfs.append(fd))
     run.step("one", lambda: 1)
-    packed = [i for i, p in enumerate(flushed) if "/tmp_pack_stepstone" in p]
-    pack_dir = [i for i, p in enumerate(flushed) if p.endswith("objects/pack")]
-    ref = [i for i, p in enumerate(flushed) if p.endswith("refs/heads/demo.lock")]
-    assert len(packed) == 2  # the commit's pack and its index
-    assert len(ref) == 1 and max(packed + pack_dir) < ref[0]  # the objects before the ref
+    flushed = [path for kind, path in events if kind == "fsync"]
+    ref_moved = events.index(("rename", str(store / "refs" / "heads" / "demo.lock")))
+    assert syncfs == []  # nothing but the commit's own files is flushed
+    assert sum(1 for p in flushed if "/objects/pack/pack-" in p) == 2  # the pack, its index
+    assert any(p.endswith("objects/pack") for p in flushed)  # and their folder
+    assert any(p.endswith("refs/heads/demo.lock") for p in flushed)
+    before = {path for kind, path in events[:ref_moved] if kind == "fsync"}
+    assert set(flushed) - before <= {str(store / "refs" / "heads")}  # only the ref's folder after
+    run.close()
     fsck(store)
 
 

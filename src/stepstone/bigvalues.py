@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from . import artifacts
 
-THRESHOLD = 8 << 20  # values this big (in memory) take the streaming path
+THRESHOLD = 1 << 20  # values this big (in memory) take the streaming path
 CHUNK = 16 << 20
 FORMATS = frozenset({"npy", "parquet"})
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 STORE_ENV = "STEPSTONE_REPO"  # the store's path
 RUN_ENV = "STEPSTONE_RUN"  # the run's id
 AGENT_ENV = "STEPSTONE_AGENT"  # who drives, in locks, commits and records
-SYNC_ENV = "STEPSTONE_SYNC"  # "each": fsync each object instead of one syncfs a commit
+SYNC_ENV = "STEPSTONE_SYNC"  # "syncfs": one syncfs a commit instead of an fsync of each file
 OFFLINE_ENV = "STEPSTONE_OFFLINE"  # "1": write effects without the lease of a remote
 STEAL_ENV = "STEPSTONE_STEAL"  # a reason: take a live lease from another agent
 CHECK_TIMEOUT_ENV = "STEPSTONE_CHECK_TIMEOUT"  # seconds a cmd: or call: check may take
@@ -44,8 +44,9 @@ class Settings:
     """The run's id (`STEPSTONE_RUN`); None: the store's only run, or the notebook's."""
     agent: str | None = None
     """Who drives (`STEPSTONE_AGENT`); None: the login name."""
-    sync_each: bool = False
-    """fsync each object written (`STEPSTONE_SYNC=each`) instead of one `syncfs`."""
+    sync_each: bool = True
+    """fsync each file a commit writes, all at once (the default), instead of one
+    `syncfs` of the whole file system (`STEPSTONE_SYNC=syncfs`)."""
     offline: bool = False
     """Write effects without the lease of an unreachable remote (`STEPSTONE_OFFLINE=1`)."""
     steal: str | None = None
@@ -85,7 +86,7 @@ class Settings:
             "store": env.get(STORE_ENV) or None,
             "run": env.get(RUN_ENV) or None,
             "agent": env.get(AGENT_ENV) or None,
-            "sync_each": env.get(SYNC_ENV) == "each",
+            "sync_each": env.get(SYNC_ENV) != "syncfs",
             "steal": env.get(STEAL_ENV) or None,
             "follow_inputs": env.get(FOLLOW_INPUTS_ENV) == "1",
             **_live(env),

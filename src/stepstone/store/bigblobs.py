@@ -28,10 +28,9 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ..atomic import fsync_dir
+from .durable import Unflushed
 from .packs import format_index, read_index
 
 BLOCK = 65535  # the largest stored deflate block
@@ -79,14 +78,14 @@ class BlobSink:
     """Writes one blob of exactly `size` bytes as a pack of its own in `pack_dir`.
 
     `write` takes the content in chunks (bytes or memoryviews, any sizes); `close`
-    installs the pack and its index (flushed only if `fsync_each`: otherwise the
-    commit's flush of the file system covers them) and returns the `StoredBlob`.
+    installs the pack and its index, unflushed (added to `unflushed`, fsynced with
+    the commit; None: the commit's `syncfs` covers them), and returns the `StoredBlob`.
     """
 
-    def __init__(self, pack_dir: str, size: int, *, fsync_each: bool = False) -> None:
+    def __init__(self, pack_dir: str, size: int, *, unflushed: Unflushed | None = None) -> None:
         self._dir = pack_dir
         self._size = size
-        self._fsync_each = fsync_each
+        self._unflushed = unflushed
         self._written = 0
         self._oid = hashlib.sha1(b"blob %d\0" % size)
         self._sha256 = hashlib.sha256()
@@ -162,23 +161,17 @@ class BlobSink:
         self._out(tail)
         digest = self._pack_sha.digest()
         self._out(digest)
-        if self._fsync_each:
-            os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
         oid = self._oid.digest()
         name = f"{self._dir}/pack-{digest.hex()}"
         os.replace(self._tmp, f"{name}.pack")
-        index = format_index([(oid, self._crc, 12)], digest)
         tmp_index = self._tmp + "_idx"
         with open(tmp_index, "wb") as handle:
-            handle.write(index)
-            if self._fsync_each:
-                handle.flush()
-                os.fsync(handle.fileno())
+            handle.write(format_index([(oid, self._crc, 12)], digest))
         os.replace(tmp_index, f"{name}.idx")
-        if self._fsync_each:
-            fsync_dir(Path(self._dir))
+        if self._unflushed is not None:
+            self._unflushed.add(f"{name}.pack", f"{name}.idx")
         return StoredBlob(oid.hex(), self._sha256.hexdigest(), self._size)
 
     def abort(self) -> None:
@@ -305,14 +298,14 @@ class StoredReader(io.RawIOBase):
 class BigBlobs:
     """The big blobs of one repository: sinks to write them, readers to read them."""
 
-    def __init__(self, pack_dir: str, fsync_each: Callable[[], bool]) -> None:
+    def __init__(self, pack_dir: str, unflushed: Callable[[], Unflushed | None]) -> None:
         self.scratch_dir = pack_dir
-        self._fsync_each = fsync_each
+        self._unflushed = unflushed
         self._indexes = PackIndexes(pack_dir)
 
     def sink(self, size: int) -> BlobSink:
         """A sink for a blob of `size` bytes."""
-        return BlobSink(self.scratch_dir, size, fsync_each=self._fsync_each())
+        return BlobSink(self.scratch_dir, size, unflushed=self._unflushed())
 
     def reader(self, oid: bytes) -> StoredReader | None:
         """A reader over blob `oid` if it is stored uncompressed in a pack, else None."""

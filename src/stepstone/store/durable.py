@@ -1,11 +1,15 @@
-"""Making a batch of new files durable at once, and moving a Git ref the way git does.
+"""Making a commit's new files durable at once, and moving a Git ref the way git does.
 
-A commit writes several loose objects. Flushing each one (file and folder) costs
-two fsyncs apiece; `syncfs` flushes them all in one call. The ref then moves
-through git's own lock-file protocol (`<ref>.lock` created exclusively, written,
-flushed, renamed over the ref, folder fsynced). The flush of the lock file is
-the same `syncfs` that makes the objects durable, and it comes before the
-rename, so a crash at any instant leaves the old tip or the new one, never a
+A commit writes a pack, its index and (through the ref's lock file) the new tip.
+They are flushed together, before the lock file is renamed over the ref: by
+default each file and its folder is fsynced, all at once on a few threads
+(`Unflushed`), so that the file system can make them durable in one journal
+commit and a step never waits for other processes' dirty data; or (with
+`STEPSTONE_SYNC=syncfs`) by one `syncfs`, which flushes every dirty page of the
+file system, a few ms cheaper on an idle disk and hundreds of ms dearer beside a
+process that writes a lot. The ref moves through git's own lock-file protocol
+(`<ref>.lock` created exclusively, written, flushed, renamed over the ref, folder
+fsynced), so a crash at any instant leaves the old tip or the new one, never a
 tip whose objects are missing.
 """
 
@@ -14,8 +18,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..atomic import fsync_dir
@@ -64,6 +70,59 @@ def sync_filesystem_of(fd: int) -> None:
     if function(fd) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
+
+
+_flushers: ThreadPoolExecutor | None = None
+_flushers_lock = threading.Lock()
+
+
+def _flush_pool() -> ThreadPoolExecutor:
+    global _flushers
+    with _flushers_lock:
+        if _flushers is None:
+            _flushers = ThreadPoolExecutor(4, thread_name_prefix="stepstone-fsync")
+        return _flushers
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Unflushed:
+    """Files written since the last commit and not yet flushed: `flush` fsyncs them,
+    their folders and the caller's open file all at once, and returns when all are
+    durable."""
+
+    def __init__(self) -> None:
+        self._paths: list[str] = []
+        self._lock = threading.Lock()
+
+    def add(self, *paths: str) -> None:
+        """Files to flush with the next commit (by their final names)."""
+        with self._lock:
+            self._paths.extend(paths)
+
+    def flush(self, fd: int | None = None) -> None:
+        """fsync the files added so far, their folders and `fd`, concurrently."""
+        with self._lock:
+            paths, self._paths = self._paths, []
+        folders = {os.path.dirname(path) for path in paths}
+        jobs = [*paths, *folders]
+        pool = _flush_pool()
+        waiting = [pool.submit(_fsync_path, path) for path in jobs]
+        if fd is not None:
+            os.fsync(fd)
+        try:
+            for job in waiting:
+                job.result()
+        except BaseException:
+            with self._lock:
+                self._paths.extend(paths)  # flushed with the next commit, or an error again
+            raise
 
 
 def _take_lock_file(lock: Path, *, patience: float = 2.0) -> int:

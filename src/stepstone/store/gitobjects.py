@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from .durable import Unflushed
 from .packs import PackedObject, PackWriter, pack_entry
 
 BLOB_MODE = b"100644"
@@ -114,8 +115,8 @@ def format_commit(
 class ObjectWriter:
     """Gathers a commit's objects; `finish` writes them to `<git dir>/objects/pack`."""
 
-    def __init__(self, git_dir: Path, read_tree: TreeReader, *, fsync_each: bool = False):
-        self.packs = PackWriter(str(git_dir / "objects" / "pack"), fsync_each=fsync_each)
+    def __init__(self, git_dir: Path, read_tree: TreeReader, *, unflushed: Unflushed | None = None):
+        self.packs = PackWriter(str(git_dir / "objects" / "pack"), unflushed=unflushed)
         self._read_tree = read_tree
         self._trees: OrderedDict[bytes, Tree] = OrderedDict()
         # trees evicted from `_trees`, as stored; an OrderedDict because removing the

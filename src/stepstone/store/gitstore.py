@@ -55,7 +55,7 @@ class GitStore:
             self._repo, self.path, self._objects, self._refs, lambda: self.settings, self._upkeep
         )
         self._repair = Repair(self.path, self._objects, self._refs, self._derived)
-        self.big_blobs = BigBlobs(str(self.git_dir / "objects" / "pack"), self._fsync_each)
+        self.big_blobs = BigBlobs(str(self.git_dir / "objects" / "pack"), self._unflushed)
 
     @property
     def git_dir(self) -> Path:
@@ -289,8 +289,8 @@ class GitStore:
         """A commit of the empty tree by stepstone (a lease's); no ref points at it yet."""
         return self._committer.loose_commit(message, parents)
 
-    def _fsync_each(self) -> bool:
-        return not batch_sync(self.settings)
+    def _unflushed(self) -> durable.Unflushed | None:
+        return None if batch_sync(self.settings) else self._committer.unflushed
 
     # -- maintenance ------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from .refs import BRANCH_REFS, REMOTE_REFS, RUN_REFS, TAG_REFS, Refs
 # hundreds of MB costs memory and time, and reading a delta costs a skip its speed
 GIT_OPTIONS = (
     *("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"),
-    *("-c", "core.bigFileThreshold=8m"),
+    *("-c", "core.bigFileThreshold=1m"),
 )
 
 
@@ -53,8 +53,10 @@ class Upkeep:
         batch = batch_sync(self._settings())
 
         def flush() -> None:
-            if batch:  # else each file was fsynced as it was written
+            if batch:
                 durable.sync_filesystem(self._git_dir)
+            elif writer.packs.unflushed is not None:
+                writer.packs.unflushed.flush()
 
         merged = None
         with contextlib.suppress(OSError):

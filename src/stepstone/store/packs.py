@@ -32,10 +32,9 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
-from ..atomic import fsync_dir
+from .durable import Unflushed
 
 TYPE_CODES = {b"commit": 1, b"tree": 2, b"blob": 3}
 _COMPRESSION = 1  # objects are small; git's pack default is -1, loose objects 1
@@ -131,18 +130,19 @@ def read_index(raw: bytes) -> list[tuple[bytes, int, int]]:
 
 
 class PackWriter:
-    """Packs into `<git dir>/objects/pack`, unflushed unless `fsync_each`."""
+    """Packs into `<git dir>/objects/pack`, unflushed: each new file is added to
+    `unflushed` (to be fsynced with the commit), or left to a `syncfs` when None."""
 
     def __init__(
         self,
         pack_dir: str,
         *,
-        fsync_each: bool = False,
+        unflushed: Unflushed | None = None,
         pack_limit: int = 32,
         merge_max: int = 64 << 20,
     ):
         self.pack_dir = pack_dir
-        self.fsync_each = fsync_each
+        self.unflushed = unflushed
         self.pack_limit = pack_limit
         self.merge_max = merge_max
         self.total_packs = 0  # every pack in the folder at the last scan, large ones too
@@ -160,8 +160,6 @@ class PackWriter:
         # the .pack before its .idx: readers find a pack through its index
         self._install(f"{name}.pack", pack)
         self._install(f"{name}.idx", index)
-        if self.fsync_each:
-            fsync_dir(Path(self.pack_dir))
         if self._packs is not None:
             self._packs[name] = len(pack)
             self.total_packs += 1
@@ -187,11 +185,11 @@ class PackWriter:
         fd, tmp = self._create_tmp()
         try:
             os.write(fd, data)
-            if self.fsync_each:
-                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, f"{self.pack_dir}/{filename}")
+        if self.unflushed is not None:
+            self.unflushed.add(f"{self.pack_dir}/{filename}")
 
     def scan(self) -> dict[str, int]:
         """The packs that can be merged (under `merge_max`, no .keep, bitmap or other
@@ -298,14 +296,11 @@ class PackWriter:
                     self._copy(name, pack, spans, sha, out)
             digest = sha.digest()
             out.write(digest)
-            out.flush()
-            if self.fsync_each:
-                os.fsync(out.fileno())
         name = f"pack-{digest.hex()}"
         os.replace(tmp, f"{self.pack_dir}/{name}.pack")
+        if self.unflushed is not None:
+            self.unflushed.add(f"{self.pack_dir}/{name}.pack")
         self._install(f"{name}.idx", format_index(triples, digest))
-        if self.fsync_each:
-            fsync_dir(Path(self.pack_dir))
         assert self._packs is not None
         self._packs[name] = at + 20  # header and entries, then the checksum
         self.total_packs += 1

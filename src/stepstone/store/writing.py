@@ -10,7 +10,6 @@ loose-object writer is kept for the few objects not worth a pack (a lease commit
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -48,6 +47,7 @@ class Writer:
         self._settings = settings
         self._upkeep = upkeep
         self._object_writer: gitobjects.ObjectWriter | None = None
+        self.unflushed = durable.Unflushed()  # what the next commit must flush
 
     def objects(self) -> gitobjects.ObjectWriter:
         """The writer of this repository's packs (made at the first commit)."""
@@ -55,7 +55,7 @@ class Writer:
             self._object_writer = gitobjects.ObjectWriter(
                 self._refs.git_dir,
                 self._objects.raw_tree,
-                fsync_each=not batch_sync(self._settings()),
+                unflushed=None if batch_sync(self._settings()) else self.unflushed,
             )
         return self._object_writer
 
@@ -97,7 +97,7 @@ class Writer:
                 commit_id,
                 parent.commit,
                 lambda: self._refs.tip(run),
-                flush=durable.sync_filesystem_of if batch else os.fsync,
+                flush=durable.sync_filesystem_of if batch else self.unflushed.flush,
             )
         except COMMIT_ERRORS as exc:
             raise commit_failed(self._path, run, exc) from exc
