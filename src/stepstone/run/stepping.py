@@ -4,6 +4,7 @@ front-end go through `Stepper.stepping`."""
 
 from __future__ import annotations
 
+import posixpath
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -392,9 +393,22 @@ def _recorded_inputs(
         declared=(*start.planned.inputs, *(dependencies.UNKNOWN + u for u in start.trace.unknowns)),
         decisions=start.trace.decisions,
         answers={u.id: u.answer for u in state.unknowns.values()},
-        earlier=_records_before(state, start.planned.number) if start.source else (),
+        earlier=_records_before(state, start.planned.number)
+        if start.source and _names_a_checked_file(state, start.source)
+        else (),
         workdir=workdir,
     )
+
+
+def _names_a_checked_file(state: RunState, source: str) -> bool:
+    """Whether `source` holds a path some record's `file:` check names: from the few
+    distinct check lists of the records' table, not every record (a step's cost stays
+    flat as the run grows)."""
+    for shape in state.records.table.shapes:
+        for check in shape[1]:
+            if check.startswith(dependencies.FILE) and posixpath.normpath(check[5:]) in source:
+                return True
+    return False
 
 
 def _state_before(state: RunState, verdicts: Verdicts, number: int) -> Callable[[str], str]:
