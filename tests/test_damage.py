@@ -78,7 +78,7 @@ def test_a_damaged_object_is_reported_and_repaired_to_the_last_good_commit(workd
     assert old_tip in notes[0].read_text()
     with stepstone.open_run("job") as run:
         states = {s.name: s.state for s in run.status().steps}
-        assert states == {"a": "verified", "b": "verified"}  # c, planned in its own commit, runs again
+        assert states == {"a": "verified", "b": "verified"}  # c (planned in its commit) runs again
         run.step("c", lambda: 3)
 
 
