@@ -10,7 +10,6 @@ starts no further cell and shuts the kernel down.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import dataclasses
 import math
@@ -348,6 +347,8 @@ class _Stopper:
 
         def target() -> None:
             try:
+                import asyncio  # here: it costs every command's start
+
                 asyncio.run(self.client.async_execute(env=env))
             except BaseException as exc:
                 errors.append(exc)

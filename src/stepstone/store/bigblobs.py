@@ -26,12 +26,14 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .durable import Unflushed
 from .packs import format_index, read_index
+
+if TYPE_CHECKING:  # imported when first used: it costs a new process's start
+    from concurrent.futures import ThreadPoolExecutor
 
 BLOCK = 65535  # the largest stored deflate block
 _BLOB = 3
@@ -43,6 +45,8 @@ _hasher_lock = threading.Lock()
 
 def _hash_thread() -> ThreadPoolExecutor:
     global _hasher
+    from concurrent.futures import ThreadPoolExecutor
+
     with _hasher_lock:
         if _hasher is None:
             _hasher = ThreadPoolExecutor(1, thread_name_prefix="stepstone-hash")

@@ -21,11 +21,14 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..atomic import fsync_dir
 from ..errors import RefMoved
+
+if TYPE_CHECKING:  # imported when first used: it costs a new process's start
+    from concurrent.futures import ThreadPoolExecutor
 
 _libc: ctypes.CDLL | None = None
 _syncfs_missing = False
@@ -78,6 +81,8 @@ _flushers_lock = threading.Lock()
 
 def _flush_pool() -> ThreadPoolExecutor:
     global _flushers
+    from concurrent.futures import ThreadPoolExecutor
+
     with _flushers_lock:
         if _flushers is None:
             _flushers = ThreadPoolExecutor(4, thread_name_prefix="stepstone-fsync")
