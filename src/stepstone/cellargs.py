@@ -95,6 +95,17 @@ def _step() -> _Parser:
         "expr:EXPRESSION or call:NAME (repeatable)",
     )
     parser.add_argument(
+        "--keep",
+        action="append",
+        nargs="?",
+        const="",
+        default=[],
+        metavar="PATH",
+        help="a file or folder the cell writes: checked like file:PATH and kept in the "
+        "store, restored when the cell is skipped and it is missing (repeatable); "
+        "alone, keeps what each --check file:PATH names",
+    )
+    parser.add_argument(
         "--out",
         action="append",
         default=[],
@@ -242,12 +253,16 @@ def split(line: str) -> list[str]:
 
 
 def parse_step_line(line: str) -> StepLine:
-    """Parse `NAME [--check CHECK]... [--out VAR]... [--in VAR]... [--uses U]... [--note]
-    [--force] [--was OLD] [--rerun REASON]`."""
+    """Parse `NAME [--check CHECK]... [--keep [PATH]]... [--out VAR]... [--in VAR]...
+    [--uses U]... [--note] [--force] [--was OLD] [--rerun REASON]`."""
     args = _parser("step").parse_args(split(line))
+    given = list(args.check)
+    if "" in args.keep:  # a bare --keep: keep what the file: checks name
+        given = [f"keep:{c[5:]}" if c.startswith("file:") else c for c in given]
+    given += [f"keep:{path}" for path in args.keep if path and f"keep:{path}" not in given]
     return StepLine(
         name=args.name,
-        checks=tuple(args.check) + (("note",) if args.note and "note" not in args.check else ()),
+        checks=tuple(given) + (("note",) if args.note and "note" not in given else ()),
         outputs=tuple(args.out),
         inputs=tuple(args.inputs) + tuple(f"unknown:{u}" for u in args.uses),
         force=args.force,

@@ -25,6 +25,7 @@ import csv
 import hashlib
 import json
 import os
+import posixpath
 import signal
 import subprocess
 import tempfile
@@ -38,7 +39,7 @@ from .errors import InvalidInput, UnknownCheck
 from .models import Evidence
 from .settings import CHECK_TIMEOUT_ENV, Settings
 
-KINDS = ["file", "sha256", "cmd", "expr", "call", "note"]
+KINDS = ["file", "sha256", "keep", "cmd", "expr", "call", "note"]
 COMMANDS = ("cmd", "call")  # checks that run code: read-only commands do not re-run them
 WEAK = ("note", "completed")  # evidence nothing in the world can re-check
 NOTE = "note"  # the check a step whose evidence is a written note has
@@ -98,6 +99,18 @@ class Verdict:
     checkable: bool = True
 
 
+def inside_workdir(path: str) -> str:
+    """`path` (a `keep:` check's) as a clean relative path inside the work folder, or
+    `InvalidInput` saying what to write instead."""
+    clean = posixpath.normpath(path.replace(os.sep, "/"))
+    if posixpath.isabs(clean) or clean in ("..", ".") or clean.startswith("../"):
+        raise InvalidInput(
+            f"keep:{path} is outside the work folder: keep a path relative to it, "
+            f"without .. (a kept file is restored there, on any machine)"
+        )
+    return clean
+
+
 def parse(spec: CheckLike) -> CheckSpec:
     """Parse a check spec (or register a callable); raise on unknown kinds at plan time."""
     if callable(spec):
@@ -116,6 +129,8 @@ def parse(spec: CheckLike) -> CheckSpec:
     arg = arg.strip()
     if not arg:
         raise InvalidInput(f"check {spec!r} has no argument: write {kind}:ARGUMENT")
+    if kind == "keep":
+        inside_workdir(arg)
     if kind == "sha256":
         path, eq, digest = arg.rpartition("=")
         if not eq or not path or len(digest) != 64 or not _is_hex(digest):
@@ -231,12 +246,12 @@ def run(
 ) -> Evidence:
     """Run a check now; return its evidence or raise CheckNotPassed with the reason.
     `cmd:` and `call:` checks may take `timeout` seconds (default: the settings')."""
-    if spec.kind in ("file", "sha256"):
+    if spec.kind in ("file", "sha256", "keep"):  # keep: a file: check whose file is kept
         raw_path = spec.arg.rpartition("=")[0] if spec.kind == "sha256" else spec.arg
         path = (
             (workdir / raw_path).resolve() if not Path(raw_path).is_absolute() else Path(raw_path)
         )
-        if spec.kind == "file" and path.is_dir():
+        if spec.kind != "sha256" and path.is_dir():
             digest, files, size = sha256_folder(path)
             if not files:
                 raise CheckNotPassed(f"{raw_path} is an empty folder")
@@ -360,7 +375,7 @@ def verify(
         fresh = run(spec, workdir=workdir, namespace=namespace, timeout=timeout)
     except CheckNotPassed as exc:
         return Verdict(False, str(exc))
-    if spec.kind in ("file", "sha256") and fresh.value != evidence.value:
+    if spec.kind in ("file", "sha256", "keep") and fresh.value != evidence.value:
         return Verdict(False, f"{spec.arg} changed since it was recorded (sha256 differs)")
     if (
         spec.kind in ("call", "expr")

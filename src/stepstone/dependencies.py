@@ -284,11 +284,19 @@ def recorded_inputs(
     reads |= {d for d in declared if d.isidentifier()}  # `--in VAR`
     for record in earlier:
         for check in record.checks:
-            path = posixpath.normpath(check[len(FILE) :]) if check.startswith(FILE) else ""
+            path = checked_file(check)
             if path and path in source:
                 found[f"{FILE}{path}"] = file_digest(workdir / path)
                 found[f"{STEP}{record.name}"] = fingerprint(record)  # the file's maker
     return found, tuple(sorted(reads)), tuple(sorted(binds))
+
+
+def checked_file(check: str) -> str:
+    """The path a `file:` (or `keep:`) check names, normalised; "" for other checks."""
+    for prefix in (FILE, "keep:"):
+        if check.startswith(prefix):
+            return posixpath.normpath(check[len(prefix) :])
+    return ""
 
 
 def changed_input(

@@ -96,6 +96,7 @@ class StepRecord(Record):
     facts: dict[str, Any] = Field(default_factory=dict)
     outputs: dict[str, Artifact] = Field(default_factory=dict)
     unsaved: dict[str, str] = Field(default_factory=dict)  # bound names not saved: their types
+    kept: dict[str, Artifact] = Field(default_factory=dict)  # files of keep: checks, by path
     checks: tuple[str, ...] = ()
     source_hash: str | None = None
     error: str | None = None

@@ -17,6 +17,7 @@ from ..models import Artifact, PlannedStep, StepRecord
 from ..settings import Settings
 from ..status import RunStatus, StepStatus
 from ..verdicts import Verdicts, plan_changed, step_states
+from . import keeping
 from .state import RunState
 
 RETURN = "return"  # the output that holds a Python-API step's return value
@@ -86,7 +87,7 @@ class Checker:
             )
             if not verdict.checkable:
                 self._not_rerun.append(f"{planned.name} ({ev.check})")
-            if not verdict.ok:
+            if not verdict.ok and not _put_back_on_resume(ev.check, record, self.workdir):
                 return verdict.reason
         if record.inputs:
             state_now = state_of or self.verdicts.state
@@ -297,6 +298,14 @@ class Checker:
         if data is None or artifacts.sha256(data) != art.sha256:
             raise StepstoneError(f"saved output {var!r} is missing or does not match its sha256")
         return artifacts.decode(art.format, data)
+
+
+def _put_back_on_resume(check: str, record: StepRecord, workdir: Path) -> bool:
+    """Whether a `keep:` check fails only because files are missing that the record
+    kept: a resume puts them back (`keeping.restore`), so the step stands."""
+    return check.startswith(keeping.KEEP) and keeping.restorable(
+        record, check[len(keeping.KEEP) :].strip(), workdir
+    )
 
 
 def _streamed(state: RunState, path: str, art: Artifact) -> Any:

@@ -4,7 +4,6 @@ front-end go through `Stepper.stepping`."""
 
 from __future__ import annotations
 
-import posixpath
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
 from ..models import PlannedStep, StepRecord, dump, now
 from ..redaction import error_text, redact
 from ..verdicts import Verdicts
+from . import keeping
 from .active import Trace, stepping_in
 from .checking import RETURN, Checker, check_scope
 from .layout import source_hash, step_path
@@ -143,8 +143,6 @@ class Stepper:
         finally:
             self.current = previous
 
-    # -- one at a time ----------------------------------------------------------
-
     def _take(self, name: str) -> None:
         """Claim the run for step `name` on this thread; refuse a nested or concurrent step."""
         me = threading.get_ident()
@@ -210,10 +208,7 @@ class Stepper:
     ) -> StepStart:
         self.ledger.save_index_if_due()
         specs = tuple(_parse_all(checks))
-        out_names = tuple(outputs)
-        for var in out_names:
-            if not var.isidentifier():
-                raise InvalidInput(f"--out {var!r} is not a Python variable name")
+        out_names = _out_names(outputs)
         planned = self.planner.ensure_planned(
             name,
             tuple(s.text for s in specs),
@@ -225,14 +220,15 @@ class Stepper:
         specs = tuple(_parse_all(planned.checks))
         self.state.effect_book.step_begun(planned.identity)
         if not self.verdicts.known:
+            keeping.restore_missing(self.state, self.checker.workdir, self.checker.notes)
             self.checker.status(namespace=namespace, progress=None, run_commands=True)
         self.verdicts.check_order(self.state.id, self.state.steps, planned.number, force=force)
         record = self.state.records.get(name)
         state = self.verdicts.state(name)
-        # a step that follows its inputs may be stale only because a step it reads was:
-        # that step may since have run again and made the same
+        # following its inputs, it may be stale only as a step it reads was (rerun, same)
         again = state == "stale" and name in self.verdicts.follows
         if record is not None and (state == "verified" or again):
+            keeping.restore_missing(self.state, self.checker.workdir, self.checker.notes, record)
             before = _state_before(self.state, self.verdicts, planned.number)
             problem = self.checker.verify_step(planned, record, namespace, state_of=before)
             if problem is None:
@@ -309,9 +305,11 @@ class Stepper:
             writes, saved, unsaved = saved_outputs(
                 values, offered, touched, self.state, planned.number
             )
+            kept_writes, kept = keeping.keep(planned.checks, self.checker.workdir, self.state)
         except InvalidInput as exc:
             self._fail(start, str(exc))
             raise
+        writes.update(kept_writes)
         inputs, reads, binds = _recorded_inputs(self.state, start, self.checker.workdir)
         record = self._record(
             start,
@@ -323,6 +321,7 @@ class Stepper:
             reads=reads,
             binds=binds,
             unsaved=unsaved or None,
+            kept=kept or None,
         )
         writes[step_path(planned.name, legacy=self.state.legacy_layout)] = dump(record)
         trailers = [
@@ -406,9 +405,18 @@ def _names_a_checked_file(state: RunState, source: str) -> bool:
     flat as the run grows)."""
     for shape in state.records.table.shapes:
         for check in shape[1]:
-            if check.startswith(dependencies.FILE) and posixpath.normpath(check[5:]) in source:
+            path = dependencies.checked_file(check)
+            if path and path in source:
                 return True
     return False
+
+
+def _out_names(outputs: Iterable[str]) -> tuple[str, ...]:
+    out_names = tuple(outputs)
+    for var in out_names:
+        if not var.isidentifier():
+            raise InvalidInput(f"--out {var!r} is not a Python variable name")
+    return out_names
 
 
 def _state_before(state: RunState, verdicts: Verdicts, number: int) -> Callable[[str], str]:

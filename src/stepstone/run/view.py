@@ -16,7 +16,7 @@ from ..models import Decision, EffectRecord, RunInfo, Unknown
 from ..settings import Settings
 from ..status import RunStatus
 from ..store import GitStore
-from . import active
+from . import active, keeping
 from .checking import Checker
 from .ledger import Ledger
 from .state import RunState
@@ -172,6 +172,8 @@ class RunView:
         code); the status notes the checks that were not re-run.
         """
         run_commands = self.driving if recheck is None else recheck
+        if self.driving:
+            keeping.restore_missing(self.state, self._checker.workdir, self._checker.notes)
         return self._checker.status(
             namespace=namespace, progress=progress, run_commands=run_commands
         )

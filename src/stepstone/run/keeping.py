@@ -1,0 +1,176 @@
+"""Files that travel: the files a `keep:PATH` check names are kept in the store with the
+step's record, and put back into the work folder when the step is skipped and a file
+is missing, so that a clone of the store resumes without running the step again.
+
+A kept file is content-addressed like a saved value (`artifacts/<sha256>.file`; big
+ones streamed into a pack of their own). Paths stay inside the work folder: a kept
+path that is absolute, climbs out with `..` or passes through a symbolic link is
+refused when kept and when restored (a crafted record cannot write elsewhere). A
+local file that differs from its kept copy is never overwritten: the check's
+evidence then says it changed, and the step runs again as after any changed file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from .. import artifacts, bigvalues, checks
+from ..errors import InvalidInput, StepstoneError
+from ..models import Artifact, StepRecord
+from ..store import StoredBlob
+from .state import RunState
+
+KEEP = "keep:"
+FORMAT = "file"
+_CHUNK = 1 << 20
+
+
+def kept_paths(specs: Iterable[str]) -> list[str]:
+    """The paths the `keep:` checks among `specs` name."""
+    return [spec[len(KEEP) :].strip() for spec in specs if spec.startswith(KEEP)]
+
+
+safe_relative = checks.inside_workdir
+
+
+def _no_link_on_the_way(workdir: Path, relative: str) -> Path:
+    """`workdir / relative`, refused if a symbolic link is on the way (or is it)."""
+    here = workdir
+    for part in relative.split("/"):
+        here = here / part
+        if here.is_symlink():
+            raise InvalidInput(
+                f"{relative}: {here.relative_to(workdir)} is a symbolic link; a kept file "
+                f"is read and restored only through real folders inside the work folder"
+            )
+    return here
+
+
+def _files(workdir: Path, relative: str) -> Iterator[str]:
+    """The regular files `relative` names: itself, or those in it (not hidden ones, as
+    `file:` checks of folders count them)."""
+    target = _no_link_on_the_way(workdir, relative)
+    if target.is_file():
+        yield relative
+        return
+    for file in sorted(p for p in target.rglob("*") if p.is_file() and not p.is_symlink()):
+        inside = file.relative_to(workdir).as_posix()
+        if not any(part.startswith(".") for part in inside[len(relative) + 1 :].split("/")):
+            yield inside
+
+
+def keep(
+    specs: Iterable[str], workdir: Path, state: RunState
+) -> tuple[dict[str, bytes | StoredBlob], dict[str, Artifact]]:
+    """(the blobs to commit, the record's `kept` table: path -> content) for the files
+    the `keep:` checks among `specs` name, as they are now."""
+    writes: dict[str, bytes | StoredBlob] = {}
+    kept: dict[str, Artifact] = {}
+    for path in kept_paths(specs):
+        for relative in _files(workdir, safe_relative(path)):
+            art, blob = _keep_file(workdir / relative, state)
+            writes[artifacts.path_for(art.sha256, FORMAT)] = blob
+            kept[relative] = art
+    return writes, kept
+
+
+def _keep_file(file: Path, state: RunState) -> tuple[Artifact, bytes | StoredBlob]:
+    size = file.stat().st_size
+    with file.open("rb") as handle:
+        if size < bigvalues.THRESHOLD:
+            data = handle.read()
+            return Artifact(sha256=artifacts.sha256(data), format=FORMAT, size=len(data)), data
+        sink = state.store.big_blobs.sink(size)
+        try:
+            while chunk := handle.read(bigvalues.CHUNK):
+                sink.write(chunk)
+        except BaseException:
+            sink.abort()
+            raise
+        blob = sink.close()  # a file that changed size meanwhile fails here
+    return Artifact(sha256=blob.sha256, format=FORMAT, size=blob.size), blob
+
+
+def restore_missing(
+    state: RunState, workdir: Path, notes: list[str], record: StepRecord | None = None
+) -> None:
+    """Put back the missing files `record` kept (every record's, when None: found
+    through the table's few distinct check lists, before a driver's status, so that a
+    later step's inputs are there), and say which in `notes`."""
+    if record is None:
+        table = state.records.table
+        keeps = {i for i, shape in enumerate(table.shapes) if kept_paths(shape[1])}
+        if not keeps:
+            return
+        for name, kind in zip(table.names, table.kinds, strict=True):
+            if kind in keeps and name is not None and (found := state.records.get(name)):
+                restore_missing(state, workdir, notes, found)
+        return
+    if record.kept:
+        restored = restore(record, workdir, state)
+        if restored:
+            notes.append(f"step {record.name}: restored kept {', '.join(restored)}")
+
+
+def restore(record: StepRecord, workdir: Path, state: RunState) -> list[str]:
+    """Put back each file `record` kept that is missing from the work folder; what was
+    restored. A file that is there is left as it is, whatever it holds."""
+    restored = []
+    for relative, art in sorted(record.kept.items()):
+        target = _no_link_on_the_way(workdir, safe_relative(relative))
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _no_link_on_the_way(workdir, safe_relative(relative))  # made no link meanwhile
+        _write_from_store(target, art, state)
+        restored.append(relative)
+    return restored
+
+
+def restorable(record: StepRecord, path: str, workdir: Path) -> bool:
+    """Whether every file of the `keep:` check of `path` that is missing was kept
+    (a reader tells a step whose kept files a resume puts back from a stale one)."""
+    try:
+        prefix = safe_relative(path)
+    except InvalidInput:
+        return False
+    mine = {k: a for k, a in record.kept.items() if k == prefix or k.startswith(prefix + "/")}
+    if not mine:
+        return False
+    for relative, art in mine.items():
+        file = workdir / relative
+        if file.exists() and (not file.is_file() or checks.sha256_file(file) != art.sha256):
+            return False
+    return True
+
+
+def _write_from_store(target: Path, art: Artifact, state: RunState) -> None:
+    path = artifacts.path_for(art.sha256, FORMAT)
+    tmp = target.with_name(f".{target.name}.stepstone-tmp")
+    digest = hashlib.sha256()
+    reader = state.store.open_blob(state.snap.tree, path) if state.snap.tree else None
+    with open(tmp, "wb") as out:
+        if reader is not None:
+            with reader:
+                if reader.size != art.size:
+                    raise StepstoneError(f"kept copy of {target.name} is not the size recorded")
+                buffer = bytearray(_CHUNK)
+                while got := reader.readinto(buffer):
+                    digest.update(buffer[:got])
+                    out.write(buffer[:got])
+        else:
+            data = state.blob(path)
+            if data is None:
+                tmp.unlink()
+                raise StepstoneError(f"the kept copy of {target.name} is not in the store")
+            digest.update(data)
+            out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    if digest.hexdigest() != art.sha256:
+        tmp.unlink()
+        raise StepstoneError(f"the kept copy of {target.name} does not match its sha256")
+    os.replace(tmp, target)
