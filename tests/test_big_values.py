@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import stepstone
 from stepstone import artifacts, bigvalues
 from stepstone.store import GIT_OPTIONS, GitStore
+from stepstone.store.packs import read_index
 from tests.conftest import fsck, git, run_python
 
 MB = 1 << 20
@@ -236,3 +237,24 @@ def test_frames_parquet_may_change_are_not_called_plain():
     named.attrs["unit"] = "m"
     assert not bigvalues.plainly_parquet(named)
     assert not bigvalues.plainly_parquet(plain.assign(s=["a", "b", "c"]))
+
+
+def test_a_damaged_big_value_is_not_loaded_and_its_step_runs_again(workdir):
+    array = np.random.default_rng(8).random(500_000)
+    with stepstone.open_run("big") as run:
+        art = run.step("make", lambda: array).record.outputs["return"]
+    store = workdir / ".stepstone"
+    oid = git("rev-parse", f"big:{artifacts.path_for(art.sha256, 'npy')}", cwd=store).strip()
+    pack = next(
+        index.with_suffix(".pack")
+        for index in (store / "objects" / "pack").glob("*.idx")
+        if any(o.hex() == oid for o, _, _ in read_index(index.read_bytes()))
+    )
+    data = bytearray(pack.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one bit flip inside the array's bytes
+    pack.chmod(0o644)
+    pack.write_bytes(bytes(data))
+    ran = []
+    with stepstone.open_run("big") as run:
+        again = run.step("make", lambda: ran.append(1) or array)
+    assert ran == [1] and not again.skipped

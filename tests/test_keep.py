@@ -91,7 +91,7 @@ def test_a_kept_path_through_a_symbolic_link_is_refused(workdir: Path, tmp_path_
         run.step("make", lambda: None, checks=["keep:linked/data.txt"])
 
 
-def test_a_crafted_record_cannot_restore_a_file_outside_the_work_folder(workdir: Path):
+def test_a_crafted_record_restores_nothing_and_its_step_runs_again(workdir: Path):
     (workdir / "model.txt").write_text("made")
     with stepstone.open_run("keep") as run:
         run.step("make", lambda: None, checks=["keep:model.txt"])
@@ -103,12 +103,13 @@ def test_a_crafted_record_cannot_restore_a_file_outside_the_work_folder(workdir:
         )
         run.ledger.commit({path: dump(crafted)}, "a crafted record", [])
     (workdir / "model.txt").unlink()
-    with (
-        stepstone.open_run("keep") as run,
-        pytest.raises(stepstone.StepstoneError, match="outside the work folder"),
-    ):
-        run.step("make", lambda: None, checks=["keep:model.txt"])
+    with stepstone.open_run("keep") as run:
+        run.status()
+        assert any("kept files not restored" in n and "outside" in n for n in run.notes)
+        with pytest.raises(stepstone.CheckFailed):  # not restored: the step runs again
+            run.step("make", lambda: None, checks=["keep:model.txt"])
     assert not (workdir.parent / "escaped.txt").exists()
+    assert not (workdir / "model.txt").exists()
 
 
 def _notebook(folder: Path) -> Path:
@@ -149,3 +150,27 @@ def test_a_clone_with_only_the_notebook_resumes_without_running_a_step(workdir: 
         assert (other / name).read_bytes() == (workdir / name).read_bytes()
     status = json.loads(cli("status", "--json", cwd=other).stdout)
     assert [s["state"] for s in status["steps"]] == ["verified", "verified"]
+
+
+def test_a_kept_folder_with_a_file_added_by_hand_runs_again(workdir: Path):
+    ran = []
+    with stepstone.open_run("keep") as run:
+        run.step("make", lambda: ran.append(1) or _write_out(workdir), checks=["keep:out"])
+    (workdir / "out" / "extra.csv").write_text("x\n")
+    (workdir / "out" / "table.csv").unlink()  # missing, but the folder also changed
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert status["steps"][0]["state"] == "stale"
+    with stepstone.open_run("keep") as run:
+        assert not run.step("make", lambda: ran.append(2), checks=["keep:out"]).skipped
+    assert ran == [1, 2]
+
+
+def test_a_kept_path_that_cannot_be_put_back_does_not_block_other_steps(workdir: Path):
+    with stepstone.open_run("keep") as run:
+        run.step("make", lambda: _write_out(workdir), checks=["keep:out"])
+    shutil.rmtree(workdir / "out")
+    (workdir / "out").write_text("a file where the kept folder was")
+    with stepstone.open_run("keep") as run:
+        assert run.step("other", lambda: 7, force=True).value == 7  # make is stale
+        assert any("step make: kept files not restored" in n for n in run.notes)
+    assert (workdir / "out").read_text() == "a file where the kept folder was"

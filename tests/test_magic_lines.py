@@ -116,14 +116,19 @@ def test_a_notebook_records_its_question_lines(workdir: Path):
 @pytest.mark.parametrize(
     ("parse", "line", "named", "options"),
     [
-        (cellargs.parse_step_line, "-x", "-x", "--check, --out, --in, --uses, --note, --force"),
+        (
+            cellargs.parse_step_line,
+            "-x",
+            "-x",
+            "--check, --keep, --out, --in, --uses, --note, --force",
+        ),
         (
             cellargs.parse_step_line,
             "a --chek file:x",
             "--chek",
-            "--check, --out, --in, --uses, --note, --force",
+            "--check, --keep, --out, --in, --uses, --note, --force",
         ),
-        (cellargs.parse_step_line, "--out=n a --forse=1", "--forse", "--check, --out, --in"),
+        (cellargs.parse_step_line, "--out=n a --forse=1", "--forse", "--check, --keep, --out"),
         (
             cellargs.parse_decide_line,
             "k=v --why w --revize",
@@ -150,7 +155,7 @@ def test_step_names_the_unknown_option_and_a_really_missing_name(shell, workdir:
         shell.run_cell_magic("step", "-x", "pass")
     assert str(caught.value).startswith(
         "%%step: unrecognized arguments: -x is not an option "
-        "(options: --check, --out, --in, --uses, --note, --force"
+        "(options: --check, --keep, --out, --in, --uses, --note, --force"
     )
     with pytest.raises(UsageError, match="required: name"):
         shell.run_cell_magic("step", "--force", "pass")

@@ -205,3 +205,42 @@ def test_packs_removed_by_merges_are_not_kept_open(workdir: Path):
         store_packs = len(list((workdir / ".stepstone" / "objects" / "pack").glob("*.pack")))
         assert open_packs() <= 2 * store_packs + 4  # a .pack and an .idx of each, at most
     fsck(workdir / ".stepstone")
+
+
+def test_a_big_values_pack_is_fsynced_before_the_ref_moves(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import numpy as np
+
+    run = stepstone.open_run("demo")
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+
+    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        events.append(("rename", str(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    run.step("one", lambda: np.arange(300_000, dtype=np.float64))  # 2.4 MB: a pack of its own
+    store = workdir / ".stepstone"
+    ref_moved = events.index(("rename", str(store / "refs" / "heads" / "demo.lock")))
+    before = [path for kind, path in events[:ref_moved] if kind == "fsync"]
+    assert sum(1 for p in before if "/objects/pack/pack-" in p) == 4  # two packs, two indexes
+    run.close()
+    fsck(store)
+
+
+def test_a_pack_merged_away_before_the_flush_does_not_fail_the_commit(tmp_path: Path):
+    gone, kept = tmp_path / "gone.pack", tmp_path / "kept.pack"
+    gone.write_bytes(b"x")
+    kept.write_bytes(b"y")
+    unflushed = durable.Unflushed()
+    unflushed.add(str(gone), str(kept))
+    gone.unlink()  # a merge or a `git gc` removed it after copying its objects
+    unflushed.flush()
+    unflushed.flush()  # nothing left over to fail the next commit

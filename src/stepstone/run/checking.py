@@ -13,7 +13,7 @@ from .. import artifacts, bigvalues, checks, dependencies, effects, names, trust
 from ..bulk import collector_paused
 from ..effectbook import MAYBE_HAPPENED
 from ..errors import StepstoneError, StoreError
-from ..models import Artifact, PlannedStep, StepRecord
+from ..models import Artifact, Evidence, PlannedStep, StepRecord
 from ..settings import Settings
 from ..status import RunStatus, StepStatus
 from ..verdicts import Verdicts, plan_changed, step_states
@@ -41,6 +41,7 @@ class Checker:
         self.notes = notes
         self._not_rerun: list[str] = []
         self.withheld: dict[str, list[str]] = {}  # step -> saved names not loaded here
+        self.driving: Callable[[], bool] = lambda: False  # set by the run that holds it
 
     def verify_step(
         self,
@@ -87,7 +88,7 @@ class Checker:
             )
             if not verdict.checkable:
                 self._not_rerun.append(f"{planned.name} ({ev.check})")
-            if not verdict.ok and not _put_back_on_resume(ev.check, record, self.workdir):
+            if not verdict.ok and not self._put_back_on_resume(ev, record):
                 return verdict.reason
         if record.inputs:
             state_now = state_of or self.verdicts.state
@@ -289,6 +290,18 @@ class Checker:
                 ) from exc
         return values
 
+    def _put_back_on_resume(self, ev: Evidence, record: StepRecord) -> bool:
+        """Whether a reader's `keep:` check fails only because kept files are missing
+        (a resume puts them back, so the step stands). A driver has put them back
+        already: for it, a failing check is a failing check."""
+        return (
+            not self.driving()
+            and ev.check.startswith(keeping.KEEP)
+            and keeping.restorable(
+                record, ev.check[len(keeping.KEEP) :].strip(), self.workdir, ev.value
+            )
+        )
+
     def _load(self, var: str, art: Artifact) -> Any:
         path = artifacts.path_for(art.sha256, art.format)
         value = _streamed(self.state, path, art)
@@ -298,14 +311,6 @@ class Checker:
         if data is None or artifacts.sha256(data) != art.sha256:
             raise StepstoneError(f"saved output {var!r} is missing or does not match its sha256")
         return artifacts.decode(art.format, data)
-
-
-def _put_back_on_resume(check: str, record: StepRecord, workdir: Path) -> bool:
-    """Whether a `keep:` check fails only because files are missing that the record
-    kept: a resume puts them back (`keeping.restore`), so the step stands."""
-    return check.startswith(keeping.KEEP) and keeping.restorable(
-        record, check[len(keeping.KEEP) :].strip(), workdir
-    )
 
 
 def _streamed(state: RunState, path: str, art: Artifact) -> Any:

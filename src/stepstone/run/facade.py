@@ -69,6 +69,7 @@ class Run(RunView):
         verdicts = Verdicts()
         self._planner = Planner(self.ledger, verdicts, self.notes)
         self._checker = Checker(self.state, verdicts, self.settings, Path.cwd(), self.notes)
+        self._checker.driving = lambda: self._lock.held
         self._stepper = Stepper(self.ledger, self._planner, self._checker, verdicts)
         self._stepped: set[str] = set()  # steps `step` completed or skipped in this process
         if drive:

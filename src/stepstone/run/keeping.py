@@ -90,7 +90,10 @@ def _keep_file(file: Path, state: RunState) -> tuple[Artifact, bytes | StoredBlo
         except BaseException:
             sink.abort()
             raise
-        blob = sink.close()  # a file that changed size meanwhile fails here
+        try:
+            blob = sink.close()
+        except ValueError as exc:  # it changed size while it was read
+            raise InvalidInput(f"{file.name} changed while it was kept ({exc}); run again") from exc
     return Artifact(sha256=blob.sha256, format=FORMAT, size=blob.size), blob
 
 
@@ -106,8 +109,14 @@ def restore_missing(
         if not keeps:
             return
         for name, kind in zip(table.names, table.kinds, strict=True):
-            if kind in keeps and name is not None and (found := state.records.get(name)):
-                restore_missing(state, workdir, notes, found)
+            if kind not in keeps or name is None or name not in state.numbers:
+                continue
+            found = state.records.get(name)
+            try:
+                if found is not None:
+                    restore_missing(state, workdir, notes, found)
+            except (StepstoneError, OSError) as exc:  # its own step says so if it runs
+                notes.append(f"step {name}: kept files not restored ({exc})")
         return
     if record.kept:
         restored = restore(record, workdir, state)
@@ -117,60 +126,99 @@ def restore_missing(
 
 def restore(record: StepRecord, workdir: Path, state: RunState) -> list[str]:
     """Put back each file `record` kept that is missing from the work folder; what was
-    restored. A file that is there is left as it is, whatever it holds."""
+    restored. A file that is there is left as it is, whatever it holds. Only paths
+    under the record's own `keep:` checks are restored, never a hidden one."""
     restored = []
-    for relative, art in sorted(record.kept.items()):
-        target = _no_link_on_the_way(workdir, safe_relative(relative))
-        if target.exists():
+    for relative, art in sorted(_own_kept(record).items()):
+        target = _no_link_on_the_way(workdir, relative)
+        if target.exists() or target.is_symlink():
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        _no_link_on_the_way(workdir, safe_relative(relative))  # made no link meanwhile
+        _no_link_on_the_way(workdir, relative)  # no link was made on the way meanwhile
         _write_from_store(target, art, state)
         restored.append(relative)
     return restored
 
 
-def restorable(record: StepRecord, path: str, workdir: Path) -> bool:
-    """Whether every file of the `keep:` check of `path` that is missing was kept
-    (a reader tells a step whose kept files a resume puts back from a stale one)."""
+def _own_kept(record: StepRecord, under: str | None = None) -> dict[str, Artifact]:
+    """The files `record` kept under its own `keep:` paths (or under `under`), by clean
+    path; anything else a record lists (a crafted one) is refused."""
+    roots = [under] if under is not None else [safe_relative(p) for p in kept_paths(record.checks)]
+    mine: dict[str, Artifact] = {}
+    for path, art in record.kept.items():
+        clean = safe_relative(path)
+        inside = [r for r in roots if clean == r or clean.startswith(r + "/")]
+        if not inside or any(p.startswith(".") for p in clean[len(inside[0]) :].split("/")):
+            if under is None:
+                raise InvalidInput(
+                    f"step {record.name!r} lists a kept file {path!r} that none of its "
+                    f"keep: checks names; the record is not restored (stepstone repair)"
+                )
+            continue
+        mine[clean] = art
+    return mine
+
+
+def restorable(record: StepRecord, path: str, workdir: Path, recorded: object) -> bool:
+    """Whether the `keep:` check of `path`, whose evidence was `recorded`, fails only
+    because files it kept are missing: once they are put back, the file (or folder) is
+    what the evidence says. A reader then counts the step as standing."""
     try:
         prefix = safe_relative(path)
-    except InvalidInput:
-        return False
-    mine = {k: a for k, a in record.kept.items() if k == prefix or k.startswith(prefix + "/")}
-    if not mine:
-        return False
-    for relative, art in mine.items():
-        file = workdir / relative
-        if file.exists() and (not file.is_file() or checks.sha256_file(file) != art.sha256):
+        mine = _own_kept(record, prefix)
+        target = workdir / prefix
+        if not mine or target.is_symlink():
             return False
-    return True
+        if prefix in mine:  # one file
+            return not target.exists() and mine[prefix].sha256 == recorded
+        if target.exists() and not target.is_dir():
+            return False
+        after = {}
+        if target.is_dir():  # the files as `file:` checks of folders count them
+            for file in sorted(p for p in target.rglob("*") if p.is_file()):
+                inside = file.relative_to(target).as_posix()
+                if not any(part.startswith(".") for part in inside.split("/")):
+                    after[inside] = checks.sha256_file(file)
+        missing = {k[len(prefix) + 1 :]: a.sha256 for k, a in mine.items()}
+        missing = {k: v for k, v in missing.items() if k not in after}
+        if not missing:
+            return False
+        after.update(missing)
+    except (InvalidInput, OSError):
+        return False
+    digest = hashlib.sha256()
+    for inside in sorted(after, key=lambda name: tuple(name.split("/"))):
+        digest.update(f"{inside}\0{after[inside]}\n".encode())
+    return digest.hexdigest() == recorded
 
 
 def _write_from_store(target: Path, art: Artifact, state: RunState) -> None:
     path = artifacts.path_for(art.sha256, FORMAT)
     tmp = target.with_name(f".{target.name}.stepstone-tmp")
+    tmp.unlink(missing_ok=True)  # left by a killed restore
     digest = hashlib.sha256()
     reader = state.store.open_blob(state.snap.tree, path) if state.snap.tree else None
-    with open(tmp, "wb") as out:
-        if reader is not None:
-            with reader:
-                if reader.size != art.size:
-                    raise StepstoneError(f"kept copy of {target.name} is not the size recorded")
-                buffer = bytearray(_CHUNK)
-                while got := reader.readinto(buffer):
-                    digest.update(buffer[:got])
-                    out.write(buffer[:got])
-        else:
-            data = state.blob(path)
-            if data is None:
-                tmp.unlink()
-                raise StepstoneError(f"the kept copy of {target.name} is not in the store")
-            digest.update(data)
-            out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    if digest.hexdigest() != art.sha256:
-        tmp.unlink()
-        raise StepstoneError(f"the kept copy of {target.name} does not match its sha256")
-    os.replace(tmp, target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with open(fd, "wb", closefd=True) as out:
+            if reader is not None:
+                with reader:
+                    if reader.size != art.size:
+                        raise StepstoneError(f"the kept copy of {target.name} is not its size")
+                    buffer = bytearray(_CHUNK)
+                    while got := reader.readinto(buffer):
+                        digest.update(buffer[:got])
+                        out.write(buffer[:got])
+            else:
+                data = state.blob(path)
+                if data is None:
+                    raise StepstoneError(f"the kept copy of {target.name} is not in the store")
+                digest.update(data)
+                out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != art.sha256:
+            raise StepstoneError(f"the kept copy of {target.name} does not match its sha256")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -263,6 +263,8 @@ class StoredReader(io.RawIOBase):
         self._start = start
         self.size = size
         self._at = 0
+        self._checked = 0  # the content up to here was read in order: its Adler-32 is
+        self._adler = 1
 
     def readable(self) -> bool:
         return True
@@ -279,18 +281,40 @@ class StoredReader(io.RawIOBase):
         return self._at
 
     def readinto(self, buffer: Any) -> int:
+        """Read on from the position; every block header met is checked, and content
+        read in order is checked against the stream's Adler-32 at its end (zlib's own
+        check, as git's inflate makes it): a damaged pack is an `OSError`."""
         view = memoryview(buffer).cast("B")
         done = 0
+        header = bytearray(5)
         while done < len(view) and self._at < self.size:
             block, within = divmod(self._at, BLOCK)
             take = min(BLOCK - within, len(view) - done, self.size - self._at)
             where = self._start + block * (BLOCK + 5) + 5 + within
-            got = os.preadv(self._fd, [view[done : done + take]], where)
+            part = view[done : done + take]
+            if within:
+                got = os.preadv(self._fd, [part], where)
+            else:
+                length = min(BLOCK, self.size - self._at)
+                got = os.preadv(self._fd, [header, part], where - 5) - 5
+                if header != _block_header(length, self._at + length == self.size):
+                    raise OSError(f"stored blob damaged: a bad block header at byte {self._at}")
             if got <= 0:
                 raise OSError(f"pack ends inside a stored blob (at byte {self._at})")
+            if self._at <= self._checked < self._at + got:
+                self._adler = zlib.adler32(part[self._checked - self._at : got], self._adler)
+                self._checked = self._at + got
+                if self._checked == self.size:
+                    self._check_adler()
             done += got
             self._at += got
         return done
+
+    def _check_adler(self) -> None:
+        blocks = max(1, -(-self.size // BLOCK))
+        trailer = os.pread(self._fd, 4, self._start + self.size + 5 * blocks)
+        if trailer != struct.pack(">I", self._adler):
+            raise OSError("stored blob damaged: its content does not match its Adler-32")
 
     def close(self) -> None:
         if not self.closed and self._fd >= 0:

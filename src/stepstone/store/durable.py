@@ -90,7 +90,12 @@ def _flush_pool() -> ThreadPoolExecutor:
 
 
 def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        # merged away or repacked meanwhile (a `git gc`, another run's pack merge): whoever
+        # removed it flushed the pack that holds its objects first; its folder is flushed
+        return
     try:
         os.fsync(fd)
     finally:
@@ -116,17 +121,19 @@ class Unflushed:
         with self._lock:
             paths, self._paths = self._paths, []
         folders = {os.path.dirname(path) for path in paths}
-        jobs = [*paths, *folders]
         pool = _flush_pool()
-        waiting = [pool.submit(_fsync_path, path) for path in jobs]
-        if fd is not None:
-            os.fsync(fd)
+        waiting = [pool.submit(_fsync_path, path) for path in [*paths, *folders]]
         try:
-            for job in waiting:
-                job.result()
+            if fd is not None:
+                os.fsync(fd)
+            failed = next((e for job in waiting if (e := job.exception()) is not None), None)
+            if failed is not None:
+                raise failed
         except BaseException:
+            for job in waiting:
+                job.exception()  # none is left running
             with self._lock:
-                self._paths.extend(paths)  # flushed with the next commit, or an error again
+                self._paths.extend(paths)  # flushed with the next commit
             raise
 
 
