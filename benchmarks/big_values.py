@@ -8,6 +8,8 @@ a new process's skip of the same `%%step` in a real IPython shell (native: the l
 "extra memory" is the highest resident size seen while the call ran (sampled every
 2 ms) above the resident size before it, as a multiple of the value's size.
 
+joblib.Memory (`pip install -e ".[bench]"`) is measured beside them when installed.
+
     python benchmarks/big_values.py [--mb 200] [--rounds 3] [--huge-mb 1024]
 """
 
@@ -76,6 +78,8 @@ def _child(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
     import pandas as pd
 
     native = folder / ("value.npy" if what == "array" else "value.parquet")
+    if kind.startswith("joblib"):
+        return _joblib(kind, what, mb, folder)
     value = _make(what, mb) if kind.endswith("save") else None
     size = _nbytes(value) if value is not None else mb << 20
     if kind.startswith("stepstone"):
@@ -119,6 +123,27 @@ def _child(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
     return {"seconds": seconds, "extra": (rss.peak - rss.base) / size}
 
 
+def _joblib(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
+    """joblib.Memory, the peer for outputs: a cached function that makes the value. Its
+    save is the first call less the making of the value (timed before, in turns);
+    its load, a new process's call that hits the cache."""
+    import joblib
+
+    cached = joblib.Memory(folder / "joblib", verbose=0).cache(_make)
+    making = 0.0
+    if kind == "joblib-save":
+        start = time.perf_counter()
+        size = _nbytes(_make(what, mb))
+        making = time.perf_counter() - start
+    with _PeakRss() as rss:
+        start = time.perf_counter()
+        value = cached(what, mb)
+        seconds = time.perf_counter() - start - making
+    size = _nbytes(value)
+    extra = (rss.peak - rss.base) / size - (1.0 if kind == "joblib-save" else 0.0)
+    return {"seconds": seconds, "extra": extra}
+
+
 def _run_child(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, __file__, "--child", kind, "--what", what, "--mb", str(mb), str(folder)],
@@ -135,14 +160,28 @@ def _measure(what: str, mb: int, rounds: int) -> dict[str, list[dict[str, float]
     results: dict[str, list[dict[str, float]]] = {}
     for _ in range(rounds):
         folder = Path(tempfile.mkdtemp(prefix="stepstone-big-", dir=os.getcwd()))
-        for kind in ("native-save", "stepstone-save", "native-load", "stepstone-load"):
+        kinds = ["native-save", "stepstone-save", "native-load", "stepstone-load"]
+        if _has_joblib():
+            kinds[2:2] = ["joblib-save"]
+            kinds.append("joblib-load")
+        for kind in kinds:
             results.setdefault(kind, []).append(_run_child(kind, what, mb, folder))
         subprocess.run(["rm", "-rf", str(folder)], check=True)
     return results
 
 
-def _row(label: str, results: dict[str, list[dict[str, float]]], op: str) -> str:
-    ours = results[f"stepstone-{op}"]
+def _has_joblib() -> bool:
+    try:
+        import joblib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _row(
+    label: str, results: dict[str, list[dict[str, float]]], op: str, who: str = "stepstone"
+) -> str:
+    ours = results[f"{who}-{op}"]
     theirs = results[f"native-{op}"]
     t_ours = statistics.median(r["seconds"] for r in ours)
     t_theirs = statistics.median(r["seconds"] for r in theirs)
@@ -167,12 +206,14 @@ def main() -> None:
         print(json.dumps(_child(args.child, args.what, args.mb, Path(args.folder))))
         return
     print(f"median of {args.rounds} rounds in turns, each call in a fresh process")
-    print("| value, operation | stepstone s | native s | ratio | extra memory × value | native × |")
+    print("| value, operation | this s | native s | ratio | extra memory × value | native × |")
     print("| --- | --- | --- | --- | --- | --- |")
     for what in ("array", "frame"):
         results = _measure(what, args.mb, args.rounds)
         for op in ("save", "load"):
             print(_row(f"{args.mb} MB {what}", results, op), flush=True)
+            if f"joblib-{op}" in results:
+                print(_row(f"  peer joblib.Memory: {what}", results, op, "joblib"), flush=True)
     if args.huge_mb:
         for what in ("array", "frame"):
             results = _measure(what, args.huge_mb, 1)
