@@ -8,7 +8,8 @@ a new process's skip of the same `%%step` in a real IPython shell (native: the l
 "extra memory" is the highest resident size seen while the call ran (sampled every
 2 ms) above the resident size before it, as a multiple of the value's size.
 
-joblib.Memory (`pip install -e ".[bench]"`) is measured beside them when installed.
+joblib's `dump`/`load` (what `joblib.Memory` stores a result with; `pip install -e
+".[bench]"`) is measured beside them when installed.
 
     python benchmarks/big_values.py [--mb 200] [--rounds 3] [--huge-mb 1024]
 """
@@ -124,50 +125,23 @@ def _child(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
 
 
 def _joblib(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
-    """joblib.Memory, the peer for outputs: a cached function that makes the value. Its
-    save is the first call less the making of the value (timed before, in turns);
-    its load, a new process's call that hits the cache."""
+    """joblib, the peer for outputs: `joblib.dump` and `joblib.load` of the value, what
+    `joblib.Memory` does with a cached function's result (no compression, its default)."""
     import joblib
 
-    cached = joblib.Memory(folder / "joblib", verbose=0).cache(_make)
-    making = 0.0
-    if kind == "joblib-save":
-        start = time.perf_counter()
-        size = _nbytes(_make(what, mb))
-        making = time.perf_counter() - start
+    path = folder / f"{what}.joblib"
+    value = _make(what, mb) if kind == "joblib-save" else None
     with _PeakRss() as rss:
         start = time.perf_counter()
-        value = cached(what, mb)
-        seconds = time.perf_counter() - start - making
-    size = _nbytes(value)
-    extra = (rss.peak - rss.base) / size - (1.0 if kind == "joblib-save" else 0.0)
-    return {"seconds": seconds, "extra": extra}
-
-
-def _run_child(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", kind, "--what", what, "--mb", str(mb), str(folder)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{kind} {what} failed:\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _measure(what: str, mb: int, rounds: int) -> dict[str, list[dict[str, float]]]:
-    results: dict[str, list[dict[str, float]]] = {}
-    for _ in range(rounds):
-        folder = Path(tempfile.mkdtemp(prefix="stepstone-big-", dir=os.getcwd()))
-        kinds = ["native-save", "stepstone-save", "native-load", "stepstone-load"]
-        if _has_joblib():
-            kinds[2:2] = ["joblib-save"]
-            kinds.append("joblib-load")
-        for kind in kinds:
-            results.setdefault(kind, []).append(_run_child(kind, what, mb, folder))
-        subprocess.run(["rm", "-rf", str(folder)], check=True)
-    return results
+        if value is not None:
+            joblib.dump(value, path)
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        else:
+            value = joblib.load(path)
+        seconds = time.perf_counter() - start
+    return {"seconds": seconds, "extra": (rss.peak - rss.base) / _nbytes(value)}
 
 
 def _has_joblib() -> bool:
@@ -213,7 +187,7 @@ def main() -> None:
         for op in ("save", "load"):
             print(_row(f"{args.mb} MB {what}", results, op), flush=True)
             if f"joblib-{op}" in results:
-                print(_row(f"  peer joblib.Memory: {what}", results, op, "joblib"), flush=True)
+                print(_row(f"  peer joblib.dump/load: {what}", results, op, "joblib"), flush=True)
     if args.huge_mb:
         for what in ("array", "frame"):
             results = _measure(what, args.huge_mb, 1)

@@ -6,8 +6,8 @@ holds it alone, its zlib stream made of *stored* deflate blocks (a valid stream,
 level 0): every Git tool reads it, `git push`, `clone` and `gc` copy the entry as
 it is (no recompression), and its bytes sit in the file at offsets known by
 arithmetic. The content is hashed while written (the object id, the pack's
-checksum and the entry's CRC on this thread, as it writes; the object id, the
-stream's Adler-32 and the caller's sha256 on a second one), from chunks streamed in:
+checksum on this thread, as it writes; the object id and the caller's sha256 on a
+second, the entry's CRC and the stream's Adler-32 on a third), from chunks streamed in:
 one copy of the value in memory at most, the caller's own.
 
 Reading finds the blob's pack through the pack indexes and, if the entry is still
@@ -40,16 +40,29 @@ _BLOB = 3
 _ZLIB_HEADER = b"\x78\x01"  # deflate, 32K window, no dictionary, "fastest"
 _IOV = 512  # stored blocks handed to one writev (header and data each take a slot)
 _hasher: ThreadPoolExecutor | None = None
+_reader_sums: ThreadPoolExecutor | None = None
+_BACKGROUND = 4 << 20  # reads this big are summed on the helper thread
 _hasher_lock = threading.Lock()
 
 
-def _hash_thread() -> ThreadPoolExecutor:
+def _summer() -> ThreadPoolExecutor:
+    """One thread that sums what readers read, in the order it was read."""
+    global _reader_sums
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _hasher_lock:
+        if _reader_sums is None:
+            _reader_sums = ThreadPoolExecutor(1, thread_name_prefix="stepstone-adler")
+        return _reader_sums
+
+
+def _hash_threads() -> ThreadPoolExecutor:
     global _hasher
     from concurrent.futures import ThreadPoolExecutor
 
     with _hasher_lock:
         if _hasher is None:
-            _hasher = ThreadPoolExecutor(1, thread_name_prefix="stepstone-hash")
+            _hasher = ThreadPoolExecutor(2, thread_name_prefix="stepstone-hash")
         return _hasher
 
 
@@ -116,7 +129,6 @@ class BlobSink:
     def _emit(self, pieces: list[Any]) -> None:
         for piece in pieces:
             self._pack_sha.update(piece)
-            self._crc = zlib.crc32(piece, self._crc)
         total = sum(len(p) for p in pieces)
         done = os.writev(self._fd, pieces)
         if done < total:  # a short write: finish it piece by piece
@@ -128,30 +140,33 @@ class BlobSink:
         view = memoryview(chunk).cast("B")
         if self._written + len(view) > self._size:
             raise ValueError(f"blob is longer than the {self._size} bytes announced")
-        hashed = _hash_thread().submit(self._hash_content, view)
+        pieces: list[Any] = []  # the chunk as stored blocks: block headers and views
+        at = 0
+        while at < len(view):
+            in_block = self._written % BLOCK
+            if in_block == 0:
+                length = min(BLOCK, self._size - self._written)
+                pieces.append(_block_header(length, self._written + length == self._size))
+            take = min(BLOCK - in_block, len(view) - at)
+            pieces.append(view[at : at + take])
+            at += take
+            self._written += take
+        helpers = _hash_threads()
+        jobs = [helpers.submit(self._hash_content, view), helpers.submit(self._sum, pieces, view)]
         try:
-            pieces: list[Any] = []
-            at = 0
-            while at < len(view):
-                in_block = self._written % BLOCK
-                if in_block == 0:
-                    length = min(BLOCK, self._size - self._written)
-                    pieces.append(_block_header(length, self._written + length == self._size))
-                take = min(BLOCK - in_block, len(view) - at)
-                pieces.append(view[at : at + take])
-                at += take
-                self._written += take
-                if len(pieces) >= _IOV:
-                    self._emit(pieces)
-                    pieces = []
-            if pieces:
-                self._emit(pieces)
+            for at in range(0, len(pieces), _IOV):
+                self._emit(pieces[at : at + _IOV])
         finally:
-            hashed.result()
+            for job in jobs:
+                job.result()
 
     def _hash_content(self, view: memoryview) -> None:
         self._oid.update(view)
         self._sha256.update(view)
+
+    def _sum(self, pieces: list[Any], view: memoryview) -> None:
+        for piece in pieces:
+            self._crc = zlib.crc32(piece, self._crc)
         self._adler = zlib.adler32(view, self._adler)
 
     def close(self) -> StoredBlob:
@@ -264,7 +279,10 @@ class StoredReader(io.RawIOBase):
         self.size = size
         self._at = 0
         self._checked = 0  # the content up to here was read in order: its Adler-32 is
-        self._adler = 1
+        self._adler = 1  # summed on one helper thread, in order, as big reads go on
+        self._summing: list[Any] = []
+        self._batch: list[memoryview] = []
+        self._batched = 0
 
     def readable(self) -> bool:
         return True
@@ -302,15 +320,30 @@ class StoredReader(io.RawIOBase):
             if got <= 0:
                 raise OSError(f"pack ends inside a stored blob (at byte {self._at})")
             if self._at <= self._checked < self._at + got:
-                self._adler = zlib.adler32(part[self._checked - self._at : got], self._adler)
+                fresh = part[self._checked - self._at : got]
                 self._checked = self._at + got
+                if len(view) < _BACKGROUND:
+                    self._add_to_sum([fresh])
+                else:  # the caller's own big buffer: it stays as read, sum it meanwhile
+                    self._batch.append(fresh)
+                    self._batched += len(fresh)
+                    if self._batched >= _BACKGROUND or self._checked == self.size:
+                        self._summing.append(_summer().submit(self._add_to_sum, self._batch))
+                        self._batch, self._batched = [], 0
                 if self._checked == self.size:
                     self._check_adler()
             done += got
             self._at += got
         return done
 
+    def _add_to_sum(self, parts: list[memoryview]) -> None:
+        for data in parts:
+            self._adler = zlib.adler32(data, self._adler)
+
     def _check_adler(self) -> None:
+        for job in self._summing:
+            job.result()
+        self._summing = []
         blocks = max(1, -(-self.size // BLOCK))
         trailer = os.pread(self._fd, 4, self._start + self.size + 5 * blocks)
         if trailer != struct.pack(">I", self._adler):
