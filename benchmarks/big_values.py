@@ -144,6 +144,32 @@ def _joblib(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
     return {"seconds": seconds, "extra": (rss.peak - rss.base) / _nbytes(value)}
 
 
+def _run_child(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", kind, "--what", what, "--mb", str(mb), str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{kind} {what} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _measure(what: str, mb: int, rounds: int) -> dict[str, list[dict[str, float]]]:
+    results: dict[str, list[dict[str, float]]] = {}
+    for _ in range(rounds):
+        folder = Path(tempfile.mkdtemp(prefix="stepstone-big-", dir=os.getcwd()))
+        kinds = ["native-save", "stepstone-save", "native-load", "stepstone-load"]
+        if _has_joblib():
+            kinds[2:2] = ["joblib-save"]
+            kinds.append("joblib-load")
+        for kind in kinds:
+            results.setdefault(kind, []).append(_run_child(kind, what, mb, folder))
+        subprocess.run(["rm", "-rf", str(folder)], check=True)
+    return results
+
+
 def _has_joblib() -> bool:
     try:
         import joblib  # noqa: F401
