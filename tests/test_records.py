@@ -8,7 +8,7 @@ import pytest
 from conftest import git
 
 import stepstone
-from stepstone.models import SCHEMA_VERSION
+from stepstone.models import SCHEMA_VERSION, StepRecord, dump, load
 
 
 def _commit_edit(store: Path, path: str, content: str) -> str:
@@ -102,3 +102,16 @@ def test_a_reader_reports_a_corrupt_record_and_still_shows_the_rest(recorded: Pa
     assert [s.name for s in status.steps] == ["one"]
     with pytest.raises(stepstone.RecordError):
         stepstone.open_run("demo")  # a driver never writes over it
+
+
+def test_a_record_that_uses_no_newer_field_stays_readable_by_earlier_versions(workdir: Path):
+    (workdir / "model.txt").write_text("made")
+    with stepstone.open_run("compat") as run:
+        run.step("plain", lambda: 1)
+        run.step("keeps", lambda: None, checks=["keep:model.txt"])
+        plain, keeps = run.records["plain"], run.records["keeps"]
+    raw = json.loads(dump(plain))
+    assert "kept" not in raw and "unsaved" not in raw and raw["schema_version"] == 1
+    newer = json.loads(dump(keeps))
+    assert newer["schema_version"] == 2 and "model.txt" in newer["kept"]  # "upgrade", earlier
+    assert load(StepRecord, dump(keeps), "x") == keeps.model_copy(update={"schema_version": 2})

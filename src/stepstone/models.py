@@ -11,7 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .errors import RecordError, SchemaTooNew
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the newest this version reads
+# fields added since schema 1: left out while empty, so that a record that does not use
+# them stays readable by earlier versions; one that uses them says schema 2, which an
+# earlier version refuses with "upgrade" rather than misreading
+_SINCE_2 = {"StepRecord": ("unsaved", "kept")}
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
 RecordStatus = Literal["confirmed", "failed"]  # a step record's outcome
@@ -28,7 +32,7 @@ class Record(BaseModel):
 
     # built on first use: a reader of a run needs only some of the record types
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = 1
 
 
 class RunInfo(Record):
@@ -177,7 +181,14 @@ R = TypeVar("R", bound=Record)
 
 def dump(record: Record) -> bytes:
     """Serialise a record as stable, human-readable JSON."""
-    text = json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True, ensure_ascii=False)
+    data = record.model_dump(mode="json")
+    newer = [name for name in _SINCE_2.get(type(record).__name__, ()) if data.get(name)]
+    for name in _SINCE_2.get(type(record).__name__, ()):
+        if not data.get(name):
+            data.pop(name, None)
+    if newer:
+        data["schema_version"] = max(2, data["schema_version"])
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
     return (text + "\n").encode()
 
 

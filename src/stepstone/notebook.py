@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import json
 import math
 import os
 import shlex
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from . import names
@@ -37,8 +39,26 @@ from .store import DEFAULT_STORE, GitStore
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
 
 
-def read_notebook(path: Path) -> Any:
-    """Read and validate a notebook, or raise `InvalidInput` saying what is wrong."""
+def read_notebook(path: Path, *, validate: bool = True) -> Any:
+    """Read and validate a notebook, or raise `InvalidInput` saying what is wrong.
+    Without `validate` (a reader that only looks at the cells: `status`), a version 4
+    notebook is read as plain JSON: its schema's validator costs a new process more
+    than the rest of `status`."""
+    if not validate:
+        try:
+            raw = json.loads(path.read_bytes())
+            if raw.get("nbformat") == 4 and isinstance(raw.get("cells"), list):
+                cells = [
+                    SimpleNamespace(
+                        cell_type=cell.get("cell_type"),
+                        source="".join(source) if isinstance(source, list) else source,
+                    )
+                    for cell in raw["cells"]
+                    for source in [cell.get("source", "")]
+                ]
+                return SimpleNamespace(cells=cells)
+        except (ValueError, AttributeError, TypeError):
+            pass  # the full read below says what is wrong
     import nbformat
 
     try:
@@ -51,9 +71,9 @@ def read_notebook(path: Path) -> Any:
     return nb
 
 
-def plan_from_notebook(path: Path) -> list[PlannedStep]:
+def plan_from_notebook(path: Path, *, validate: bool = True) -> list[PlannedStep]:
     """The `%%step` cells of a notebook, in order, as plan steps."""
-    nb = read_notebook(path)
+    nb = read_notebook(path, validate=validate)
     steps: list[PlannedStep] = []
     seen: dict[str, int] = {}
     for index, cell in enumerate(nb.cells, start=1):
@@ -97,7 +117,7 @@ def notebook_changes(run: Run) -> list[str]:
     path = Path(run.info.notebook)
     path = path if path.is_absolute() else run.workdir / path
     try:
-        plan = plan_from_notebook(path)
+        plan = plan_from_notebook(path, validate=False)
     except (InvalidInput, OSError):
         return []
     from .index import plan_row
