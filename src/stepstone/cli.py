@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from . import message, names, render
+from . import message, names, notebook_plan, render
 from . import notebook as nbrun
 from .errors import InvalidInput, StepstoneError, StoreError
 from .run import Run, holding, open_run, problems_at
@@ -87,7 +87,8 @@ def run_command(
     with nbrun.interrupts_raised():
         try:
             notebook = notebook.absolute()
-            plan = nbrun.plan_from_notebook(notebook)  # a malformed plan fails before any kernel
+            # a malformed plan fails before any kernel starts
+            plan = notebook_plan.plan_from_notebook(notebook)
             store = Path(
                 repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE
             ).absolute()
@@ -147,7 +148,7 @@ def run_command(
 def status(run_id: str | None, repo: str | None, as_json: bool, every: bool, recheck: bool) -> None:
     """Steps, evidence, decisions, unknowns, effects and the next action."""
     reader = _reader(run_id, repo)
-    state = nbrun.seeing_the_notebook(reader, reader.status(recheck=recheck))
+    state = notebook_plan.seeing_the_notebook(reader, reader.status(recheck=recheck))
     if as_json:
         click.echo(state.json_text())
     elif sys.stdout.isatty():
@@ -185,7 +186,7 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
     else:
         for line in render.verify_lines(state):
             click.echo(line)
-        for note in nbrun.seeing_the_notebook(reader, state).notes[len(state.notes) :]:
+        for note in notebook_plan.seeing_the_notebook(reader, state).notes[len(state.notes) :]:
             click.echo(f"note: {note}")
     sys.exit(1 if bad else 0)
 
@@ -355,7 +356,7 @@ def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) ->
     from . import brief as briefing
 
     reader = _reader(run_id, repo)
-    state = nbrun.seeing_the_notebook(reader, reader.status(recheck=recheck))
+    state = notebook_plan.seeing_the_notebook(reader, reader.status(recheck=recheck))
     where = briefing.Context.of(reader)
     if as_json:
         click.echo(json.dumps(briefing.to_json(state, where), indent=2))

@@ -18,7 +18,8 @@ from . import cellargs, names, namespace, render
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
-from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, plan_from_notebook
+from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of
+from .notebook_plan import plan_from_notebook
 from .run import Run, open_run
 from .settings import STEAL_ENV
 from .status import RunStatus, StepStatus

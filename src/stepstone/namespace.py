@@ -182,7 +182,7 @@ def notebook_cells(
 ) -> list[tuple[str | None, str | None, Sequence[str]]]:
     """A notebook's code cells for `later_reads`, their IPython syntax turned into
     Python by `transform`."""
-    from .notebook import read_notebook
+    from .notebook_plan import read_notebook
 
     cells: list[tuple[str | None, str | None, Sequence[str]]] = []
     for cell in read_notebook(path).cells:
