@@ -143,6 +143,9 @@ def test_a_clone_with_only_the_notebook_resumes_without_running_a_step(workdir: 
     other.mkdir()
     shutil.copy(workdir / "job.ipynb", other / "job.ipynb")
     git("clone", "--bare", "-q", str(workdir / ".stepstone"), str(other / ".stepstone"), cwd=other)
+    before = cli("status", "--json", cwd=other)  # a reader: the files are not there yet
+    assert [s["state"] for s in json.loads(before.stdout)["steps"]] == ["verified", "verified"]
+    assert "puts back its kept copy" in before.stdout
     again = cli("run", "job.ipynb", cwd=other)
     assert again.returncode == 0, again.stderr
     assert not (other / "executions.log").exists()  # nothing ran again
@@ -174,3 +177,13 @@ def test_a_kept_path_that_cannot_be_put_back_does_not_block_other_steps(workdir:
         assert run.step("other", lambda: 7, force=True).value == 7  # make is stale
         assert any("step make: kept files not restored" in n for n in run.notes)
     assert (workdir / "out").read_text() == "a file where the kept folder was"
+
+
+def test_a_reader_sees_missing_kept_files_as_put_back_not_as_changed_inputs(workdir: Path):
+    with stepstone.open_run("keep") as run:
+        run.step("make", lambda: _write_out(workdir), checks=["keep:out"])
+    shutil.rmtree(workdir / "out")
+    reader = stepstone.open_run("keep", drive=False)
+    assert [s.state for s in reader.status().steps] == ["verified"]
+    assert any("out is missing; the next run puts back its kept copy" in n for n in reader.notes)
+    reader.close()

@@ -375,7 +375,13 @@ def verify(
         fresh = run(spec, workdir=workdir, namespace=namespace, timeout=timeout)
     except CheckNotPassed as exc:
         return Verdict(False, str(exc))
-    if spec.kind in ("file", "sha256", "keep") and fresh.value != evidence.value:
+    if spec.kind == "keep" and fresh.value != evidence.value:
+        return Verdict(
+            False,
+            f"{spec.arg} changed since it was kept (sha256 differs): running the step again "
+            f"rewrites it (the kept copy stays in the store's history)",
+        )
+    if spec.kind in ("file", "sha256") and fresh.value != evidence.value:
         return Verdict(False, f"{spec.arg} changed since it was recorded (sha256 differs)")
     if (
         spec.kind in ("call", "expr")

@@ -306,9 +306,11 @@ def changed_input(
     answer: Callable[[str], str | None],
     workdir: Path,
     upstream: Callable[[str], tuple[str, StepRecord | None]],
+    kept: Callable[[str, str | None], bool] = lambda path, seen: False,
 ) -> str | None:
     """Why a step's recorded inputs no longer hold, or None. `decision(key)` is a
-    decision's value now; `upstream(name)` a step's state now and its record."""
+    decision's value now; `upstream(name)` a step's state now and its record;
+    `kept(path, seen)` whether a missing file is kept in the store as it was seen."""
     for key, seen in inputs.items():
         if key.startswith(DECISION):
             name = key[len(DECISION) :]
@@ -322,7 +324,8 @@ def changed_input(
                 return f"unknown {name}, which it rests on, was answered since it ran: {now}"
         elif key.startswith(FILE):
             path = key[len(FILE) :]
-            if file_digest(workdir / path) != seen:
+            now = file_digest(workdir / path)
+            if now != seen and not (now is None and kept(path, seen)):
                 return f"its input {path} changed since it ran"
         elif key.startswith(STEP):
             name = key[len(STEP) :]

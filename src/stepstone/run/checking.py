@@ -99,6 +99,10 @@ class Checker:
                 answer=lambda key: u.answer if (u := self.state.unknowns.get(key)) else None,
                 workdir=self.workdir,
                 upstream=lambda name: (state_now(name), records.get(name)),
+                kept=lambda path, seen: (
+                    not self.driving()
+                    and keeping.kept_as_seen(self.state, path, self.workdir, seen)
+                ),
             )
         return None
 
@@ -294,13 +298,15 @@ class Checker:
         """Whether a reader's `keep:` check fails only because kept files are missing
         (a resume puts them back, so the step stands). A driver has put them back
         already: for it, a failing check is a failing check."""
-        return (
-            not self.driving()
-            and ev.check.startswith(keeping.KEEP)
-            and keeping.restorable(
-                record, ev.check[len(keeping.KEEP) :].strip(), self.workdir, ev.value
-            )
-        )
+        path = ev.check[len(keeping.KEEP) :].strip()
+        if self.driving() or not ev.check.startswith(keeping.KEEP):
+            return False
+        if not keeping.restorable(record, path, self.workdir, ev.value):
+            return False
+        note = f"step {record.name}: {path} is missing; the next run puts back its kept copy"
+        if note not in self.notes:
+            self.notes.append(note)
+        return True
 
     def _load(self, var: str, art: Artifact) -> Any:
         path = artifacts.path_for(art.sha256, art.format)

@@ -192,6 +192,18 @@ def restorable(record: StepRecord, path: str, workdir: Path, recorded: object) -
     return digest.hexdigest() == recorded
 
 
+def kept_as_seen(state: RunState, path: str, workdir: Path, seen: str | None) -> bool:
+    """Whether some step keeps `path` (a file, or a folder) as it was when a later step
+    read it (`seen`, its sha256): a missing input a resume puts back."""
+    table = state.records.table
+    keeps = {i for i, shape in enumerate(table.shapes) if kept_paths(shape[1])}
+    return any(
+        restorable(record, path, workdir, seen)
+        for name, kind in zip(table.names, table.kinds, strict=True)
+        if kind in keeps and name is not None and (record := state.records.get(name))
+    )
+
+
 def _write_from_store(target: Path, art: Artifact, state: RunState) -> None:
     path = artifacts.path_for(art.sha256, FORMAT)
     tmp = target.with_name(f".{target.name}.stepstone-tmp")
