@@ -149,12 +149,8 @@ def test_git_gc_repacks_in_the_background_once_packs_pass_gc_auto_pack_limit(wor
         assert len(reader.records) == 12
 
 
-def test_a_commit_fsyncs_its_own_files_and_folders_before_the_ref_moves(
-    workdir: Path, monkeypatch: pytest.MonkeyPatch
-):
-    run = stepstone.open_run("demo")
-    run.set_plan(["one"])
-    store = workdir / ".stepstone"
+def _flushes_and_renames(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every fsync (of the file it flushed) and rename (of the file renamed), in order."""
     events: list[tuple[str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace
 
@@ -168,6 +164,16 @@ def test_a_commit_fsyncs_its_own_files_and_folders_before_the_ref_moves(
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+def test_a_commit_fsyncs_its_own_files_and_folders_before_the_ref_moves(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    run = stepstone.open_run("demo")
+    run.set_plan(["one"])
+    store = workdir / ".stepstone"
+    events = _flushes_and_renames(monkeypatch)
     syncfs = []
     monkeypatch.setattr(durable, "sync_filesystem_of", lambda fd: syncfs.append(fd))
     run.step("one", lambda: 1)
@@ -213,19 +219,7 @@ def test_a_big_values_pack_is_fsynced_before_the_ref_moves(
     import numpy as np
 
     run = stepstone.open_run("demo")
-    events: list[tuple[str, str]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(fd: int) -> None:
-        real_fsync(fd)
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-
-    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        events.append(("rename", str(src)))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    events = _flushes_and_renames(monkeypatch)
     run.step("one", lambda: np.arange(300_000, dtype=np.float64))  # 2.4 MB: a pack of its own
     store = workdir / ".stepstone"
     ref_moved = events.index(("rename", str(store / "refs" / "heads" / "demo.lock")))

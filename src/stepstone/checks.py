@@ -160,16 +160,28 @@ def sha256_folder(path: Path) -> tuple[str, int, int]:
     """(the sha256 of a folder's files: each one's relative path and sha256, in order;
     how many files; their total size). Symbolic links are followed; hidden files and
     folders (`.ipynb_checkpoints`, `.DS_Store`) do not count."""
-    digest = hashlib.sha256()
-    count = size = 0
+    files = folder_files(path)
+    size = sum((path / relative).stat().st_size for relative in files)
+    return folder_digest(files), len(files), size
+
+
+def folder_files(path: Path) -> dict[str, str]:
+    """The files of a folder that `sha256_folder` counts, by relative path, with their
+    sha256."""
+    found: dict[str, str] = {}
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         relative = file.relative_to(path).as_posix()
-        if any(part.startswith(".") for part in relative.split("/")):
-            continue
-        digest.update(f"{relative}\0{sha256_file(file)}\n".encode())
-        count += 1
-        size += file.stat().st_size
-    return digest.hexdigest(), count, size
+        if not any(part.startswith(".") for part in relative.split("/")):
+            found[relative] = sha256_file(file)
+    return found
+
+
+def folder_digest(files: Mapping[str, str]) -> str:
+    """`sha256_folder`'s digest of `files` (relative path -> sha256)."""
+    digest = hashlib.sha256()
+    for relative in sorted(files, key=lambda name: tuple(name.split("/"))):
+        digest.update(f"{relative}\0{files[relative]}\n".encode())
+    return digest.hexdigest()
 
 
 class CheckNotPassed(Exception):

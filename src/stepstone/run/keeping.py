@@ -104,19 +104,13 @@ def restore_missing(
     through the table's few distinct check lists, before a driver's status, so that a
     later step's inputs are there), and say which in `notes`."""
     if record is None:
-        table = state.records.table
-        keeps = {i for i, shape in enumerate(table.shapes) if kept_paths(shape[1])}
-        if not keeps:
-            return
-        for name, kind in zip(table.names, table.kinds, strict=True):
-            if kind not in keeps or name is None or name not in state.numbers:
+        for found in _records_that_keep(state):
+            if found.name not in state.numbers:
                 continue
-            found = state.records.get(name)
             try:
-                if found is not None:
-                    restore_missing(state, workdir, notes, found)
+                restore_missing(state, workdir, notes, found)
             except (StepstoneError, OSError) as exc:  # its own step says so if it runs
-                notes.append(f"step {name}: kept files not restored ({exc})")
+                notes.append(f"step {found.name}: kept files not restored ({exc})")
         return
     if record.kept:
         restored = restore(record, workdir, state)
@@ -173,12 +167,7 @@ def restorable(record: StepRecord, path: str, workdir: Path, recorded: object) -
             return not target.exists() and mine[prefix].sha256 == recorded
         if target.exists() and not target.is_dir():
             return False
-        after = {}
-        if target.is_dir():  # the files as `file:` checks of folders count them
-            for file in sorted(p for p in target.rglob("*") if p.is_file()):
-                inside = file.relative_to(target).as_posix()
-                if not any(part.startswith(".") for part in inside.split("/")):
-                    after[inside] = checks.sha256_file(file)
+        after = checks.folder_files(target) if target.is_dir() else {}
         missing = {k[len(prefix) + 1 :]: a.sha256 for k, a in mine.items()}
         missing = {k: v for k, v in missing.items() if k not in after}
         if not missing:
@@ -186,22 +175,25 @@ def restorable(record: StepRecord, path: str, workdir: Path, recorded: object) -
         after.update(missing)
     except (InvalidInput, OSError):
         return False
-    digest = hashlib.sha256()
-    for inside in sorted(after, key=lambda name: tuple(name.split("/"))):
-        digest.update(f"{inside}\0{after[inside]}\n".encode())
-    return digest.hexdigest() == recorded
+    return checks.folder_digest(after) == recorded
 
 
 def kept_as_seen(state: RunState, path: str, workdir: Path, seen: str | None) -> bool:
     """Whether some step keeps `path` (a file, or a folder) as it was when a later step
     read it (`seen`, its sha256): a missing input a resume puts back."""
+    return any(restorable(record, path, workdir, seen) for record in _records_that_keep(state))
+
+
+def _records_that_keep(state: RunState) -> Iterator[StepRecord]:
+    """The records whose checks keep files, found through the table's few distinct
+    check lists (only those records are read)."""
     table = state.records.table
     keeps = {i for i, shape in enumerate(table.shapes) if kept_paths(shape[1])}
-    return any(
-        restorable(record, path, workdir, seen)
-        for name, kind in zip(table.names, table.kinds, strict=True)
-        if kind in keeps and name is not None and (record := state.records.get(name))
-    )
+    if not keeps:
+        return
+    for name, kind in zip(table.names, table.kinds, strict=True):
+        if kind in keeps and name is not None and (record := state.records.get(name)):
+            yield record
 
 
 def _write_from_store(target: Path, art: Artifact, state: RunState) -> None:

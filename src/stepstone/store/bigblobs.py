@@ -27,43 +27,16 @@ import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .durable import Unflushed
-from .packs import format_index, read_index
-
-if TYPE_CHECKING:  # imported when first used: it costs a new process's start
-    from concurrent.futures import ThreadPoolExecutor
+from .durable import Unflushed, helper_threads
+from .packs import TYPE_CODES, entry_header, format_index, read_index
 
 BLOCK = 65535  # the largest stored deflate block
-_BLOB = 3
+_BLOB = TYPE_CODES[b"blob"]
 _ZLIB_HEADER = b"\x78\x01"  # deflate, 32K window, no dictionary, "fastest"
 _IOV = 512  # stored blocks handed to one writev (header and data each take a slot)
-_hasher: ThreadPoolExecutor | None = None
-_reader_sums: ThreadPoolExecutor | None = None
-_BACKGROUND = 4 << 20  # reads this big are summed on the helper thread
-_hasher_lock = threading.Lock()
-
-
-def _summer() -> ThreadPoolExecutor:
-    """One thread that sums what readers read, in the order it was read."""
-    global _reader_sums
-    from concurrent.futures import ThreadPoolExecutor
-
-    with _hasher_lock:
-        if _reader_sums is None:
-            _reader_sums = ThreadPoolExecutor(1, thread_name_prefix="stepstone-adler")
-        return _reader_sums
-
-
-def _hash_threads() -> ThreadPoolExecutor:
-    global _hasher
-    from concurrent.futures import ThreadPoolExecutor
-
-    with _hasher_lock:
-        if _hasher is None:
-            _hasher = ThreadPoolExecutor(2, thread_name_prefix="stepstone-hash")
-        return _hasher
+_BACKGROUND = 4 << 20  # reads this big are summed on a helper thread
 
 
 @dataclass(frozen=True)
@@ -73,18 +46,6 @@ class StoredBlob:
     oid: str
     sha256: str
     size: int
-
-
-def _entry_header(size: int) -> bytes:
-    byte = (_BLOB << 4) | (size & 0x0F)
-    size >>= 4
-    header = bytearray()
-    while size:
-        header.append(byte | 0x80)
-        byte = size & 0x7F
-        size >>= 7
-    header.append(byte)
-    return bytes(header)
 
 
 def _block_header(length: int, final: bool) -> bytes:
@@ -114,7 +75,7 @@ class BlobSink:
             os.unlink(self._tmp)  # left by a killed writer that had this process's id
         self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         head = b"PACK" + struct.pack(">II", 2, 1)
-        entry_start = _entry_header(size) + _ZLIB_HEADER
+        entry_start = entry_header(_BLOB, size) + _ZLIB_HEADER
         self._crc = zlib.crc32(entry_start)
         self._pack_sha.update(head + entry_start)
         self._out(head + entry_start)
@@ -151,7 +112,7 @@ class BlobSink:
             pieces.append(view[at : at + take])
             at += take
             self._written += take
-        helpers = _hash_threads()
+        helpers = helper_threads("hash", 2)
         jobs = [helpers.submit(self._hash_content, view), helpers.submit(self._sum, pieces, view)]
         try:
             for at in range(0, len(pieces), _IOV):
@@ -328,7 +289,9 @@ class StoredReader(io.RawIOBase):
                     self._batch.append(fresh)
                     self._batched += len(fresh)
                     if self._batched >= _BACKGROUND or self._checked == self.size:
-                        self._summing.append(_summer().submit(self._add_to_sum, self._batch))
+                        self._summing.append(
+                            helper_threads("adler", 1).submit(self._add_to_sum, self._batch)
+                        )
                         self._batch, self._batched = [], 0
                 if self._checked == self.size:
                     self._check_adler()

@@ -75,18 +75,22 @@ def sync_filesystem_of(fd: int) -> None:
         raise OSError(errno, os.strerror(errno))
 
 
-_flushers: ThreadPoolExecutor | None = None
-_flushers_lock = threading.Lock()
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
 
 
-def _flush_pool() -> ThreadPoolExecutor:
-    global _flushers
-    from concurrent.futures import ThreadPoolExecutor
+def helper_threads(name: str, workers: int) -> ThreadPoolExecutor:
+    """This process's pool of `workers` helper threads named `stepstone-NAME`, made
+    when first asked for (importing `concurrent.futures` costs a new process's start)."""
+    with _pools_lock:
+        pool = _pools.get(name)
+        if pool is None:
+            from concurrent.futures import ThreadPoolExecutor
 
-    with _flushers_lock:
-        if _flushers is None:
-            _flushers = ThreadPoolExecutor(4, thread_name_prefix="stepstone-fsync")
-        return _flushers
+            pool = _pools[name] = ThreadPoolExecutor(
+                workers, thread_name_prefix=f"stepstone-{name}"
+            )
+        return pool
 
 
 def _fsync_path(path: str) -> None:
@@ -121,7 +125,7 @@ class Unflushed:
         with self._lock:
             paths, self._paths = self._paths, []
         folders = {os.path.dirname(path) for path in paths}
-        pool = _flush_pool()
+        pool = helper_threads("fsync", 4)
         waiting = [pool.submit(_fsync_path, path) for path in [*paths, *folders]]
         try:
             if fd is not None:

@@ -53,8 +53,12 @@ class PackedObject:
 
 def pack_entry(kind: bytes, content: bytes) -> bytes:
     """An undeltified pack entry: type and size header, then the zlib stream."""
-    size = len(content)
-    byte = (TYPE_CODES[kind] << 4) | (size & 0x0F)
+    return entry_header(TYPE_CODES[kind], len(content)) + zlib.compress(content, _COMPRESSION)
+
+
+def entry_header(type_code: int, size: int) -> bytes:
+    """A pack entry's header: its type and its content's size, in git's varint."""
+    byte = (type_code << 4) | (size & 0x0F)
     size >>= 4
     header = bytearray()
     while size:
@@ -62,7 +66,7 @@ def pack_entry(kind: bytes, content: bytes) -> bytes:
         byte = size & 0x7F
         size >>= 7
     header.append(byte)
-    return bytes(header) + zlib.compress(content, _COMPRESSION)
+    return bytes(header)
 
 
 def format_pack(entries: Sequence[bytes]) -> tuple[bytes, list[int]]:
