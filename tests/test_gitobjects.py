@@ -77,9 +77,11 @@ def test_small_and_large_objects_are_compressed_so_git_reads_them(tmp_path: Path
     repo = pygit2.init_repository(tmp_path / "repo", bare=True)
     writer = _writer(repo)
     small, large = b'{"step": 1}\n', os.urandom(24 << 10).hex().encode()  # 48 KB
-    commit = _commit(writer, {b"small.json": small, b"large.bin": large}, [])
+    middle = b"".join(b'"row %d": %d,\n' % (i, i * i) for i in range(300))  # 5 KB
+    blobs = {b"small.json": small, b"middle.json": middle, b"large.bin": large}
+    commit = _commit(writer, blobs, [])
     repo.references.create("refs/heads/main", pygit2.Oid(hex=commit))
-    for name, data in ((b"small.json", small), (b"large.bin", large)):
+    for name, data in blobs.items():
         path = f"steps/ab/{name.decode()}"
         assert git("cat-file", "blob", f"main:{path}", cwd=repo.path).encode() == data
     git("fsck", "--strict", cwd=repo.path)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .errors import RecordError, SchemaTooNew
@@ -188,8 +189,18 @@ def dump(record: Record) -> bytes:
             data.pop(name, None)
     if newer:
         data["schema_version"] = max(2, data["schema_version"])
-    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
-    return (text + "\n").encode()
+    return pydantic_core.to_json(_keys_sorted(data), indent=2) + b"\n"
+
+
+def _keys_sorted(value: Any) -> Any:
+    """`value` with every mapping's keys in order, so that a record dumps the same way
+    whatever order its fields were set in (pydantic's serialiser is 10x faster than
+    `json.dumps` with an indent, which takes Python's slow path)."""
+    if isinstance(value, dict):
+        return {key: _keys_sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_keys_sorted(item) for item in value]
+    return value
 
 
 def load(cls: type[R], data: bytes, path: str, *, where: Callable[[str], str] | None = None) -> R:
