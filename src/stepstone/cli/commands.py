@@ -1,61 +1,31 @@
-"""The `stepstone` command line: a thin shell over the Python API.
-
-Exit codes: 0 ok; 1 the thing asked about is not ok (a cell failed, a step is
-stale, an effect is unresolved); 2 usage or bad input.
-"""
+"""The commands that run, read, repair and move a run."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections.abc import Callable
 from datetime import datetime, timezone
-from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from . import message, names, notebook_plan, render
-from . import notebook as nbrun
-from .errors import InvalidInput, StepstoneError, StoreError
-from .run import Run, holding, open_run, problems_at
-from .settings import AUTOPUSH_KEY
-from .store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore, holder_identity
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-run_option = click.option(
-    "--run", "run_id", help="Run id (default: $STEPSTONE_RUN, else the only run)."
+from .. import message, names, notebook_plan, render
+from .. import notebook as nbrun
+from ..errors import InvalidInput, StoreError
+from ..run import holding, open_run, problems_at
+from ..settings import AUTOPUSH_KEY
+from ..store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore, holder_identity
+from .common import (
+    errors_as_exit_codes,
+    json_option,
+    main,
+    open_reader,
+    recheck_option,
+    repo_option,
+    run_option,
 )
-repo_option = click.option("--repo", help="Store (default: $STEPSTONE_REPO, else .stepstone).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-recheck_option = click.option(
-    "--recheck", is_flag=True, help="Also run cmd: and call: checks again (reading runs no code)."
-)
-
-
-def _errors_as_exit_codes(fn: F) -> F:
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except StepstoneError as exc:
-            click.echo(f"stepstone: {exc}", err=True)
-            sys.exit(2)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _reader(run_id: str | None, repo: str | None, *, cached: bool = True) -> Run:
-    return open_run(run_id, repo=repo, drive=False, create=False, cached=cached)
-
-
-@click.group()
-@click.version_option(package_name="stepstone")
-def main() -> None:
-    """Resumable notebook tasks: steps with verified evidence, committed to Git."""
 
 
 @main.command("run")
@@ -72,7 +42,7 @@ def main() -> None:
     "--timeout", type=int, default=None, help="Seconds a cell may run (default: no limit)."
 )
 @click.option("--steal", metavar="REASON", help="Take the run's lease from a live holder.")
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def run_command(
     notebook: Path,
     run_id: str | None,
@@ -82,7 +52,7 @@ def run_command(
     steal: str | None,
 ) -> None:
     """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes."""
-    from . import names
+    from .. import names
 
     with nbrun.interrupts_raised():
         try:
@@ -144,10 +114,10 @@ def run_command(
 @json_option
 @click.option("--all", "every", is_flag=True, help="List every step (long runs are shortened).")
 @recheck_option
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def status(run_id: str | None, repo: str | None, as_json: bool, every: bool, recheck: bool) -> None:
     """Steps, evidence, decisions, unknowns, effects and the next action."""
-    reader = _reader(run_id, repo)
+    reader = open_reader(run_id, repo)
     state = notebook_plan.seeing_the_notebook(reader, reader.status(recheck=recheck))
     if as_json:
         click.echo(state.json_text())
@@ -163,11 +133,11 @@ def status(run_id: str | None, repo: str | None, as_json: bool, every: bool, rec
 @run_option
 @repo_option
 @json_option
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
     """Re-check every recorded step's evidence against the real state now (every record
     is read from Git, not through the read caches)."""
-    reader = _reader(run_id, repo, cached=False)
+    reader = open_reader(run_id, repo, cached=False)
     if reader.corrupt:
         raise StoreError(
             str(reader.store.path),
@@ -196,10 +166,10 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
 @repo_option
 @json_option
 @click.option("--step", "step_name", help="Only the commits of this step.")
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | None) -> None:
     """The run's history from Git, newest first (read from the commit trailers)."""
-    reader = _reader(run_id, repo)
+    reader = open_reader(run_id, repo)
     if step_name is not None and step_name not in reader.steps.names:
         known = names.listing(reader.steps.names)
         raise InvalidInput(f"run {reader.id!r} has no step {step_name!r} (steps: {known})")
@@ -229,7 +199,7 @@ def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | No
 @main.command()
 @repo_option
 @json_option
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def runs(repo: str | None, as_json: bool) -> None:
     """The runs in the store."""
 
@@ -265,7 +235,7 @@ def runs(repo: str | None, as_json: bool) -> None:
 @run_option
 @repo_option
 @click.option("--force", is_flag=True, help="Finish although steps, unknowns or effects are open.")
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def finish(run_id: str | None, repo: str | None, force: bool) -> None:
     """Write the run's summary from its records and archive it (tag stepstone/<run>)."""
     with open_run(run_id, repo=repo, create=False) as run:
@@ -276,7 +246,7 @@ def finish(run_id: str | None, repo: str | None, force: bool) -> None:
 @run_option
 @repo_option
 @click.option("--why", required=True, help="Why the finished run changes again.")
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def reopen(run_id: str | None, repo: str | None, why: str) -> None:
     """Reopen a finished run so that it can change again (the reason is recorded)."""
     with open_run(run_id, repo=repo, create=False) as run:
@@ -292,7 +262,7 @@ def reopen(run_id: str | None, repo: str | None, why: str) -> None:
 @click.option(
     "--downstream", is_flag=True, help="Also every step that depends on it, directly or not."
 )
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def rerun(run_id: str | None, repo: str | None, step: str, why: str, downstream: bool) -> None:
     """Mark STEP to run again at the next run (its confirmed effects are not repeated)."""
     with open_run(run_id, repo=repo, create=False) as run:
@@ -322,7 +292,7 @@ def rerun(run_id: str | None, repo: str | None, step: str, why: str, downstream:
 )
 @click.option("--receipt", help="The receiver's receipt (JSON or text).")
 @click.option("--why", default="", help="How you know.")
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def resolve(
     key: str,
     run_id: str | None,
@@ -350,12 +320,12 @@ def resolve(
 @repo_option
 @json_option
 @recheck_option
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) -> None:
     """A short Markdown hand-off brief for a person or an agent whose context was reset."""
-    from . import brief as briefing
+    from .. import brief as briefing
 
-    reader = _reader(run_id, repo)
+    reader = open_reader(run_id, repo)
     state = notebook_plan.seeing_the_notebook(reader, reader.status(recheck=recheck))
     where = briefing.Context.of(reader)
     if as_json:
@@ -368,8 +338,8 @@ def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) ->
 def schema() -> None:
     """The JSON Schema of every file in a run and of `status --json`, generated from the
     models."""
-    from .models import json_schemas
-    from .shapes import schemas
+    from ..models import json_schemas
+    from ..shapes import schemas
 
     click.echo(json.dumps({**json_schemas(), **schemas()}, indent=2))
 
@@ -378,7 +348,7 @@ def schema() -> None:
 @run_option
 @repo_option
 @click.option("--force", is_flag=True, help="Repair although dropped commits recorded effects.")
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def repair(run_id: str | None, repo: str | None, force: bool) -> None:
     """Move a damaged run back to its newest readable commit (nothing is deleted)."""
 
@@ -395,13 +365,13 @@ def repair(run_id: str | None, repo: str | None, force: bool) -> None:
 
 @main.command()
 @repo_option
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def trust(repo: str | None) -> None:
     """Trust the saved values of a store written elsewhere (pickles run code when loaded).
 
     Values this user's own drivers wrote are trusted without it. The trust is kept in
     this user's configuration folder, never in the store, so it does not travel."""
-    from . import trust as trusting
+    from .. import trust as trusting
 
     store = GitStore(repo, create=False)
     noted = trusting.trust_store(store.git_dir)
@@ -415,17 +385,17 @@ def trust(repo: str | None) -> None:
 @click.option(
     "--auto/--no-auto", default=None, help="Also push after every commit, in the background."
 )
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def push_command(run_id: str | None, repo: str | None, url: str | None, auto: bool | None) -> None:
     """Push the run's history to its remote (never over another copy's work)."""
-    from . import remote
+    from .. import remote
 
     store = GitStore(repo, create=False)
     if url:
         remote.set_remote(store, url)
     if auto is not None:
         store.set_config(AUTOPUSH_KEY, auto)
-    reader = _reader(run_id, repo)
+    reader = open_reader(run_id, repo)
     tip = remote.push(store, reader.id)
     click.echo(f"pushed run {reader.id} at {tip[:10]}")
 
@@ -438,10 +408,10 @@ def push_command(run_id: str | None, repo: str | None, url: str | None, auto: bo
     type=click.Choice(["local", "remote"]),
     help="When both copies advanced: which history becomes the run.",
 )
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None:
     """Bring the remote's history of the run here; diverged copies are shown, not merged."""
-    from . import remote
+    from .. import remote
 
     store = GitStore(repo, create=False)
     run_name = store.pick_run(run_id)
@@ -467,10 +437,10 @@ def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None
 @main.command("clone")
 @click.argument("url")
 @click.argument("directory", required=False, default=DEFAULT_STORE)
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def clone_command(url: str, directory: str) -> None:
     """Clone a store from URL: plan, records and artifacts of every run, ready to resume."""
-    from . import remote
+    from .. import remote
 
     store = remote.clone(url, Path(directory))
     click.echo(f"cloned {url} into {store.path} (runs: {', '.join(store.runs()) or 'none'})")
@@ -479,11 +449,11 @@ def clone_command(url: str, directory: str) -> None:
 @main.command()
 @run_option
 @repo_option
-@_errors_as_exit_codes
+@errors_as_exit_codes
 def handoff(run_id: str | None, repo: str | None) -> None:
     """Push the run, release its lease, and print the brief and the next agent's commands."""
-    from . import brief as briefing
-    from . import remote
+    from .. import brief as briefing
+    from .. import remote
 
     with open_run(run_id, repo=repo, create=False) as run:
         remote.push(run.store, run.id)

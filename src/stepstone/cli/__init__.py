@@ -1,0 +1,6 @@
+"""The `stepstone` command line: a thin shell over the Python API."""
+
+from . import commands as commands
+from .common import main
+
+__all__ = ["main"]
