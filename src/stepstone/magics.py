@@ -310,7 +310,11 @@ class StepstoneMagics(Magics):
         if dry_run:
             print(render.decision_preview(key, was, value, readers))
             return
-        print(render.decision(run.decide(key, value, why, revise=revise), was=was, readers=readers))
+        decided = run.decide(key, value, why, revise=revise, line=True)
+        if decided.value != value:  # revised outside the notebook over this very line
+            print(render.decision_standing(decided, value))
+            return
+        print(render.decision(decided, was=was, readers=readers))
 
     @line_magic
     @_usage_errors

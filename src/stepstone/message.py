@@ -23,6 +23,7 @@ DECISION = "Stepstone-Decision"
 UNKNOWN = "Stepstone-Unknown"
 WHY = "Stepstone-Why"
 FROM = "Stepstone-From"
+VIA = "Stepstone-Via"
 
 
 def one_line(text: object) -> str:
@@ -103,7 +104,15 @@ class CommitMessage:
 
 
 def run_commit(
-    run: str, subject: str, trailers: list[tuple[str, str]], *, seq: int, holder: str
+    run: str,
+    subject: str,
+    trailers: list[tuple[str, str]],
+    *,
+    seq: int,
+    holder: str,
+    via: str | None = None,
 ) -> CommitMessage:
-    """The message of a commit to `run` by `holder`, `seq` its sequence number after it."""
-    return CommitMessage(subject, ((RUN, run), *trailers, (SEQ, str(seq)), (HOLDER, holder)))
+    """The message of a commit to `run` by `holder` (reaching it `via` the command line
+    or the MCP server), `seq` its sequence number after it."""
+    end = ((SEQ, str(seq)), (HOLDER, holder), *([(VIA, via)] if via else []))
+    return CommitMessage(subject, ((RUN, run), *trailers, *end))

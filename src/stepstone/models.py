@@ -16,7 +16,7 @@ SCHEMA_VERSION = 2  # the newest this version reads
 # fields added since schema 1: left out while empty, so that a record that does not use
 # them stays readable by earlier versions; one that uses them says schema 2, which an
 # earlier version refuses with "upgrade" rather than misreading
-_SINCE_2 = {"StepRecord": ("unsaved", "kept")}
+_SINCE_2 = {"StepRecord": ("unsaved", "kept"), "Decision": ("over",), "Unknown": ("why",)}
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
 RecordStatus = Literal["confirmed", "failed"]  # a step record's outcome
@@ -121,6 +121,7 @@ class Decision(Record):
     why: str
     time: str
     revised_from: str | None = None
+    over: str | None = None  # revised outside the notebook over its `%decide` line's value
 
 
 class Unknown(Record):
@@ -132,6 +133,7 @@ class Unknown(Record):
     asked: str
     answer: str | None = None
     resolved: str | None = None
+    why: str | None = None  # how the one who answered knows
 
 
 class Resolution(Record):

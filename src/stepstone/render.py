@@ -418,6 +418,14 @@ def decision(item: Decision, *, was: str | None = None, readers: Iterable[str] =
     )
 
 
+def decision_standing(item: Decision, line_value: str) -> str:
+    """What `%decide` says when a revision made outside the notebook stands over it."""
+    return (
+        f"{item.key}={item.value} stands: revised outside the notebook over this line's "
+        f"{line_value} ({item.why}); to change it here, edit this line (with --revise)"
+    )
+
+
 def decision_preview(key: str, was: str | None, value: str, readers: Iterable[str]) -> str:
     """What `%decide ... --dry-run` says: which steps revising `key` would run again."""
     if was is None:

@@ -47,6 +47,9 @@ class Settings:
     sync_each: bool = True
     """fsync each file a commit writes, all at once (the default), instead of one
     `syncfs` of the whole file system (`STEPSTONE_SYNC=syncfs`)."""
+    via: str | None = None
+    """How the driver reaches the run, written in a trailer of each of its commits:
+    `cli`, `mcp` (None: a notebook or the Python API)."""
     offline: bool = False
     """Write effects without the lease of an unreachable remote (`STEPSTONE_OFFLINE=1`)."""
     steal: str | None = None

@@ -1,5 +1,6 @@
 """The `stepstone` command line: a thin shell over the Python API."""
 
+from . import agents as agents
 from . import commands as commands
 from .common import main
 

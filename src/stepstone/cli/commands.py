@@ -21,6 +21,7 @@ from .common import (
     errors_as_exit_codes,
     json_option,
     main,
+    open_driver,
     open_reader,
     recheck_option,
     repo_option,
@@ -238,7 +239,7 @@ def runs(repo: str | None, as_json: bool) -> None:
 @errors_as_exit_codes
 def finish(run_id: str | None, repo: str | None, force: bool) -> None:
     """Write the run's summary from its records and archive it (tag stepstone/<run>)."""
-    with open_run(run_id, repo=repo, create=False) as run:
+    with open_driver(run_id, repo) as run:
         click.echo(run.finish(force=force), nl=False)
 
 
@@ -249,7 +250,7 @@ def finish(run_id: str | None, repo: str | None, force: bool) -> None:
 @errors_as_exit_codes
 def reopen(run_id: str | None, repo: str | None, why: str) -> None:
     """Reopen a finished run so that it can change again (the reason is recorded)."""
-    with open_run(run_id, repo=repo, create=False) as run:
+    with open_driver(run_id, repo) as run:
         run.reopen(why)
     click.echo(f"run {run.id} reopened: {why}")
 
@@ -265,7 +266,7 @@ def reopen(run_id: str | None, repo: str | None, why: str) -> None:
 @errors_as_exit_codes
 def rerun(run_id: str | None, repo: str | None, step: str, why: str, downstream: bool) -> None:
     """Mark STEP to run again at the next run (its confirmed effects are not repeated)."""
-    with open_run(run_id, repo=repo, create=False) as run:
+    with open_driver(run_id, repo) as run:
         marked = run.rerun(step, why, downstream=downstream)
     if marked:
         click.echo(f"run {run.id}: {', '.join(marked)} run(s) again at the next run: {why}")
@@ -310,7 +311,7 @@ def resolve(
             value = json.loads(receipt)
         except ValueError:
             value = receipt
-    with open_run(run_id, repo=repo, create=False) as run:
+    with open_driver(run_id, repo) as run:
         settled = run.resolve_effect(key, happened=happened, receipt=value, why=why)
     click.echo(f"effect {settled.key} ({settled.step}/{settled.name}): {settled.state}")
 
@@ -455,7 +456,7 @@ def handoff(run_id: str | None, repo: str | None) -> None:
     from .. import brief as briefing
     from .. import remote
 
-    with open_run(run_id, repo=repo, create=False) as run:
+    with open_driver(run_id, repo) as run:
         remote.push(run.store, run.id)
         state = run.status()
         url = remote.remote_url(run.store)

@@ -16,6 +16,7 @@ import click
 
 from ..errors import StepstoneError
 from ..run import Run, open_run
+from ..settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,3 +53,8 @@ def open_reader(run_id: str | None, repo: str | None, *, cached: bool = True) ->
 @click.version_option(package_name="stepstone")
 def main() -> None:
     """Resumable notebook tasks: steps with verified evidence, committed to Git."""
+
+
+def open_driver(run_id: str | None, repo: str | None) -> Run:
+    """The run, held as its driver for one change; its commits say `Stepstone-Via: cli`."""
+    return open_run(run_id, repo=repo, create=False, settings=Settings.from_env(via="cli"))

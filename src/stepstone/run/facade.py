@@ -230,20 +230,23 @@ class Run(RunView):
         assert attempt.record is not None
         return StepResult(name, attempt.skipped, value, attempt.record)
 
-    def decide(self, key: str, value: str, why: str, *, revise: bool = False) -> Decision:
-        """Record a decision with its reason; a resumed run does not reopen it."""
+    def decide(
+        self, key: str, value: str, why: str, *, revise: bool = False, line: bool = False
+    ) -> Decision:
+        """Record a decision with its reason; a resumed run does not reopen it. A
+        revision stands over the notebook's unchanged `%decide` line (`line=True`)."""
         self._require_lock()
-        return questions.decide(self.ledger, key, value, why, revise=revise)
+        return questions.decide(self.ledger, key, value, why, revise=revise, line=line)
 
     def unknown(self, question: str) -> Unknown:
         """Record an open question (asked again, it is the unknown already recorded)."""
         self._require_lock()
         return questions.ask(self.ledger, question)
 
-    def resolve_unknown(self, unknown_id: str, answer: str) -> Unknown:
-        """Close an open unknown with its answer."""
+    def resolve_unknown(self, unknown_id: str, answer: str, why: str | None = None) -> Unknown:
+        """Close an open unknown with its answer (and how the one who answers knows)."""
         self._require_lock()
-        return questions.answer(self.ledger, unknown_id, answer)
+        return questions.answer(self.ledger, unknown_id, answer, why)
 
     def rerun(
         self, name: str, why: str, *, downstream: bool = False, once: bool = False

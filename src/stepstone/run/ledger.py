@@ -70,7 +70,14 @@ class Ledger:
                 state.info = state.info.model_copy(update={"seq": state.seq, "updated": now()})
                 writes = {RUN_INFO: dump(state.info), **writes}
                 state.info_changed = False
-            message = run_commit(state.id, subject, trailers, seq=state.seq, holder=self.holder)
+            message = run_commit(
+                state.id,
+                subject,
+                trailers,
+                seq=state.seq,
+                holder=self.holder,
+                via=self.settings.via,
+            )
             try:
                 state.snap = state.store.commit(
                     state.id, state.snap, writes, str(message), author=self.holder

@@ -11,20 +11,32 @@ from .layout import decision_path, unknown_path
 from .ledger import Ledger
 
 
-def decide(ledger: Ledger, key: str, value: str, why: str, *, revise: bool = False) -> Decision:
-    """Record a decision with its reason; a resumed run does not reopen it."""
+def decide(
+    ledger: Ledger, key: str, value: str, why: str, *, revise: bool = False, line: bool = False
+) -> Decision:
+    """Record a decision with its reason; a resumed run does not reopen it.
+
+    A revision made outside the notebook (`line=False`: the command line, the MCP
+    server, the Python API) stands over the notebook's `%decide` line (`line=True`)
+    while that line still says what it said then: it is returned, not refused."""
     state = ledger.state
     names.step_name(key, "decision key")
     value = str(value)
     if not why.strip():
         raise InvalidInput(f"decision {key!r} needs a reason (--why REASON)")
     old = state.decisions.get(key)
-    if old is not None and old.value == value:
+    if old is not None and (old.value == value or (line and old.over == value)):
         return old
     if old is not None and not revise:
         raise DecisionConflict(key, old.value, value, old.why)
+    over = None if line or old is None else (old.over or old.value)
     decision = Decision(
-        key=key, value=value, why=why, time=now(), revised_from=old.value if old else None
+        key=key,
+        value=value,
+        why=why,
+        time=now(),
+        revised_from=old.value if old else None,
+        over=over,
     )
     ledger.commit(
         {decision_path(key): dump(decision)},
@@ -55,8 +67,8 @@ def ask(ledger: Ledger, question: str) -> Unknown:
     return item
 
 
-def answer(ledger: Ledger, unknown_id: str, text: str) -> Unknown:
-    """Close an open unknown with its answer."""
+def answer(ledger: Ledger, unknown_id: str, text: str, why: str | None = None) -> Unknown:
+    """Close an open unknown with its answer (and `why`: how the one who answers knows)."""
     state = ledger.state
     item = state.unknowns.get(unknown_id)
     if item is None:
@@ -64,7 +76,9 @@ def answer(ledger: Ledger, unknown_id: str, text: str) -> Unknown:
         raise InvalidInput(f"no unknown {unknown_id!r} in run {state.id!r} (unknowns: {known})")
     if item.state == "resolved" and item.answer == text:
         return item
-    closed = item.model_copy(update={"state": "resolved", "answer": text, "resolved": now()})
+    closed = item.model_copy(
+        update={"state": "resolved", "answer": text, "resolved": now(), "why": why or None}
+    )
     ledger.commit(
         {unknown_path(item.id): dump(closed)},
         f"resolve {item.id}: {one_line(text)[:60]}",

@@ -1,0 +1,148 @@
+"""What a notebook's magics do, from the command line: answer and ask unknowns, make
+and revise decisions, and look at one step and its outputs. Each change is a commit
+whose trailers say it came `Stepstone-Via: cli`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import InvalidInput
+from .common import errors_as_exit_codes, json_option, main, open_driver, open_reader, repo_option
+from .common import run_option as run_option
+
+
+def _echo(as_json: bool, data: Any, text: str) -> None:
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+
+
+@main.command()
+@click.argument("unknown_id", metavar="UNKNOWN")
+@click.argument("text", metavar="ANSWER")
+@click.option("--why", default="", help="How you know (recorded with the answer).")
+@run_option
+@repo_option
+@json_option
+@errors_as_exit_codes
+def answer(
+    unknown_id: str, text: str, why: str, run_id: str | None, repo: str | None, as_json: bool
+) -> None:
+    """Close the open unknown UNKNOWN (U1...) with ANSWER. The notebook's `%unknown`
+    line that asked it is then not asked again."""
+    with open_driver(run_id, repo) as run:
+        item = run.resolve_unknown(unknown_id, text, why or None)
+    data = item.model_dump(mode="json", exclude={"schema_version"})
+    _echo(as_json, {"run": run.id, **data}, f"run {run.id}: unknown {item.id} answered: {text}")
+
+
+@main.command()
+@click.argument("question")
+@run_option
+@repo_option
+@json_option
+@errors_as_exit_codes
+def ask(question: str, run_id: str | None, repo: str | None, as_json: bool) -> None:
+    """Record QUESTION as an open unknown (asked again, it is the one already recorded)."""
+    with open_driver(run_id, repo) as run:
+        item = run.unknown(question)
+    data = item.model_dump(mode="json", exclude={"schema_version"})
+    said = f"unknown {item.id} is {item.state}: {item.question}"
+    _echo(as_json, {"run": run.id, **data}, f"run {run.id}: {said}")
+
+
+@main.command()
+@click.argument("key")
+@click.argument("value")
+@click.option("--why", required=True, help="Why (recorded with the decision).")
+@click.option("--revise", is_flag=True, help="Change a decision already made.")
+@run_option
+@repo_option
+@json_option
+@errors_as_exit_codes
+def decide(
+    key: str,
+    value: str,
+    why: str,
+    revise: bool,
+    run_id: str | None,
+    repo: str | None,
+    as_json: bool,
+) -> None:
+    """Decide KEY=VALUE with its reason. A revision stands over the notebook's `%decide`
+    line for KEY until that line is edited; the steps that read KEY run again."""
+    with open_driver(run_id, repo) as run:
+        before = run.decisions.get(key)
+        readers = run.readers(key) if before is not None and before.value != value else []
+        item = run.decide(key, value, why, revise=revise)
+    data = item.model_dump(mode="json", exclude={"schema_version"})
+    if before is None or before.value == value:
+        text = f"decided {key}={value} ({why})"
+    else:
+        again = ", ".join(readers) or "no recorded step read it"
+        text = f"revised {key}: {before.value} → {value} ({why}); runs again: {again}"
+    _echo(as_json, {"run": run.id, **data, "runs_again": readers}, f"run {run.id}: {text}")
+
+
+@main.command()
+@click.argument("step")
+@run_option
+@repo_option
+@json_option
+@errors_as_exit_codes
+def show(step: str, run_id: str | None, repo: str | None, as_json: bool) -> None:
+    """Everything recorded about STEP: its state, evidence, what it read, its outputs
+    (type, shape, size, how to load them), the commit that recorded it, its effects."""
+    from ..render_steps import shown_step
+    from ..run import showing
+
+    shown = showing.show(open_reader(run_id, repo), step)
+    click.echo(json.dumps(shown, indent=2) if as_json else shown_step(shown), nl=as_json)
+
+
+@main.command()
+@click.argument("step")
+@click.option("--get", "name", help="Write this output's stored bytes (its own format).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where --get writes (default: NAME.<format> here; - for stdout).",
+)
+@run_option
+@repo_option
+@json_option
+@errors_as_exit_codes
+def outputs(
+    step: str,
+    name: str | None,
+    output: Path | None,
+    run_id: str | None,
+    repo: str | None,
+    as_json: bool,
+) -> None:
+    """The values STEP saved, described without loading them; with --get NAME, write
+    one out (`.npy`, Parquet, JSON or pickle, as stored; checked against its sha256)."""
+    from .. import atomic
+    from ..render_steps import output_lines
+    from ..run import showing
+
+    reader = open_reader(run_id, repo)
+    listed = showing.outputs(reader, step)
+    if name is None:
+        click.echo(json.dumps(listed, indent=2) if as_json else output_lines(listed))
+        return
+    art, chunks = showing.output_bytes(reader, step, name)
+    if output is not None and str(output) == "-":
+        for chunk in chunks:
+            sys.stdout.buffer.write(chunk)
+        return
+    target = output or Path(next(row["file"] for row in listed if row["name"] == name))
+    if output is None and target.exists():
+        raise InvalidInput(f"{target} exists: name the file to write with -o FILE")
+    atomic.write_chunks(target, chunks)
+    said = {"name": name, "file": str(target), "format": art.format, "size": art.size}
+    _echo(as_json, said, f"wrote {name} ({art.format}, {art.size} bytes) to {target}")

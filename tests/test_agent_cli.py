@@ -1,0 +1,145 @@
+"""An agent with a fresh context picks up a notebook's run from the command line only:
+answers its unknown, revises a decision, looks at a step and its outputs; the notebook
+run afterwards agrees with everything it recorded, and `git log` shows each action."""
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import numpy as np
+from conftest import git
+from conftest import stepstone_cli as cli
+
+import stepstone
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _quickstart(workdir: Path) -> Path:
+    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", workdir)
+    nb = workdir / "quickstart.ipynb"
+    done = cli("run", str(nb), cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    return nb
+
+
+def _cell_output(workdir: Path, starts: str) -> str:
+    book = nbformat.read(str(workdir / "quickstart.out.ipynb"), as_version=4)
+    (cell,) = [c for c in book.cells if c.source.startswith(starts)]
+    return "".join(o.get("text", "") for o in cell.outputs)
+
+
+def _trailers(workdir: Path, count: int) -> list[str]:
+    log = git("log", f"-{count}", "--format=%B%x00", "quickstart", cwd=workdir / ".stepstone")
+    return [entry.strip() for entry in log.split("\0") if entry.strip()]
+
+
+def test_an_unknown_answered_from_the_command_line_is_not_asked_again_by_its_cell(
+    workdir: Path,
+):
+    nb = _quickstart(workdir)
+    wrong = cli("resolve", "U1", "--happened", cwd=workdir)  # the command for effects
+    assert wrong.returncode == 2
+    done = cli("answer", "U1", "EUR", "--why", "the vendor's sheet says EUR", "--json", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    answered = json.loads(done.stdout)
+    assert answered["state"] == "resolved" and answered["answer"] == "EUR"
+    assert answered["why"] == "the vendor's sheet says EUR"
+    (message,) = _trailers(workdir, 1)
+    assert "Stepstone-Unknown: U1" in message and "Stepstone-Via: cli" in message
+
+    again = cli("run", str(nb), cwd=workdir)
+    assert again.returncode == 0, again.stderr
+    assert "U1 was answered: EUR (not asked again)" in _cell_output(workdir, "%unknown")
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert [(u["id"], u["state"]) for u in status["unknowns"]] == [("U1", "resolved")]
+
+
+def test_a_decision_revised_from_the_command_line_stands_over_the_unchanged_cell(
+    workdir: Path,
+):
+    nb = _quickstart(workdir)
+    refused = cli("decide", "threshold", "110", "--why", "too many flagged", cwd=workdir)
+    assert refused.returncode == 2 and "--revise" in refused.stderr
+    done = cli(
+        "decide", "threshold", "110", "--why", "too many flagged", "--revise", cwd=workdir
+    )
+    assert done.returncode == 0, done.stderr
+    assert "105 → 110" in done.stdout and "runs again: report" in done.stdout
+
+    again = cli("run", str(nb), cwd=workdir)
+    assert again.returncode == 0, again.stderr
+    assert "[3/3] report: done" in again.stderr  # it read the threshold: it runs again
+    assert "threshold: 110.0" in (workdir / "out" / "report.md").read_text()
+    said = _cell_output(workdir, "%decide")
+    assert "threshold=110 stands: revised outside the notebook over this line's 105" in said
+
+    # editing the line is the notebook's own revision: it wins again
+    book = nbformat.read(str(nb), as_version=4)
+    (cell,) = [c for c in book.cells if c.source.startswith("%decide")]
+    cell.source = '%decide threshold=120 --revise --why "back to the notebook"'
+    nbformat.write(book, str(nb))
+    assert cli("run", str(nb), cwd=workdir).returncode == 0
+    assert "threshold: 120.0" in (workdir / "out" / "report.md").read_text()
+    decided = json.loads(cli("status", "--json", cwd=workdir).stdout)["decisions"]
+    assert decided == [{"key": "threshold", "value": "120", "why": "back to the notebook"}]
+
+
+def test_ask_records_an_unknown_once(workdir: Path):
+    _quickstart(workdir)
+    first = json.loads(cli("ask", "Which desk owns GLOBEX?", "--json", cwd=workdir).stdout)
+    second = json.loads(cli("ask", "Which desk owns GLOBEX?", "--json", cwd=workdir).stdout)
+    assert first["id"] == second["id"] == "U2" and first["state"] == "open"
+    assert "Stepstone-Via: cli" in _trailers(workdir, 1)[0]
+
+
+def test_show_gives_a_steps_record_evidence_inputs_outputs_and_commit(workdir: Path):
+    _quickstart(workdir)
+    done = cli("show", "summarise", "--json", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["state"] == "verified" and shown["record"]["status"] == "confirmed"
+    assert [e["check"] for e in shown["evidence"]] == [
+        "file:data/summary.json",
+        "expr:len(summary) == 3",
+    ]
+    assert "file:data/prices.csv" in shown["inputs"]
+    (summary,) = [o for o in shown["outputs"] if o["name"] == "summary"]
+    assert summary["type"] == "dict" and summary["shape"] == [3] and summary["format"] == "json"
+    commit = git("log", "-1", "--format=%s", shown["commit"]["id"], cwd=workdir / ".stepstone")
+    assert commit.strip() == "step 2 summarise: confirmed"
+    text = cli("show", "summarise", cwd=workdir).stdout
+    assert "evidence file:data/summary.json" in text and "output summary: dict 3" in text
+    unknown = cli("show", "nosuch", cwd=workdir)
+    assert unknown.returncode == 2 and "steps: make-data, summarise, report" in unknown.stderr
+
+
+def test_outputs_describes_arrays_without_loading_them_and_get_writes_the_stored_bytes(
+    workdir: Path,
+):
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with stepstone.open_run("job") as run:
+        run.step("make", lambda: array)
+    listed = json.loads(cli("outputs", "make", "--json", cwd=workdir).stdout)
+    (row,) = listed
+    assert (row["type"], row["shape"], row["dtype"]) == ("numpy.ndarray", [3, 4], "float32")
+    done = cli("outputs", "make", "--get", "return", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert np.array_equal(np.load(workdir / "return.npy"), array)
+    refused = cli("outputs", "make", "--get", "return", cwd=workdir)
+    assert refused.returncode == 2 and "-o FILE" in refused.stderr  # never over a file
+    assert cli("outputs", "make", "--get", "return", "-o", "a.npy", cwd=workdir).returncode == 0
+    assert np.array_equal(np.load(workdir / "a.npy"), array)
+    missing = cli("outputs", "make", "--get", "nosuch", cwd=workdir)
+    assert missing.returncode == 2 and "outputs: return" in missing.stderr
+
+
+def test_a_pickled_output_is_named_by_its_class_and_not_loaded(workdir: Path):
+    from fractions import Fraction
+
+    with stepstone.open_run("job") as run:
+        run.step("make", lambda: Fraction(1, 3))
+    (row,) = json.loads(cli("outputs", "make", "--json", cwd=workdir).stdout)
+    assert row["format"] == "pickle" and row["type"] == "fractions.Fraction"
+    assert row["loaded"] is False
