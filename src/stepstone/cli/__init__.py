@@ -2,6 +2,7 @@
 
 from . import agents as agents
 from . import commands as commands
+from . import report as report
 from .common import main
 
 __all__ = ["main"]

@@ -1,0 +1,1 @@
+"""`stepstone report`: one self-contained HTML page about a run (being built)."""
