@@ -143,3 +143,53 @@ def test_a_pickled_output_is_named_by_its_class_and_not_loaded(workdir: Path):
     (row,) = json.loads(cli("outputs", "make", "--json", cwd=workdir).stdout)
     assert row["format"] == "pickle" and row["type"] == "fractions.Fraction"
     assert row["loaded"] is False
+
+
+def test_a_fork_shares_the_history_up_to_its_step_and_runs_apart_from_it(workdir: Path):
+    nb = _quickstart(workdir)
+    shown = json.loads(cli("show", "summarise", "--json", cwd=workdir).stdout)
+    done = cli("fork", "quickstart", "--at", "summarise", "--as", "alt", "--json", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout)
+    assert made["commit"] == shown["commit"]["id"] and made["steps"] == ["make-data", "summarise"]
+    store = workdir / ".stepstone"
+    base = git("merge-base", "quickstart", "alt", cwd=store).strip()
+    assert base == made["commit"]  # a Git branch point, not a copy
+    (message,) = [git("log", "-1", "--format=%B", "alt", cwd=store)]
+    assert "Stepstone-Status: forked" in message and "Stepstone-Via: cli" in message
+
+    status = json.loads(cli("status", "--run", "alt", "--json", cwd=workdir).stdout)
+    states = [(s["name"], s["state"]) for s in status["steps"]]
+    assert states == [("make-data", "verified"), ("summarise", "verified"), ("report", "pending")]
+    assert status["decisions"] == [] and status["unknowns"] == []
+
+    ran = cli("run", str(nb), "--run", "alt", cwd=workdir)
+    assert ran.returncode == 0, ran.stderr
+    assert "[1/3] make-data: skipped" in ran.stderr and "[3/3] report: done" in ran.stderr
+    graph = cli("log", "--graph", cwd=workdir).stdout
+    assert "fork of quickstart at step summarise" in graph and "|/" in graph
+
+    again = cli("fork", "quickstart", "--at", "summarise", "--as", "alt", cwd=workdir)
+    assert again.returncode == 2 and "choose another id" in again.stderr
+    nowhere = cli("fork", "quickstart", "--at", "nosuch", "--as", "b", cwd=workdir)
+    assert nowhere.returncode == 2 and "no step 'nosuch'" in nowhere.stderr
+
+
+def test_diff_names_what_two_runs_recorded_differently(workdir: Path):
+    nb = _quickstart(workdir)
+    forked = cli("fork", "quickstart", "--at", "summarise", "--as", "alt", cwd=workdir)
+    assert forked.returncode == 0, forked.stderr
+    same = cli("diff", "quickstart", "quickstart", cwd=workdir)
+    assert same.returncode == 0 and "the same" in same.stdout
+    book = nbformat.read(str(nb), as_version=4)
+    (cell,) = [c for c in book.cells if c.source.startswith("%decide")]
+    cell.source = '%decide threshold=100 --why "a lower bar in the alternative"'
+    nbformat.write(book, str(nb))
+    assert cli("run", str(nb), "--run", "alt", cwd=workdir).returncode == 0
+    done = cli("diff", "quickstart", "alt", "--json", cwd=workdir)
+    assert done.returncode == 1
+    found = json.loads(done.stdout)
+    assert found["decisions"] == [{"key": "threshold", "a": "105", "b": "100"}]
+    (report,) = found["steps"]
+    assert report["step"] == "report" and "evidence file:out/report.md" in report["differs"]
+    assert found["unknowns"] == []  # both asked the same question and left it open

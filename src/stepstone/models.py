@@ -16,7 +16,12 @@ SCHEMA_VERSION = 2  # the newest this version reads
 # fields added since schema 1: left out while empty, so that a record that does not use
 # them stays readable by earlier versions; one that uses them says schema 2, which an
 # earlier version refuses with "upgrade" rather than misreading
-_SINCE_2 = {"StepRecord": ("unsaved", "kept"), "Decision": ("over",), "Unknown": ("why",)}
+_SINCE_2 = {
+    "StepRecord": ("unsaved", "kept"),
+    "Decision": ("over",),
+    "Unknown": ("why",),
+    "RunInfo": ("forked_from",),
+}
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
 RecordStatus = Literal["confirmed", "failed"]  # a step record's outcome
@@ -48,6 +53,7 @@ class RunInfo(Record):
     workdir: str = ""  # where its relative paths resolve, relative to the store's folder
     program: str = ""  # the command line of a Python-API run's script, relative to `workdir`
     uid: str = ""  # made at creation: a new run of the same id keys its effects anew
+    forked_from: str = ""  # RUN@COMMIT: the run and commit this one was forked from
     seq: int = 0
     finished: str | None = None
 

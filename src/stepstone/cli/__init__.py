@@ -2,6 +2,7 @@
 
 from . import agents as agents
 from . import commands as commands
+from . import history as history
 from . import report as report
 from .common import main
 

@@ -167,9 +167,17 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
 @repo_option
 @json_option
 @click.option("--step", "step_name", help="Only the commits of this step.")
+@click.option("--graph", is_flag=True, help="Every run of the store as a graph: forks show.")
 @errors_as_exit_codes
-def log(run_id: str | None, repo: str | None, as_json: bool, step_name: str | None) -> None:
+def log(
+    run_id: str | None, repo: str | None, as_json: bool, step_name: str | None, graph: bool
+) -> None:
     """The run's history from Git, newest first (read from the commit trailers)."""
+    if graph:
+        from .history import graph_of
+
+        click.echo(graph_of(GitStore(repo, create=False)), nl=False)
+        return
     reader = open_reader(run_id, repo)
     if step_name is not None and step_name not in reader.steps.names:
         known = names.listing(reader.steps.names)

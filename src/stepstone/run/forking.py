@@ -1,0 +1,132 @@
+"""Time travel: a new run whose history is another's up to one of its steps (`fork`),
+and what two runs recorded differently (`diff`).
+
+A fork is a Git branch point: the new run's ref starts at the commit that confirmed
+the step, and its first commit renames the run there, so `git log --graph` shows where
+the two lines part. The fork is a run of its own: a new id and effect keys of its own
+(an effect the original performed after the branch point is performed anew if the
+fork's steps run again; `fork` lists them).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from .. import message, names
+from ..errors import InvalidInput
+from ..models import StepRecord
+from ..settings import Settings
+from ..store import GitStore
+from .opening import open_run
+from .showing import recording_commit
+from .view import RunView
+
+
+def fork(
+    store: GitStore, run: str, at: str, new: str, *, settings: Settings | None = None
+) -> dict[str, Any]:
+    """Make run `new` from `run`'s history up to the commit that confirmed step `at`."""
+    names.run_id(new)
+    if store.tip(new) is not None:
+        raise InvalidInput(f"run {new!r} exists in {store.path}: choose another id with --as")
+    source = open_run(run, repo=store.path, drive=False, create=False)
+    record = source.records.get(at)
+    if at not in source.steps.names:
+        known = names.listing(source.steps.names)
+        raise InvalidInput(f"run {run!r} has no step {at!r} (steps: {known})")
+    if record is None or record.status != "confirmed":
+        raise InvalidInput(
+            f"step {at!r} of run {run!r} is not confirmed: fork at a step that is (see "
+            f"`stepstone status --run {run}`)"
+        )
+    commit = recording_commit(source, record)
+    if commit is None:
+        raise InvalidInput(f"the commit that confirmed step {at!r} is not in run {run!r}")
+    branch = commit["id"]
+    store.move_run(new, branch, None)
+    origin = f"{run}@{branch}"
+    with open_run(new, repo=store.path, create=False, settings=settings) as forked:
+        forked.state.note_info(run=new, uid=secrets.token_hex(8), forked_from=origin, finished=None)
+        forked.ledger.commit(
+            {},
+            f"fork of {run} at step {at}",
+            [(message.STATUS, "forked"), (message.FROM, origin)],
+            info_changed=True,
+        )
+        steps = [s for s in forked.steps.names if forked.records.get(s) is not None]
+    before = set(source.steps.names[: source.steps.names.index(at) + 1])
+    anew = [
+        {"step": e.step, "name": e.name, "state": e.state}
+        for e in source.effects.values()
+        if e.step not in before and e.state in ("confirmed", "submitted", "unresolved")
+    ]
+    return {"run": new, "from": run, "at": at, "commit": branch, "steps": steps, "anew": anew}
+
+
+def diff(a: RunView, b: RunView) -> dict[str, Any]:
+    """What runs `a` and `b` recorded differently: steps (status, evidence, outputs),
+    decisions and unknowns' answers."""
+    order = list(dict.fromkeys([*a.steps.names, *b.steps.names]))
+    steps = []
+    for name in order:
+        left, right = _side(a.records.get(name)), _side(b.records.get(name))
+        differs = _differs(left, right)
+        if differs:
+            steps.append({"step": name, "a": left, "b": right, "differs": differs})
+    decisions = [
+        {"key": key, "a": _value(a.decisions.get(key)), "b": _value(b.decisions.get(key))}
+        for key in sorted({*a.decisions, *b.decisions})
+        if _value(a.decisions.get(key)) != _value(b.decisions.get(key))
+    ]
+    answers_a, answers_b = _answers(a.unknowns.values()), _answers(b.unknowns.values())
+    unknowns = [
+        {"question": q, "a": answers_a.get(q, "-"), "b": answers_b.get(q, "-")}
+        for q in sorted({*answers_a, *answers_b})
+        if answers_a.get(q, "-") != answers_b.get(q, "-")
+    ]
+    same = not (steps or decisions or unknowns)
+    return {
+        "a": a.id,
+        "b": b.id,
+        "same": same,
+        "steps": steps,
+        "decisions": decisions,
+        "unknowns": unknowns,
+    }
+
+
+def _side(record: StepRecord | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {
+        "status": record.status,
+        "attempt": record.attempt,
+        "evidence": {e.check: e.value for e in record.evidence},
+        "outputs": {var: art.sha256 for var, art in sorted(record.outputs.items())},
+        "error": record.error,
+    }
+
+
+def _differs(left: dict[str, Any] | None, right: dict[str, Any] | None) -> list[str]:
+    if left is None or right is None:
+        return [] if left is right else ["recorded in one run only"]
+    found = []
+    if left["status"] != right["status"]:
+        found.append(f"status {left['status']} / {right['status']}")
+    for check in sorted({*left["evidence"], *right["evidence"]}):
+        if left["evidence"].get(check) != right["evidence"].get(check):
+            found.append(f"evidence {check}")
+    for var in sorted({*left["outputs"], *right["outputs"]}):
+        if left["outputs"].get(var) != right["outputs"].get(var):
+            found.append(f"output {var}")
+    return found
+
+
+def _value(decision: Any) -> str:
+    return "-" if decision is None else str(decision.value)
+
+
+def _answers(unknowns: Iterable[Any]) -> dict[str, str]:
+    return {u.question: (u.answer if u.state == "resolved" else "open") for u in unknowns}
