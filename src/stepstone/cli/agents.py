@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 
+from .. import actions
 from ..errors import InvalidInput
-from .common import errors_as_exit_codes, json_option, main, open_driver, open_reader, repo_option
+from .common import errors_as_exit_codes, json_option, main, open_reader, repo_option
 from .common import run_option as run_option
 
 
@@ -33,10 +34,8 @@ def answer(
 ) -> None:
     """Close the open unknown UNKNOWN (U1...) with ANSWER. The notebook's `%unknown`
     line that asked it is then not asked again."""
-    with open_driver(run_id, repo) as run:
-        item = run.resolve_unknown(unknown_id, text, why or None)
-    data = item.model_dump(mode="json", exclude={"schema_version"})
-    _echo(as_json, {"run": run.id, **data}, f"run {run.id}: unknown {item.id} answered: {text}")
+    done = actions.answer(run_id, repo, unknown_id, text, why, via="cli")
+    _echo(as_json, done, f"run {done['run']}: unknown {done['id']} answered: {text}")
 
 
 @main.command()
@@ -47,11 +46,9 @@ def answer(
 @errors_as_exit_codes
 def ask(question: str, run_id: str | None, repo: str | None, as_json: bool) -> None:
     """Record QUESTION as an open unknown (asked again, it is the one already recorded)."""
-    with open_driver(run_id, repo) as run:
-        item = run.unknown(question)
-    data = item.model_dump(mode="json", exclude={"schema_version"})
-    said = f"unknown {item.id} is {item.state}: {item.question}"
-    _echo(as_json, {"run": run.id, **data}, f"run {run.id}: {said}")
+    done = actions.ask(run_id, repo, question, via="cli")
+    said = f"unknown {done['id']} is {done['state']}: {done['question']}"
+    _echo(as_json, done, f"run {done['run']}: {said}")
 
 
 @main.command()
@@ -74,17 +71,13 @@ def decide(
 ) -> None:
     """Decide KEY=VALUE with its reason. A revision stands over the notebook's `%decide`
     line for KEY until that line is edited; the steps that read KEY run again."""
-    with open_driver(run_id, repo) as run:
-        before = run.decisions.get(key)
-        readers = run.readers(key) if before is not None and before.value != value else []
-        item = run.decide(key, value, why, revise=revise)
-    data = item.model_dump(mode="json", exclude={"schema_version"})
-    if before is None or before.value == value:
+    done = actions.decide(run_id, repo, key, value, why, revise=revise, via="cli")
+    if done["was"] is None or done["was"] == value:
         text = f"decided {key}={value} ({why})"
     else:
-        again = ", ".join(readers) or "no recorded step read it"
-        text = f"revised {key}: {before.value} → {value} ({why}); runs again: {again}"
-    _echo(as_json, {"run": run.id, **data, "runs_again": readers}, f"run {run.id}: {text}")
+        again = ", ".join(done["runs_again"]) or "no recorded step read it"
+        text = f"revised {key}: {done['was']} → {value} ({why}); runs again: {again}"
+    _echo(as_json, done, f"run {done['run']}: {text}")
 
 
 @main.command()
@@ -97,9 +90,8 @@ def show(step: str, run_id: str | None, repo: str | None, as_json: bool) -> None
     """Everything recorded about STEP: its state, evidence, what it read, its outputs
     (type, shape, size, how to load them), the commit that recorded it, its effects."""
     from ..render_steps import shown_step
-    from ..run import showing
 
-    shown = showing.show(open_reader(run_id, repo), step)
+    shown = actions.show(run_id, repo, step)
     click.echo(json.dumps(shown, indent=2) if as_json else shown_step(shown), nl=as_json)
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from .. import message, names, notebook_plan, render
+from .. import names, notebook_plan, render
 from .. import notebook as nbrun
-from ..errors import InvalidInput, StoreError
+from ..errors import StoreError
 from ..run import holding, open_run, problems_at
 from ..settings import AUTOPUSH_KEY
 from ..store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore, holder_identity
@@ -53,7 +53,6 @@ def run_command(
     steal: str | None,
 ) -> None:
     """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes."""
-    from .. import names
 
     with nbrun.interrupts_raised():
         try:
@@ -178,26 +177,9 @@ def log(
 
         click.echo(graph_of(GitStore(repo, create=False)), nl=False)
         return
-    reader = open_reader(run_id, repo)
-    if step_name is not None and step_name not in reader.steps.names:
-        known = names.listing(reader.steps.names)
-        raise InvalidInput(f"run {reader.id!r} has no step {step_name!r} (steps: {known})")
-    entries = []
-    for commit in reader.store.history(reader.id):
-        step = (commit.trailers.get(message.STEP) or [""])[0]
-        if step_name is not None and step.partition(" ")[2] != step_name:
-            continue
-        when = datetime.fromtimestamp(commit.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        entries.append(
-            {
-                "commit": commit.id,
-                "time": when,
-                "subject": commit.subject,
-                "status": (commit.trailers.get(message.STATUS) or [""])[0],
-                "step": step,
-                "evidence": commit.trailers.get(message.EVIDENCE, []),
-            }
-        )
+    from .. import actions
+
+    entries = actions.log(run_id, repo, step_name)
     if as_json:
         click.echo(json.dumps(entries))
         return
@@ -271,15 +253,22 @@ def reopen(run_id: str | None, repo: str | None, why: str) -> None:
 @click.option(
     "--downstream", is_flag=True, help="Also every step that depends on it, directly or not."
 )
+@json_option
 @errors_as_exit_codes
-def rerun(run_id: str | None, repo: str | None, step: str, why: str, downstream: bool) -> None:
+def rerun(
+    run_id: str | None, repo: str | None, step: str, why: str, downstream: bool, as_json: bool
+) -> None:
     """Mark STEP to run again at the next run (its confirmed effects are not repeated)."""
-    with open_driver(run_id, repo) as run:
-        marked = run.rerun(step, why, downstream=downstream)
-    if marked:
-        click.echo(f"run {run.id}: {', '.join(marked)} run(s) again at the next run: {why}")
+    from .. import actions
+
+    done = actions.rerun(run_id, repo, step, why, downstream=downstream, via="cli")
+    marked, run = done["marked"], done["run"]
+    if as_json:
+        click.echo(json.dumps(done, indent=2))
+    elif marked:
+        click.echo(f"run {run}: {', '.join(marked)} run(s) again at the next run: {why}")
     else:
-        click.echo(f"run {run.id}: {step} has not been confirmed; it runs at the next run anyway")
+        click.echo(f"run {run}: {step} has not been confirmed; it runs at the next run anyway")
 
 
 @main.command()
@@ -301,6 +290,7 @@ def rerun(run_id: str | None, repo: str | None, step: str, why: str, downstream:
 )
 @click.option("--receipt", help="The receiver's receipt (JSON or text).")
 @click.option("--why", default="", help="How you know.")
+@json_option
 @errors_as_exit_codes
 def resolve(
     key: str,
@@ -309,6 +299,7 @@ def resolve(
     happened: bool | None,
     receipt: str | None,
     why: str,
+    as_json: bool,
 ) -> None:
     """Settle an effect whose outcome was unknown."""
     if happened is None:
@@ -319,9 +310,13 @@ def resolve(
             value = json.loads(receipt)
         except ValueError:
             value = receipt
-    with open_driver(run_id, repo) as run:
-        settled = run.resolve_effect(key, happened=happened, receipt=value, why=why)
-    click.echo(f"effect {settled.key} ({settled.step}/{settled.name}): {settled.state}")
+    from .. import actions
+
+    done = actions.resolve(run_id, repo, key, happened=happened, receipt=value, why=why, via="cli")
+    if as_json:
+        click.echo(json.dumps(done, indent=2))
+    else:
+        click.echo(f"effect {done['key']} ({done['step']}/{done['name']}): {done['state']}")
 
 
 @main.command()

@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import StepstoneError
-from ..run import Run, open_run
-from ..settings import Settings
+from ..run import Run
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,7 +45,9 @@ def errors_as_exit_codes(fn: F) -> F:
 
 def open_reader(run_id: str | None, repo: str | None, *, cached: bool = True) -> Run:
     """The run, opened to read (no lock, no lease, nothing created)."""
-    return open_run(run_id, repo=repo, drive=False, create=False, cached=cached)
+    from ..actions import reader
+
+    return reader(run_id, repo, cached=cached)
 
 
 @click.group()
@@ -56,5 +57,7 @@ def main() -> None:
 
 
 def open_driver(run_id: str | None, repo: str | None) -> Run:
-    """The run, held as its driver for one change; its commits say `Stepstone-Via: cli`."""
-    return open_run(run_id, repo=repo, create=False, settings=Settings.from_env(via="cli"))
+    """The run, held as its driver for one change; its commits say they came via cli."""
+    from ..actions import driver
+
+    return driver(run_id, repo, "cli")

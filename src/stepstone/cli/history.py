@@ -7,9 +7,9 @@ import json
 
 import click
 
-from ..settings import Settings
+from .. import actions
 from ..store import GitStore
-from .common import errors_as_exit_codes, json_option, main, open_reader, repo_option
+from .common import errors_as_exit_codes, json_option, main, repo_option
 
 
 @main.command()
@@ -22,11 +22,7 @@ from .common import errors_as_exit_codes, json_option, main, open_reader, repo_o
 def fork(run: str, at: str, new: str, repo: str | None, as_json: bool) -> None:
     """Make run NEW whose history is RUN's up to the commit that confirmed STEP (a Git
     branch point), to try an alternative without losing RUN; run it with --run NEW."""
-    from ..run.forking import fork as forking
-
-    made = forking(
-        GitStore(repo, create=False), run, at, new, settings=Settings.from_env(via="cli")
-    )
+    made = actions.fork(run, repo, at, new, via="cli")
     if as_json:
         click.echo(json.dumps(made, indent=2))
         return
@@ -51,9 +47,8 @@ def diff(run_a: str, run_b: str, repo: str | None, as_json: bool) -> None:
     """The steps, decisions, evidence, outputs and answers RUN_A and RUN_B recorded
     differently. Exit 1 when they differ."""
     from ..render_steps import diff_lines
-    from ..run.forking import diff as differ
 
-    found = differ(open_reader(run_a, repo), open_reader(run_b, repo))
+    found = actions.diff(run_a, run_b, repo)
     click.echo(json.dumps(found, indent=2) if as_json else diff_lines(found), nl=as_json)
     raise SystemExit(0 if found["same"] else 1)
 

@@ -1,0 +1,187 @@
+"""What an agent does to a run from outside the notebook, each as one call that
+returns the JSON `stepstone <command> --json` prints and the MCP server's tool of the
+same name returns. Reading runs no notebook code; each change is one commit whose
+`Stepstone-Via` trailer says how it came (`cli`, `mcp`).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from . import message, names, notebook_plan
+from .errors import InvalidInput
+from .models import Record
+from .run import Run, open_run
+from .settings import Settings
+
+
+def reader(run: str | None, repo: str | None, *, cached: bool = True) -> Run:
+    """The run, opened to read (no lock, no lease, nothing created)."""
+    return open_run(run, repo=repo, drive=False, create=False, cached=cached)
+
+
+def driver(run: str | None, repo: str | None, via: str) -> Run:
+    """The run, held as its driver for one change; its commits say `Stepstone-Via: via`."""
+    return open_run(run, repo=repo, create=False, settings=Settings.from_env(via=via))
+
+
+def _data(record: Record, run: str) -> dict[str, Any]:
+    return {"run": run, **record.model_dump(mode="json", exclude={"schema_version"})}
+
+
+# -- reading --------------------------------------------------------------------
+
+
+def status(run: str | None, repo: str | None, *, recheck: bool = False) -> dict[str, Any]:
+    """Steps, evidence, decisions, unknowns, effects and the next action."""
+    view = reader(run, repo)
+    state = notebook_plan.seeing_the_notebook(view, view.status(recheck=recheck))
+    found: dict[str, Any] = json.loads(state.json_text())
+    return found
+
+
+def brief(run: str | None, repo: str | None) -> dict[str, Any]:
+    """The hand-off brief's content: goal, state, next command, open questions."""
+    from . import brief as briefing
+
+    view = reader(run, repo)
+    state = notebook_plan.seeing_the_notebook(view, view.status(recheck=False))
+    return briefing.to_json(state, briefing.Context.of(view))
+
+
+def brief_text(run: str | None, repo: str | None) -> str:
+    """The hand-off brief in Markdown."""
+    from . import brief as briefing
+    from . import render
+
+    view = reader(run, repo)
+    state = notebook_plan.seeing_the_notebook(view, view.status(recheck=False))
+    return render.brief(state, briefing.Context.of(view))
+
+
+def log(run: str | None, repo: str | None, step: str | None = None) -> list[dict[str, Any]]:
+    """The run's commits, newest first, with their status, step and evidence trailers."""
+    view = reader(run, repo)
+    if step is not None and step not in view.steps.names:
+        known = names.listing(view.steps.names)
+        raise InvalidInput(f"run {view.id!r} has no step {step!r} (steps: {known})")
+    entries = []
+    for commit in view.store.history(view.id):
+        named = (commit.trailers.get(message.STEP) or [""])[0]
+        if step is not None and named.partition(" ")[2] != step:
+            continue
+        when = datetime.fromtimestamp(commit.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        entries.append(
+            {
+                "commit": commit.id,
+                "time": when,
+                "subject": commit.subject,
+                "status": (commit.trailers.get(message.STATUS) or [""])[0],
+                "step": named,
+                "evidence": commit.trailers.get(message.EVIDENCE, []),
+                "via": (commit.trailers.get(message.VIA) or [""])[0],
+            }
+        )
+    return entries
+
+
+def verify(run: str | None, repo: str | None, *, recheck: bool = True) -> dict[str, Any]:
+    """Every recorded step's evidence checked again now, every record read from Git."""
+    view = reader(run, repo, cached=False)
+    state = view.status(recheck=recheck)
+    ok = not any(s.state in ("stale", "failed") for s in state.steps)
+    return {"run": state.run, "ok": ok, "steps": json.loads(state.steps_json())}
+
+
+def show(run: str | None, repo: str | None, step: str) -> dict[str, Any]:
+    """A step's record, evidence, inputs, outputs described, commit and effects."""
+    from .run import showing
+
+    return showing.show(reader(run, repo), step)
+
+
+def outputs(run: str | None, repo: str | None, step: str) -> list[dict[str, Any]]:
+    """The values a step saved, described without loading them."""
+    from .run import showing
+
+    return showing.outputs(reader(run, repo), step)
+
+
+def diff(run_a: str, run_b: str, repo: str | None) -> dict[str, Any]:
+    """What two runs recorded differently."""
+    from .run.forking import diff as differ
+
+    return differ(reader(run_a, repo), reader(run_b, repo))
+
+
+# -- recording --------------------------------------------------------------------
+
+
+def answer(
+    run: str | None, repo: str | None, unknown: str, text: str, why: str = "", *, via: str
+) -> dict[str, Any]:
+    """Close an open unknown with its answer; the `%unknown` line asking it is then
+    not asked again."""
+    with driver(run, repo, via) as held:
+        return _data(held.resolve_unknown(unknown, text, why or None), held.id)
+
+
+def ask(run: str | None, repo: str | None, question: str, *, via: str) -> dict[str, Any]:
+    """Record an open question (asked again, it is the one already recorded)."""
+    with driver(run, repo, via) as held:
+        return _data(held.unknown(question), held.id)
+
+
+def decide(
+    run: str | None,
+    repo: str | None,
+    key: str,
+    value: str,
+    why: str,
+    *,
+    revise: bool = False,
+    via: str,
+) -> dict[str, Any]:
+    """Decide `key`; a revision stands over the notebook's unchanged `%decide` line.
+    `was` is the value before, `runs_again` the steps that read it and run again."""
+    with driver(run, repo, via) as held:
+        before = held.decisions.get(key)
+        was = before.value if before is not None else None
+        readers = held.readers(key) if was is not None and was != str(value) else []
+        made = held.decide(key, value, why, revise=revise)
+        return {**_data(made, held.id), "was": was, "runs_again": readers}
+
+
+def resolve(
+    run: str | None,
+    repo: str | None,
+    key: str,
+    *,
+    happened: bool,
+    receipt: Any = None,
+    why: str = "",
+    via: str,
+) -> dict[str, Any]:
+    """Settle an effect whose outcome was unknown."""
+    with driver(run, repo, via) as held:
+        return _data(held.resolve_effect(key, happened=happened, receipt=receipt, why=why), held.id)
+
+
+def rerun(
+    run: str | None, repo: str | None, step: str, why: str, *, downstream: bool = False, via: str
+) -> dict[str, Any]:
+    """Mark a step (and, with `downstream`, what depends on it) to run again."""
+    with driver(run, repo, via) as held:
+        marked = held.rerun(step, why, downstream=downstream)
+        return {"run": held.id, "step": step, "why": why, "marked": marked}
+
+
+def fork(run: str, repo: str | None, at: str, new: str, *, via: str) -> dict[str, Any]:
+    """A new run whose history is `run`'s up to step `at` (a Git branch point)."""
+    from .run.forking import fork as forking
+    from .store import GitStore
+
+    store = GitStore(repo, create=False)
+    return forking(store, run, at, new, settings=Settings.from_env(via=via))
