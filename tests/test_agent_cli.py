@@ -166,6 +166,8 @@ def test_a_fork_shares_the_history_up_to_its_step_and_runs_apart_from_it(workdir
     ran = cli("run", str(nb), "--run", "alt", cwd=workdir)
     assert ran.returncode == 0, ran.stderr
     assert "[1/3] make-data: skipped" in ran.stderr and "[3/3] report: done" in ran.stderr
+    plain = cli("run", str(nb), cwd=workdir)  # without --run: the run itself, not its fork
+    assert plain.returncode == 0 and "as run quickstart" in plain.stderr, plain.stderr
     graph = cli("log", "--graph", cwd=workdir).stdout
     assert "fork of quickstart at step summarise" in graph and "|/" in graph
 

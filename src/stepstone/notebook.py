@@ -71,13 +71,15 @@ def choose_run(
     nearby stores are looked at too when the store is the default beside the notebook),
     which is refused with the command that continues it."""
     readers = _readers(store_path)
-    for reader in readers:
-        base = reader.recorded_workdir()
-        recorded = (
-            (base / reader.info.notebook).resolve() if base and reader.info.notebook else None
-        )
-        if recorded == notebook.resolve():
-            return reader.id
+    recording = [r for r in readers if _recorded_notebook(r) == notebook.resolve()]
+    if recording:  # a fork records its run's notebook too: the run itself comes first
+        chosen = [r for r in recording if r.id == run_id] or [
+            r for r in recording if not r.info.forked_from
+        ]
+        if len(recording) == 1 or len(chosen) == 1:
+            return (chosen or recording)[0].id
+        ids = ", ".join(r.id for r in recording)
+        raise InvalidInput(f"runs {ids} all record {notebook.name}: pick one with --run ID")
     if any(reader.id == run_id for reader in readers):
         return run_id
     places = [store_path]
@@ -92,6 +94,11 @@ def choose_run(
         found = readers if place == store_path else _readers(place)
         _refuse_renamed(found, place, store_path, run_id, notebook, plan)
     return run_id
+
+
+def _recorded_notebook(reader: Run) -> Path | None:
+    base = reader.recorded_workdir()
+    return (base / reader.info.notebook).resolve() if base and reader.info.notebook else None
 
 
 def _readers(store_path: Path) -> list[Run]:

@@ -138,3 +138,22 @@ def outputs(
     atomic.write_chunks(target, chunks)
     said = {"name": name, "file": str(target), "format": art.format, "size": art.size}
     _echo(as_json, said, f"wrote {name} ({art.format}, {art.size} bytes) to {target}")
+
+
+@main.command("mcp")
+@repo_option
+@errors_as_exit_codes
+def mcp_command(repo: str | None) -> None:
+    """Serve the agents' tools over MCP on stdin/stdout (status, brief, log, show,
+    outputs, verify, answer, ask, decide, resolve, rerun, fork, diff): the same JSON as
+    these commands' --json. Add it to an MCP client as the command `stepstone mcp`."""
+    try:
+        from ..mcpserver import serve
+
+        serve(repo)
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("mcp"):
+            raise
+        raise InvalidInput(
+            "the MCP server needs the mcp package: pip install 'stepstone[mcp]'"
+        ) from exc

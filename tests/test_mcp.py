@@ -1,0 +1,120 @@
+"""`stepstone mcp` in a real subprocess, driven by the MCP SDK's own client over stdio:
+an agent with only MCP tools picks up a notebook's run, and every tool answers with
+the JSON the command line prints."""
+
+import asyncio
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from conftest import clean_env, git
+from conftest import stepstone_cli as cli
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _quickstart(workdir: Path) -> Path:
+    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", workdir)
+    nb = workdir / "quickstart.ipynb"
+    done = cli("run", str(nb), cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    return nb
+
+
+def _session(workdir: Path, script: Any) -> Any:
+    """Run `script(call, read)` against `stepstone mcp` started in `workdir`."""
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "stepstone", "mcp"], cwd=str(workdir), env=clean_env()
+    )
+
+    async def main() -> Any:
+        async with Client(params, read_timeout_seconds=60) as client:
+
+            async def call(tool: str, **arguments: Any) -> Any:
+                result = await client.call_tool(tool, arguments)
+                if result.is_error:
+                    return {"error": result.content[0].text}
+                found = result.structured_content
+                return found["result"] if set(found) == {"result"} else found
+
+            async def read(uri: str) -> str:
+                return (await client.read_resource(uri)).contents[0].text
+
+            return await script(call, read)
+
+    return asyncio.run(main())
+
+
+def test_an_agent_with_only_mcp_tools_picks_up_the_run_and_the_notebook_agrees(workdir: Path):
+    nb = _quickstart(workdir)
+
+    async def agent_b(call: Any, read: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {"brief": await read("stepstone://brief")}
+        seen["status"] = await call("status")
+        seen["answer"] = await call("answer", unknown="U1", answer="EUR", why="vendor sheet")
+        seen["refused"] = await call("decide", key="threshold", value="110", why="fewer flags")
+        seen["decide"] = await call(
+            "decide", key="threshold", value="110", why="fewer flags", revise=True
+        )
+        seen["outputs"] = await call("outputs", step="summarise")
+        seen["fork"] = await call("fork", run="quickstart", at="summarise", new="alt")
+        seen["diff"] = await call("diff", run_a="quickstart", run_b="alt")
+        seen["which"] = await call("show", step="report")  # two runs now: name one
+        seen["missing"] = await call("show", step="nosuch", run="quickstart")
+        return seen
+
+    seen = _session(workdir, agent_b)
+    assert "# Hand-off: run `quickstart`" in seen["brief"]
+    assert [u["id"] for u in seen["status"]["unknowns"]] == ["U1"]
+    assert seen["answer"]["state"] == "resolved" and seen["answer"]["answer"] == "EUR"
+    assert "--revise" in seen["refused"]["error"]
+    assert seen["decide"]["was"] == "105" and seen["decide"]["runs_again"] == ["report"]
+    assert [o["name"] for o in seen["outputs"]] == ["summary"]
+    assert seen["fork"]["steps"] == ["make-data", "summarise"]
+    assert {"key": "threshold", "a": "110", "b": "-"} in seen["diff"]["decisions"]
+    assert "several runs (alt, quickstart)" in seen["which"]["error"]
+    assert "no step 'nosuch' (steps: make-data, summarise, report)" in seen["missing"]["error"]
+
+    store = workdir / ".stepstone"
+    log = git("log", "--format=%s|%(trailers:key=Stepstone-Via,valueonly)", "quickstart", cwd=store)
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    assert lines[:2] == ["decide threshold=110|mcp", "resolve U1: EUR|mcp"]
+    forked = git("log", "-1", "--format=%B", "alt", cwd=store)
+    assert "Stepstone-Via: mcp" in forked
+
+    again = cli("run", str(nb), cwd=workdir)  # the notebook agrees with what B recorded
+    assert again.returncode == 0, again.stderr
+    assert "threshold: 110.0" in (workdir / "out" / "report.md").read_text()
+    book = nbformat.read(str(workdir / "quickstart.out.ipynb"), as_version=4)
+    said = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
+    assert "U1 was answered: EUR (not asked again)" in said and "threshold=110 stands" in said
+
+
+def test_each_reading_tool_returns_the_json_the_command_line_prints(workdir: Path):
+    _quickstart(workdir)
+
+    async def read_all(call: Any, read: Any) -> dict[str, Any]:
+        return {
+            "status": await call("status"),
+            "show": await call("show", step="summarise"),
+            "log": await call("log"),
+            "outputs": await call("outputs", step="summarise"),
+            "brief": await call("brief"),
+        }
+
+    tools = _session(workdir, read_all)
+    for name, args in (
+        ("status", ["status", "--json"]),
+        ("show", ["show", "summarise", "--json"]),
+        ("log", ["log", "--json"]),
+        ("outputs", ["outputs", "summarise", "--json"]),
+        ("brief", ["brief", "--json"]),
+    ):
+        printed = cli(*args, cwd=workdir)
+        assert printed.returncode == 0, printed.stderr
+        assert tools[name] == json.loads(printed.stdout), name
