@@ -62,9 +62,7 @@ def test_a_decision_revised_from_the_command_line_stands_over_the_unchanged_cell
     nb = _quickstart(workdir)
     refused = cli("decide", "threshold", "110", "--why", "too many flagged", cwd=workdir)
     assert refused.returncode == 2 and "--revise" in refused.stderr
-    done = cli(
-        "decide", "threshold", "110", "--why", "too many flagged", "--revise", cwd=workdir
-    )
+    done = cli("decide", "threshold", "110", "--why", "too many flagged", "--revise", cwd=workdir)
     assert done.returncode == 0, done.stderr
     assert "105 → 110" in done.stdout and "runs again: report" in done.stdout
 
@@ -195,3 +193,54 @@ def test_diff_names_what_two_runs_recorded_differently(workdir: Path):
     (report,) = found["steps"]
     assert report["step"] == "report" and "evidence file:out/report.md" in report["differs"]
     assert found["unknowns"] == []  # both asked the same question and left it open
+
+
+def test_the_docs_name_every_command_and_every_mcp_tool():
+    import asyncio
+
+    from stepstone.cli import main
+    from stepstone.mcpserver import make_server
+
+    agents = (ROOT / "docs" / "agents.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for name in main.commands:
+        text = agents + readme
+        assert f"`stepstone {name}" in text or f" / `{name}" in text, name  # `push` / `pull`
+    tools = asyncio.run(make_server().list_tools())
+    assert len(tools) == 13
+    for tool in tools:
+        assert f"`{tool.name}(" in agents, tool.name
+
+
+def test_agent_b_picks_up_the_run_with_only_the_command_line(workdir: Path):
+    nb = _quickstart(workdir)  # agent A ran the notebook; B starts from the folder
+    brief = cli("brief", "--json", cwd=workdir)
+    assert brief.returncode == 0 and json.loads(brief.stdout)["run"] == "quickstart"
+    actions = [
+        ["answer", "U1", "USD", "--why", "the feed's README"],
+        ["decide", "threshold", "104", "--why", "flag more", "--revise"],
+        ["fork", "quickstart", "--at", "summarise", "--as", "alt"],
+    ]
+    for args in actions:
+        done = cli(*args, cwd=workdir)
+        assert done.returncode == 0, (args, done.stderr)
+    (summary,) = json.loads(
+        cli("outputs", "summarise", "--run", "quickstart", "--json", cwd=workdir).stdout
+    )
+    assert summary["type"] == "dict"
+    assert cli("run", str(nb), "--run", "alt", cwd=workdir).returncode == 0
+    assert cli("run", str(nb), cwd=workdir).returncode == 0  # the notebook agrees with B
+    assert "threshold: 104.0" in (workdir / "out" / "report.md").read_text()
+    differ = json.loads(cli("diff", "quickstart", "alt", "--json", cwd=workdir).stdout)
+    assert {"key": "threshold", "a": "104", "b": "105"} in differ["decisions"]
+    done = cli("finish", "--run", "quickstart", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    log = git(
+        "log",
+        "--format=%s|%(trailers:key=Stepstone-Via,valueonly)",
+        "quickstart",
+        cwd=workdir / ".stepstone",
+    )
+    by_b = [line.split("|")[0] for line in log.splitlines() if line.strip().endswith("|cli")]
+    assert by_b[-2:] == ["decide threshold=104", "resolve U1: USD"]
+    assert by_b[0].startswith("finish")
