@@ -71,7 +71,7 @@ def test_a_decision_revised_from_the_command_line_stands_over_the_unchanged_cell
     assert "[3/3] report: done" in again.stderr  # it read the threshold: it runs again
     assert "threshold: 110.0" in (workdir / "out" / "report.md").read_text()
     said = _cell_output(workdir, "%decide")
-    assert "threshold=110 stands: revised outside the notebook over this line's 105" in said
+    assert "threshold=110 stands: decided outside the notebook (cli) over this line's 105" in said
 
     # editing the line is the notebook's own revision: it wins again
     book = nbformat.read(str(nb), as_version=4)
@@ -153,6 +153,9 @@ def test_a_fork_shares_the_history_up_to_its_step_and_runs_apart_from_it(workdir
     store = workdir / ".stepstone"
     base = git("merge-base", "quickstart", "alt", cwd=store).strip()
     assert base == made["commit"]  # a Git branch point, not a copy
+    assert git("symbolic-ref", "HEAD", cwd=store).strip() == "refs/heads/quickstart"
+    current = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert current["run"] == "quickstart"  # of two runs, the one that is not a fork
     (message,) = [git("log", "-1", "--format=%B", "alt", cwd=store)]
     assert "Stepstone-Status: forked" in message and "Stepstone-Via: cli" in message
 
@@ -207,7 +210,7 @@ def test_the_docs_name_every_command_and_every_mcp_tool():
         text = agents + readme
         assert f"`stepstone {name}" in text or f" / `{name}" in text, name  # `push` / `pull`
     tools = asyncio.run(make_server().list_tools())
-    assert len(tools) == 13
+    assert len(tools) == 14
     for tool in tools:
         assert f"`{tool.name}(" in agents, tool.name
 
@@ -242,5 +245,24 @@ def test_agent_b_picks_up_the_run_with_only_the_command_line(workdir: Path):
         cwd=workdir / ".stepstone",
     )
     by_b = [line.split("|")[0] for line in log.splitlines() if line.strip().endswith("|cli")]
-    assert by_b[-2:] == ["decide threshold=104", "resolve U1: USD"]
+    assert by_b[-2:] == ["revise threshold: 105 -> 104", "resolve U1: USD"]
     assert by_b[0].startswith("finish")
+
+
+def test_a_decision_made_outside_before_the_notebook_met_it_stands_over_its_line(
+    workdir: Path,
+):
+    nb = _quickstart(workdir)
+    forked = cli("fork", "quickstart", "--at", "summarise", "--as", "alt", cwd=workdir)
+    assert forked.returncode == 0, forked.stderr
+    assert "left behind: decision threshold; unknown U1" in forked.stdout
+    # the fork has no decision yet: an agent makes one before the notebook runs there
+    made = cli("decide", "threshold", "100", "--why", "a lower bar", "--run", "alt", cwd=workdir)
+    assert made.returncode == 0, made.stderr
+    ran = cli("run", str(nb), "--run", "alt", cwd=workdir)
+    assert ran.returncode == 0, ran.stderr
+    assert "threshold: 100.0" in (workdir / "out" / "report.md").read_text()
+    said = _cell_output(workdir, "%decide")
+    assert "threshold=100 stands: decided outside the notebook (cli) over this line's 105" in said
+    again = cli("run", str(nb), "--run", "alt", cwd=workdir)  # and keeps standing
+    assert again.returncode == 0 and "[3/3] report: skipped" in again.stderr, again.stderr

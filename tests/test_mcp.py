@@ -64,7 +64,8 @@ def test_an_agent_with_only_mcp_tools_picks_up_the_run_and_the_notebook_agrees(w
         seen["outputs"] = await call("outputs", step="summarise")
         seen["fork"] = await call("fork", run="quickstart", at="summarise", new="alt")
         seen["diff"] = await call("diff", run_a="quickstart", run_b="alt")
-        seen["which"] = await call("show", step="report")  # two runs now: name one
+        seen["which"] = await call("show", step="report")  # not the fork: the run itself
+        seen["got"] = await call("get_output", step="summarise", name="summary")
         seen["missing"] = await call("show", step="nosuch", run="quickstart")
         return seen
 
@@ -77,13 +78,15 @@ def test_an_agent_with_only_mcp_tools_picks_up_the_run_and_the_notebook_agrees(w
     assert [o["name"] for o in seen["outputs"]] == ["summary"]
     assert seen["fork"]["steps"] == ["make-data", "summarise"]
     assert {"key": "threshold", "a": "110", "b": "-"} in seen["diff"]["decisions"]
-    assert "several runs (alt, quickstart)" in seen["which"]["error"]
+    assert seen["which"]["run"] == "quickstart"
+    assert seen["got"]["file"] == str(workdir / "summary.json")
+    assert set(json.loads((workdir / "summary.json").read_text())) == {"ACME", "GLOBEX", "INITECH"}
     assert "no step 'nosuch' (steps: make-data, summarise, report)" in seen["missing"]["error"]
 
     store = workdir / ".stepstone"
     log = git("log", "--format=%s|%(trailers:key=Stepstone-Via,valueonly)", "quickstart", cwd=store)
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    assert lines[:2] == ["decide threshold=110|mcp", "resolve U1: EUR|mcp"]
+    assert lines[:2] == ["revise threshold: 105 -> 110|mcp", "resolve U1: EUR|mcp"]
     forked = git("log", "-1", "--format=%B", "alt", cwd=store)
     assert "Stepstone-Via: mcp" in forked
 

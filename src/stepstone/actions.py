@@ -109,6 +109,34 @@ def outputs(run: str | None, repo: str | None, step: str) -> list[dict[str, Any]
     return showing.outputs(reader(run, repo), step)
 
 
+def get_output(
+    run: str | None, repo: str | None, step: str, name: str, to: str | None = None
+) -> dict[str, Any]:
+    """Write output `name` of `step` in its stored format (checked against its sha256)
+    to `to`, by default `NAME.<format>` in the current folder, which must not exist."""
+    import os
+    from pathlib import Path
+
+    from . import atomic
+    from .run import showing
+
+    view = reader(run, repo)
+    art, chunks = showing.output_bytes(view, step, name)
+    target = Path(to) if to else Path(showing.file_name(name, art))
+    if to is None and target.exists():
+        raise InvalidInput(f"{target} exists: name the file to write (-o FILE, MCP: to)")
+    atomic.write_chunks(target, chunks)
+    os.chmod(target, 0o644)
+    return {
+        "run": view.id,
+        "step": step,
+        "name": name,
+        "file": str(target.absolute()),
+        "format": art.format,
+        "size": art.size,
+    }
+
+
 def diff(run_a: str, run_b: str, repo: str | None) -> dict[str, Any]:
     """What two runs recorded differently."""
     from .run.forking import diff as differ

@@ -7,6 +7,7 @@ commits that say `Stepstone-Via: mcp`.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,7 +28,7 @@ def _told(tool: F) -> F:
     went wrong and what to do), not as a crash."""
 
     @functools.wraps(tool)
-    def told(*args: Any, **kwargs: Any) -> Any:
+    def told(*args: Any, **kwargs: Any) -> Any:  # (its docstring, dedented, describes it)
         from mcp.server.mcpserver.exceptions import ToolError
 
         try:
@@ -35,6 +36,7 @@ def _told(tool: F) -> F:
         except StepstoneError as exc:
             raise ToolError(str(exc)) from exc
 
+    told.__doc__ = inspect.cleandoc(tool.__doc__ or "")
     return told  # type: ignore[return-value]
 
 
@@ -76,6 +78,16 @@ def make_server(repo: str | None = None) -> Any:
     def outputs(step: str, run: str | None = None) -> list[dict[str, Any]]:
         """The values a step saved, described without loading them."""
         return actions.outputs(run, repo, step)
+
+    @server.tool()
+    @_told
+    def get_output(
+        step: str, name: str, to: str | None = None, run: str | None = None
+    ) -> dict[str, Any]:
+        """Write saved value `name` of `step` to the file `to` (default: NAME.<format>
+        in the server's folder, never over an existing file) in its stored format
+        (.npy, Parquet, JSON, pickle), checked against its sha256; says where."""
+        return actions.get_output(run, repo, step, name, to)
 
     @server.tool()
     @_told

@@ -18,7 +18,7 @@ SCHEMA_VERSION = 2  # the newest this version reads
 # earlier version refuses with "upgrade" rather than misreading
 _SINCE_2 = {
     "StepRecord": ("unsaved", "kept"),
-    "Decision": ("over",),
+    "Decision": ("by", "over"),
     "Unknown": ("why",),
     "RunInfo": ("forked_from",),
 }
@@ -127,7 +127,8 @@ class Decision(Record):
     why: str
     time: str
     revised_from: str | None = None
-    over: str | None = None  # revised outside the notebook over its `%decide` line's value
+    by: str | None = None  # made outside the notebook (cli, mcp, python); None: a %decide line
+    over: str | None = None  # the value of the `%decide` line it stands over (made outside)
 
 
 class Unknown(Record):

@@ -421,8 +421,8 @@ def decision(item: Decision, *, was: str | None = None, readers: Iterable[str] =
 def decision_standing(item: Decision, line_value: str) -> str:
     """What `%decide` says when a revision made outside the notebook stands over it."""
     return (
-        f"{item.key}={item.value} stands: revised outside the notebook over this line's "
-        f"{line_value} ({item.why}); to change it here, edit this line (with --revise)"
+        f"{item.key}={item.value} stands: decided outside the notebook ({item.by}) over this "
+        f"line's {line_value} ({item.why}); to change it here, edit this line (with --revise)"
     )
 
 

@@ -3,6 +3,8 @@ and two runs compared (`stepstone diff`), from the JSON those commands print."""
 
 from __future__ import annotations
 
+import builtins
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -26,8 +28,9 @@ def shown_step(shown: Mapping[str, Any]) -> str:
         lines.append(f"  evidence {ev['check']}: {ev['detail'] or ev['value']}")
     for name, value in sorted((shown.get("inputs") or {}).items()):
         lines.append(f"  read {name}" + (f" = {_short(value)}" if value is not None else ""))
-    if shown["reads"]:
-        lines.append(f"  kernel names read: {', '.join(shown['reads'])}")
+    read = [name for name in shown["reads"] if not hasattr(builtins, name)]
+    if read:
+        lines.append(f"  kernel names read: {', '.join(read)}")
     lines += [f"  {line}" for line in output_lines(shown["outputs"]).splitlines()]
     for path in shown["kept"]:
         lines.append(f"  keeps {path}")
@@ -48,7 +51,10 @@ def output_lines(rows: Iterable[Mapping[str, Any]]) -> str:
     for row in rows:
         shape = "×".join(str(n) for n in row.get("shape", [])) or "-"
         extra = f" {row['dtype']}" if "dtype" in row else ""
-        value = f" = {row['value']}" if "value" in row else ""
+        value = ""
+        if "value" in row:
+            shown = row["value"]
+            value = f" = {json.dumps(shown) if row['format'] == 'json' else shown}"
         lines.append(
             f"output {row['name']}: {row.get('type', '?')} {shape}{extra}, "
             f"{row['format']} {row['size']} bytes{value}"

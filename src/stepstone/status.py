@@ -107,7 +107,8 @@ class RunStatus:
             first = self.open_unknowns[0].id
             return (
                 f"all {len(self.steps)} steps verified; answer {len(self.open_unknowns)} open "
-                f"unknown(s) (`%unknown --resolve {first} ANSWER`), then finish the run"
+                f"unknown(s) (`stepstone answer {first} ANSWER`, or `%unknown --resolve {first} "
+                f"ANSWER` in the notebook), then finish the run"
             )
         if self.plan_mode == "incremental":
             return (

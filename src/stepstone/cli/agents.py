@@ -118,26 +118,22 @@ def outputs(
 ) -> None:
     """The values STEP saved, described without loading them; with --get NAME, write
     one out (`.npy`, Parquet, JSON or pickle, as stored; checked against its sha256)."""
-    from .. import atomic
-    from ..render_steps import output_lines
-    from ..run import showing
-
-    reader = open_reader(run_id, repo)
-    listed = showing.outputs(reader, step)
     if name is None:
+        from ..render_steps import output_lines
+
+        listed = actions.outputs(run_id, repo, step)
         click.echo(json.dumps(listed, indent=2) if as_json else output_lines(listed))
         return
-    art, chunks = showing.output_bytes(reader, step, name)
     if output is not None and str(output) == "-":
+        from ..run import showing
+
+        _, chunks = showing.output_bytes(open_reader(run_id, repo), step, name)
         for chunk in chunks:
             sys.stdout.buffer.write(chunk)
         return
-    target = output or Path(next(row["file"] for row in listed if row["name"] == name))
-    if output is None and target.exists():
-        raise InvalidInput(f"{target} exists: name the file to write with -o FILE")
-    atomic.write_chunks(target, chunks)
-    said = {"name": name, "file": str(target), "format": art.format, "size": art.size}
-    _echo(as_json, said, f"wrote {name} ({art.format}, {art.size} bytes) to {target}")
+    said = actions.get_output(run_id, repo, step, name, str(output) if output else None)
+    text = f"wrote {name} ({said['format']}, {said['size']} bytes) to {said['file']}"
+    _echo(as_json, said, text)
 
 
 @main.command("mcp")
@@ -145,8 +141,8 @@ def outputs(
 @errors_as_exit_codes
 def mcp_command(repo: str | None) -> None:
     """Serve the agents' tools over MCP on stdin/stdout (status, brief, log, show,
-    outputs, verify, answer, ask, decide, resolve, rerun, fork, diff): the same JSON as
-    these commands' --json. Add it to an MCP client as the command `stepstone mcp`."""
+    outputs, get_output, verify, answer, ask, decide, resolve, rerun, fork, diff): the
+    same JSON as these commands' --json. Add it to an MCP client as the command `stepstone mcp`."""
     try:
         from ..mcpserver import serve
 

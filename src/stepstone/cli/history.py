@@ -26,10 +26,19 @@ def fork(run: str, at: str, new: str, repo: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(made, indent=2))
         return
+    notebook = made["notebook"] or "NOTEBOOK.ipynb"
     click.echo(
         f"run {new}: forked from {run} at step {at} (commit {made['commit'][:10]}); "
-        f"{len(made['steps'])} step(s) recorded; run it with `stepstone run NOTEBOOK --run {new}`"
+        f"{len(made['steps'])} step(s) recorded; run it with `stepstone run {notebook} --run "
+        f"{new}` (without --run, the notebook keeps driving {run})"
     )
+    behind = [f"decision {k}" for k in made["left_behind"]["decisions"]]
+    behind += [f"unknown {u}" for u in made["left_behind"]["unknowns"]]
+    if behind:
+        click.echo(
+            f"  left behind: {'; '.join(behind)} (made after step {at}: the fork's run decides "
+            f"and asks again)"
+        )
     for effect in made["anew"]:
         click.echo(
             f"  note: effect {effect['name']} of step {effect['step']} ({effect['state']} in "

@@ -56,13 +56,28 @@ def fork(
             info_changed=True,
         )
         steps = [s for s in forked.steps.names if forked.records.get(s) is not None]
+        behind = {
+            "decisions": [k for k in source.decisions if k not in forked.decisions],
+            "unknowns": [u for u in source.unknowns if u not in forked.unknowns],
+        }
+        notebook = forked.info.notebook
+    store.point_head_at(run)  # like `git branch`, not `git checkout -b`: the run stays current
     before = set(source.steps.names[: source.steps.names.index(at) + 1])
     anew = [
         {"step": e.step, "name": e.name, "state": e.state}
         for e in source.effects.values()
         if e.step not in before and e.state in ("confirmed", "submitted", "unresolved")
     ]
-    return {"run": new, "from": run, "at": at, "commit": branch, "steps": steps, "anew": anew}
+    return {
+        "run": new,
+        "from": run,
+        "at": at,
+        "commit": branch,
+        "steps": steps,
+        "left_behind": behind,
+        "anew": anew,
+        "notebook": notebook,
+    }
 
 
 def diff(a: RunView, b: RunView) -> dict[str, Any]:

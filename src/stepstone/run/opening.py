@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from ..store import GitStore, holder_identity
 from . import active
 from .facade import Run, run_lock
 from .history import rolled_back_effects
+from .layout import RUN_INFO
 from .program import refuse_a_second_store
 
 
@@ -48,7 +50,7 @@ def open_run(
     if drive and create and repo is None:
         refuse_a_second_store(run)
     store = GitStore(repo, create=create and drive, settings=settings)
-    run_id = store.pick_run(run)
+    run_id = run or store.settings.run or _default_run(store)
     opened = Run(
         store,
         run_id,
@@ -146,3 +148,23 @@ def note(text: str) -> None:
     `checks=["note"]`). A note is kept in the step's record and shown as **weak**
     evidence: nothing can re-check it."""
     active.write_note(text)
+
+
+def _default_run(store: GitStore) -> str:
+    """The store's only run; of several, the only one that is not a fork (forks are
+    named with --run); else `pick_run`'s error, which lists them."""
+    runs = store.runs()
+    if len(runs) > 1:
+        originals = [r for r in runs if not _forked(store, r)]
+        if len(originals) == 1:
+            return originals[0]
+    return store.pick_run(None)
+
+
+def _forked(store: GitStore, run: str) -> bool:
+    head = store.head(run)
+    data = store.blob(head.tree, RUN_INFO) if head.tree else None
+    try:
+        return bool(data and json.loads(data).get("forked_from"))
+    except (ValueError, AttributeError):
+        return False

@@ -16,34 +16,52 @@ def decide(
 ) -> Decision:
     """Record a decision with its reason; a resumed run does not reopen it.
 
-    A revision made outside the notebook (`line=False`: the command line, the MCP
-    server, the Python API) stands over the notebook's `%decide` line (`line=True`)
-    while that line still says what it said then: it is returned, not refused."""
+    A decision made or revised outside the notebook (`line=False`: the command line,
+    the MCP server, the Python API) stands over the notebook's `%decide` line
+    (`line=True`) while that line says what it said when it first met the decision:
+    it is returned, not refused. An edited line with `--revise` is the notebook's own
+    revision and wins."""
     state = ledger.state
     names.step_name(key, "decision key")
     value = str(value)
     if not why.strip():
         raise InvalidInput(f"decision {key!r} needs a reason (--why REASON)")
     old = state.decisions.get(key)
-    if old is not None and (old.value == value or (line and old.over == value)):
+    if old is not None and old.value == value:
+        return old
+    if line and old is not None and old.by is not None and old.over in (None, value):
+        if old.over is None:  # the line meets it for the first time: note what it said
+            return _commit(ledger, old.model_copy(update={"over": value}), f"keep {key}")
         return old
     if old is not None and not revise:
         raise DecisionConflict(key, old.value, value, old.why)
-    over = None if line or old is None else (old.over or old.value)
+    outside = None if line else (ledger.settings.via or "python")
     decision = Decision(
         key=key,
         value=value,
         why=why,
         time=now(),
         revised_from=old.value if old else None,
-        over=over,
+        by=outside,
+        over=None if line or old is None else (old.over if old.by else old.value),
     )
+    subject = f"decide {key}={one_line(value)[:60]}"
+    if old is not None:
+        subject = f"revise {key}: {one_line(old.value)[:30]} -> {one_line(value)[:30]}"
+    return _commit(ledger, decision, subject)
+
+
+def _commit(ledger: Ledger, decision: Decision, subject: str) -> Decision:
     ledger.commit(
-        {decision_path(key): dump(decision)},
-        f"decide {key}={one_line(value)[:60]}",
-        [(message.STATUS, "decided"), (message.DECISION, key)],
+        {decision_path(decision.key): dump(decision)},
+        subject,
+        [
+            (message.STATUS, "decided"),
+            (message.DECISION, decision.key),
+            (message.WHY, decision.why),
+        ],
     )
-    state.decisions[key] = decision
+    ledger.state.decisions[decision.key] = decision
     return decision
 
 
@@ -82,7 +100,8 @@ def answer(ledger: Ledger, unknown_id: str, text: str, why: str | None = None) -
     ledger.commit(
         {unknown_path(item.id): dump(closed)},
         f"resolve {item.id}: {one_line(text)[:60]}",
-        [(message.STATUS, "resolved"), (message.UNKNOWN, item.id)],
+        [(message.STATUS, "resolved"), (message.UNKNOWN, item.id)]
+        + ([(message.WHY, why)] if why else []),
     )
     state.unknowns[item.id] = closed
     return closed

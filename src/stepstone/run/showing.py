@@ -113,16 +113,20 @@ def _number(view: RunView, step: str) -> int:
     return view.steps.names.index(step) + 1
 
 
+def file_name(var: str, art: Artifact) -> str:
+    """The file an output is written to by default: `NAME.<its format's suffix>`."""
+    return f"{var}.{_SUFFIXES.get(art.format, art.format)}"
+
+
 def _described(view: RunView, step: str, var: str, art: Artifact) -> dict[str, Any]:
-    suffix = _SUFFIXES.get(art.format, art.format)
-    file = f"{var}.{suffix}"
+    file = file_name(var, art)
     shown: dict[str, Any] = {
         "name": var,
         "format": art.format,
         "size": art.size,
         "sha256": art.sha256,
         "file": file,
-        "get": f"stepstone outputs {step} --run {view.id} --get {var} -o {file}",
+        "get": f"stepstone outputs {step} --run {view.id} --get {var}",
         "load": _LOADERS.get(art.format, "").format(file=file),
     }
     try:
@@ -165,9 +169,9 @@ def _what(view: RunView, art: Artifact) -> dict[str, Any]:
     shown: dict[str, Any] = {"type": type(value).__name__}
     if hasattr(value, "__len__"):
         shown["shape"] = [len(value)]
-    text = repr(value)
-    if len(text) <= _PREVIEW:
-        shown["value"] = text
+    text = json.dumps(value) if art.format == "json" else repr(value)
+    if len(text) <= _PREVIEW:  # JSON as itself; tagged JSON's sets, tuples... as Python
+        shown["value"] = value if art.format == "json" else text
     return shown
 
 
