@@ -18,7 +18,7 @@ from . import cellargs, names, namespace, render
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
-from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of
+from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, note_opened
 from .notebook_plan import plan_from_notebook
 from .run import Run, open_run
 from .settings import STEAL_ENV
@@ -140,6 +140,7 @@ class StepstoneMagics(Magics):
             self.run = None
         steal = args.steal or os.environ.get(STEAL_ENV) or None
         run = open_run(run_id, repo=args.repo, workdir=Path.cwd(), steal=steal)
+        note_opened(run.id, run.store.path)
         try:
             status = self._open_plan(run, notebook, plan)
         except BaseException:

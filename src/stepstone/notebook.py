@@ -11,11 +11,14 @@ starts no further cell and shuts the kernel down.
 from __future__ import annotations
 
 import atexit
+import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import names
+from .atomic import write_atomic
 from .cellargs import split_cell
 from .errors import InvalidInput, StepstoneError
 from .models import PlannedStep, StepRecord, load
@@ -34,6 +38,7 @@ from .settings import RUN_ENV, STEAL_ENV, STORE_ENV
 from .store import DEFAULT_STORE, GitStore
 
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
+OPENED_ENV = "STEPSTONE_OPENED"  # a file where the kernel's `%resume` notes the run it opened
 
 
 def claim(run: Run, notebook: Path) -> str | None:
@@ -168,6 +173,7 @@ class NotebookOutcome:
     output: Path
     signal: int | None = None
     note: str = ""  # what went wrong besides (the executed notebook not written)
+    opened: tuple[str, Path] | None = None  # the run (and store) its `%resume` opened
 
 
 class Interrupted(KeyboardInterrupt):
@@ -352,13 +358,17 @@ def execute(
     before: StepRecord | None = None  # the record of the step whose cell runs, before it
     failed_step: list[str] = []
     stopper = _Stopper()
+    noted = Path(tempfile.mkdtemp(prefix="stepstone-run-")) / "opened.json"
+
+    def which() -> tuple[str, Path]:  # the run `%resume` opened, whatever its id
+        return opened_run(noted) or (run_id, repo)
 
     def on_cell_execute(cell_index: int, **_: Any) -> None:
         nonlocal before
         stopper.step = steps[cell_index][1] if cell_index in steps else None
         stopper.check()
         if stopper.step is not None:
-            before = _record(run_id, repo, stopper.step)
+            before = _record(*which(), stopper.step)
 
     def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
         stopper.step = None
@@ -366,7 +376,7 @@ def execute(
             return
         number, name = steps[cell_index]
         reply_ok = execute_reply.get("content", {}).get("status", "ok") == "ok"
-        state = _outcome(before, _record(run_id, repo, name), reply_ok)
+        state = _outcome(before, _record(*which(), name), reply_ok)
         if state == "failed":
             failed_step.append(name)
         elif stopper.signum is not None:
@@ -375,10 +385,12 @@ def execute(
             progress(f"[{number}/{len(steps)}] {name}: {state}")
 
     env = {**os.environ, RUN_ENV: run_id, STORE_ENV: str(repo), NOTEBOOK_ENV: str(path)}
+    env[OPENED_ENV] = str(noted)
     if steal:
         env[STEAL_ENV] = steal
     client = NotebookClient(
         nb,
+        config=_over_unix_sockets(noted.parent),
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
@@ -399,16 +411,46 @@ def execute(
                 f"the executed notebook could not be written to {output} ({exc.strerror}): "
                 f"pass -o PATH"
             )
+    opened = opened_run(noted)
+    shutil.rmtree(noted.parent, ignore_errors=True)
     if stopper.signum is not None:
         message = f"interrupted {stopper.where}; {_RESUME_HINT}"
-        return NotebookOutcome(False, message, output, stopper.signum, unwritten)
+        return NotebookOutcome(False, message, output, stopper.signum, unwritten, opened)
     if isinstance(error, CellExecutionError):
         where = f"step {failed_step[-1]}" if failed_step else "a cell"
         summary = f"{error.ename}: {error.evalue}".strip()
-        return NotebookOutcome(False, f"{where} failed: {summary}", output, note=unwritten)
+        message = f"{where} failed: {summary}"
+        return NotebookOutcome(False, message, output, note=unwritten, opened=opened)
     if isinstance(error, DeadKernelError):
-        return NotebookOutcome(False, f"the kernel died; {_RESUME_HINT}", output, note=unwritten)
-    return NotebookOutcome(True, "ok", output, note=unwritten)
+        message = f"the kernel died; {_RESUME_HINT}"
+        return NotebookOutcome(False, message, output, note=unwritten, opened=opened)
+    return NotebookOutcome(True, "ok", output, note=unwritten, opened=opened)
+
+
+def _over_unix_sockets(folder: Path) -> Any:
+    """nbclient's config for a kernel that talks over Unix sockets in `folder` (only
+    this user reaches them), not over unencrypted TCP on loopback, as Jupyter warns."""
+    from traitlets.config import Config
+
+    if sys.platform == "win32":
+        return Config()
+    return Config({"KernelManager": {"transport": "ipc", "ip": str(folder / "kernel")}})
+
+
+def opened_run(noted: Path) -> tuple[str, Path] | None:
+    """The run and store a kernel's `%resume` noted in `noted`, or None."""
+    try:
+        data = json.loads(noted.read_text())
+        return str(data["run"]), Path(data["repo"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def note_opened(run_id: str, repo: Path) -> None:
+    """In a kernel `stepstone run` started: note the run `%resume` opened for it."""
+    where = os.environ.get(OPENED_ENV)
+    if where:
+        write_atomic(Path(where), json.dumps({"run": run_id, "repo": str(repo)}).encode())
 
 
 def default_progress(line: str) -> None:

@@ -39,14 +39,45 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
             pass  # the full read below says what is wrong
     import nbformat
 
+    captured: dict[str, Any] = {}  # a schema problem: Jupyter's tools warn and go on
     try:
-        nb = nbformat.read(str(path), as_version=4)  # type: ignore[no-untyped-call]
-        nbformat.validate(nb)
+        nb = nbformat.read(  # type: ignore[no-untyped-call]
+            str(path), as_version=4, capture_validation_error=captured
+        )
+        if not isinstance(nb.get("cells"), list):
+            raise ValueError("it has no list of cells")
     except FileNotFoundError as exc:
         raise InvalidInput(f"no notebook at {path}") from exc
     except Exception as exc:
         raise InvalidInput(f"{path} is not a valid notebook: {str(exc).splitlines()[0]}") from exc
     return nb
+
+
+def schema_problem(path: Path) -> str | None:
+    """What in a readable notebook does not match the notebook schema (a kernelspec
+    without its name, say), in one line; None when it matches. Jupyter's tools run
+    such a notebook, and so does `stepstone run`, after saying so."""
+    import nbformat
+
+    captured: dict[str, Any] = {}
+    try:
+        nbformat.read(str(path), as_version=4, capture_validation_error=captured)  # type: ignore[no-untyped-call]
+    except Exception:
+        return None  # `read_notebook` says what is wrong
+    error = captured.get("ValidationError")
+    return str(error).splitlines()[0] if error is not None else None
+
+
+_USES = ("%resume", "%%step", "load_ext stepstone", "import stepstone", "from stepstone")
+
+
+def uses_stepstone(path: Path) -> bool:
+    """Whether any code cell of the notebook at `path` uses stepstone (its magics or
+    its module): a notebook that does not is executed as nbclient would, with no store."""
+    nb = read_notebook(path, validate=False)
+    return any(
+        cell.cell_type == "code" and any(word in cell.source for word in _USES) for cell in nb.cells
+    )
 
 
 def plan_from_notebook(path: Path, *, validate: bool = True) -> list[PlannedStep]:

@@ -59,24 +59,35 @@ def run_command(
             notebook = notebook.absolute()
             # a malformed plan fails before any kernel starts
             plan = notebook_plan.plan_from_notebook(notebook)
+            problem = notebook_plan.schema_problem(notebook)
+            if problem:
+                click.echo(
+                    f"stepstone: note: {notebook.name} does not match the notebook schema "
+                    f"({problem}); running it as Jupyter does",
+                    err=True,
+                )
+            uses = notebook_plan.uses_stepstone(notebook)
             store = Path(
                 repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE
             ).absolute()
             if not (run_id or os.environ.get(RUN_ENV)):
-                run_id = nbrun.choose_run(
-                    store,
-                    names.from_filename(notebook.stem),
-                    notebook,
-                    plan,
-                    default_store=not (repo or os.environ.get(STORE_ENV)),
-                )
+                run_id = names.from_filename(notebook.stem)
+                if uses:
+                    run_id = nbrun.choose_run(
+                        store,
+                        run_id,
+                        notebook,
+                        plan,
+                        default_store=not (repo or os.environ.get(STORE_ENV)),
+                    )
             run_id = run_id or os.environ[RUN_ENV]
             output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
-            GitStore(store)  # a store that cannot be made says why here, before any kernel
-            click.echo(
-                f"running {notebook.name} as run {run_id} ({len(plan)} steps, store {store})",
-                err=True,
-            )
+            if uses:
+                GitStore(store)  # a store that cannot be made says why here, before any kernel
+                said = f"as run {run_id} ({len(plan)} steps, store {store})"
+            else:
+                said = "(it uses no stepstone magics: executed as nbclient does)"
+            click.echo(f"running {notebook.name} {said}", err=True)
             outcome = nbrun.execute(
                 notebook,
                 run_id=run_id,
@@ -95,6 +106,14 @@ def run_command(
                 where = "" if outcome.note else f" (executed notebook: {output})"
                 click.echo(f"stepstone: {outcome.message}{where}", err=True)
                 sys.exit(1)
+            if outcome.opened is None:
+                click.echo(
+                    f"ran {notebook.name}: no steps (it opens no stepstone run: add "
+                    f"`%load_ext stepstone` and `%resume` to make it resumable); executed "
+                    f"notebook: {output}"
+                )
+                return
+            run_id, store = outcome.opened
             status = open_run(
                 run_id, repo=store, workdir=notebook.parent, drive=False, create=False
             ).status()
@@ -105,6 +124,9 @@ def run_command(
     if undone or status.unresolved_effects:
         click.echo(f"stepstone: not done: {status.next_action}", err=True)
         sys.exit(1)
+    if not status.steps:
+        click.echo(f"ran {notebook.name} as run {status.run}: it has no %%step cells yet")
+        return
     click.echo(f"all {len(status.steps)} steps confirmed; next: {status.next_action}")
 
 
