@@ -107,3 +107,56 @@ def test_a_notebook_outside_the_schema_runs_after_a_note(workdir: Path):
     assert "does not match the notebook schema ('name' is a required property)" in done.stderr
     assert "running it as Jupyter does" in done.stderr
     assert "not a valid notebook" not in done.stderr
+
+
+def _cards(path: Path) -> dict[str, dict[str, str]]:
+    """By step name, the outcome bundle its cell shows in the executed notebook."""
+    found = {}
+    for cell in json.loads(path.read_text())["cells"]:
+        source = "".join(cell.get("source", ""))
+        if cell.get("cell_type") != "code" or not source.startswith("%%step"):
+            continue
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "stepstone-outcome" in _text(data.get("text/html", "")):
+                found[source.split()[1]] = {k: _text(v) for k, v in data.items()}
+    return found
+
+
+def test_each_step_cell_shows_its_outcome_in_the_executed_notebook(workdir: Path):
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "notebooks" / "quickstart.ipynb", workdir)
+    nb = workdir / "quickstart.ipynb"
+    assert cli("run", str(nb), cwd=workdir).returncode == 0
+    first = _cards(workdir / "quickstart.out.ipynb")
+    assert "ran — confirmed" in first["make-data"]["text/html"]
+    assert first["make-data"]["text/plain"].startswith("step 1 make-data: confirmed (")
+
+    (workdir / "out" / "report.md").write_text("edited by hand\n")
+    assert cli("run", str(nb), cwd=workdir).returncode == 0
+    cards = _cards(workdir / "quickstart.out.ipynb")
+    skipped = cards["make-data"]
+    assert "stepstone-skipped" in skipped["text/html"]
+    assert "skipped — evidence verified" in skipped["text/html"]
+    assert "file:data/prices.csv" in skipped["text/html"]
+    assert skipped["text/plain"].startswith("step 1 make-data: skipped, verified (")
+    assert "restored n_rows" in cards["make-data"]["text/plain"]
+    again = cards["report"]
+    assert "stepstone-again" in again["text/html"] and "why it ran again" in again["text/html"]
+    assert "out/report.md changed" in again["text/plain"]
+
+
+def test_a_failing_step_cell_shows_a_failed_card_above_its_traceback(workdir: Path):
+    book = nbformat.v4.new_notebook()
+    book.cells = [
+        nbformat.v4.new_code_cell("%load_ext stepstone\n%resume"),
+        nbformat.v4.new_code_cell("%%step fetch\nraise RuntimeError('feed is <down>')"),
+    ]
+    nb = workdir / "job.ipynb"
+    nbformat.write(book, str(nb))
+    done = cli("run", str(nb), cwd=workdir)
+    assert done.returncode == 1 and "step fetch failed" in done.stderr
+    cards = _cards(workdir / "job.out.ipynb")
+    assert "stepstone-failed" in cards["fetch"]["text/html"]
+    assert "RuntimeError: feed is &lt;down&gt;" in cards["fetch"]["text/html"]  # escaped
+    assert "step 1 fetch: failed" in cards["fetch"]["text/plain"]

@@ -115,8 +115,13 @@ def test_a_kernel_killed_after_a_step_resumes_to_the_clean_runs_end(tmp_path: Pa
 
 def _printed(executed: Path) -> list[str]:
     book = nbformat.read(str(executed), as_version=4)
-    return [
-        "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+    return [  # what a terminal shows: streams, and the text of displays (step outcomes)
+        "".join(
+            o.get("text", "")
+            if o.output_type == "stream"
+            else o.get("data", {}).get("text/plain", "")
+            for o in cell.outputs
+        )
         for cell in book.cells
         if cell.cell_type == "code"
     ]

@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import Markdown, display
 
-from . import cellargs, names, namespace, render
+from . import cellargs, names, namespace, render, render_cells
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
@@ -231,6 +231,7 @@ class StepstoneMagics(Magics):
                 namespace=ns,
                 was=parsed.was,
             ) as attempt:
+                again = not attempt.skipped and attempt.start.record is not None
                 if attempt.skipped:
                     unsaved = attempt.record.unsaved if attempt.record else {}
                     remade = self._give_back(parsed.name, attempt.values, unsaved, shape, defined)
@@ -251,14 +252,19 @@ class StepstoneMagics(Magics):
             if cell_raised:  # recording the cell's failure failed: keep both tracebacks
                 setattr(exc, _FROM_CELL, True)
             raise
+        except BaseException as exc:
+            if cell_raised:
+                number = attempt.start.planned.number
+                why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+                _show_outcome(render_cells.of(number, parsed.name, "failed", why=why))
+            raise
         record = attempt.record
         assert record is not None
         npy = {n: a.sha256 for n, a in record.outputs.items() if a.format == "npy"}
         self.seen.saw({n: ns[n] for n in {*record.outputs, *attempt.touched} if n in ns}, npy)
         self.kept.update(record.outputs)
-        outcome = "skipped, verified" if attempt.skipped else "confirmed"
         number = attempt.start.planned.number
-        print(render.step_outcome(number, parsed.name, outcome, evidence_rows(record)))
+        outcome = "skipped" if attempt.skipped else "again" if again else "confirmed"
         if attempt.skipped:
             lost = dict(record.unsaved)  # and the untrusted pickles the step stands without:
             lost.update({n: namespace.UNTRUSTED for n in record.outputs if n not in attempt.values})
@@ -268,8 +274,9 @@ class StepstoneMagics(Magics):
             said = render.kernel_names(attempt.values, remade, lost, skipped=True)
         else:
             said = render.kernel_names((), (), record.unsaved, skipped=False)
-        if said:
-            print(said)
+        why = attempt.start.reason if again else ""
+        rows = evidence_rows(record)
+        _show_outcome(render_cells.of(number, parsed.name, outcome, rows, why=why, kernel=said))
 
     def _give_back(
         self,
@@ -342,6 +349,11 @@ class StepstoneMagics(Magics):
         if self.run is not None:
             self.run.close()
             self.run = None
+
+
+def _show_outcome(cell: render_cells.CellOutcome) -> None:
+    """Show a step cell's outcome: a card in Jupyter, its text in a terminal."""
+    display(render_cells.bundle(cell), raw=True)
 
 
 _registered: dict[int, StepstoneMagics] = {}
