@@ -160,3 +160,91 @@ def test_a_failing_step_cell_shows_a_failed_card_above_its_traceback(workdir: Pa
     assert "stepstone-failed" in cards["fetch"]["text/html"]
     assert "RuntimeError: feed is &lt;down&gt;" in cards["fetch"]["text/html"]  # escaped
     assert "step 1 fetch: failed" in cards["fetch"]["text/plain"]
+
+
+ENGINES = {
+    "nbconvert": ["jupyter", "nbconvert", "--to", "notebook", "--execute", "job.ipynb"],
+    "papermill": ["papermill", "job.ipynb", "job.out.ipynb"],
+}
+SLOW = """%%step two --check file:b.txt
+open("executions.log", "a").write("two\\n")
+open("two-started", "w").write("")
+import time; time.sleep(8)
+open("b.txt", "w").write("B")"""
+
+
+def _engine_notebook(folder: Path) -> Path:
+    book = nbformat.v4.new_notebook()
+    book.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    book.cells = [
+        nbformat.v4.new_code_cell("%load_ext stepstone\n%resume"),
+        nbformat.v4.new_code_cell(
+            '%%step one --check file:a.txt\nopen("executions.log", "a").write("one\\n")\n'
+            'open("a.txt", "w").write("A")'
+        ),
+        nbformat.v4.new_code_cell(SLOW),
+        nbformat.v4.new_code_cell(
+            '%%step three --check file:c.txt\nopen("executions.log", "a").write("three\\n")\n'
+            'open("c.txt", "w").write(open("a.txt").read() + open("b.txt").read())'
+        ),
+    ]
+    path = folder / "job.ipynb"
+    nbformat.write(book, str(path))
+    return path
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_an_engine_killed_mid_step_resumes_from_that_step(workdir: Path, engine: str):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import clean_env
+
+    _engine_notebook(workdir)
+    env = clean_env()
+    started = subprocess.Popen(
+        ENGINES[engine],
+        cwd=workdir,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 90
+    while not (workdir / "two-started").exists():
+        assert started.poll() is None and time.monotonic() < deadline, "step two never began"
+        time.sleep(0.1)
+    os.killpg(started.pid, signal.SIGKILL)  # the engine and its kernel: a machine gone
+    started.wait()
+    assert not (workdir / "b.txt").exists()
+
+    again = subprocess.run(ENGINES[engine], cwd=workdir, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (workdir / "executions.log").read_text().split() == ["one", "two", "two", "three"]
+    assert (workdir / "c.txt").read_text() == "AB"  # as a run top to bottom makes it
+    status = json.loads(cli("status", "--run", "job", "--json", cwd=workdir).stdout)
+    assert status["plan_mode"] == "notebook"  # it knew its notebook: the whole plan
+    assert [s["state"] for s in status["steps"]] == ["verified"] * 3
+
+
+def test_each_client_names_its_notebook_its_own_way(workdir: Path, monkeypatch: pytest.MonkeyPatch):
+    from stepstone import clients
+
+    folder = workdir / "sub" / "dir"
+    folder.mkdir(parents=True)
+    nb = folder / "job.ipynb"
+    nb.write_text("{}")
+    monkeypatch.chdir(folder)  # a kernel runs in its notebook's folder
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    assert clients.notebook_of({"__vsc_ipynb_file__": str(nb)}) == nb  # VS Code
+    assert clients.notebook_of({"__session__": "sub/dir/job.ipynb"}) == nb  # JupyterLab
+    monkeypatch.setenv("JPY_SESSION_NAME", "sub/dir/job.ipynb")  # relative to the root
+    assert clients.notebook_of({}) == nb
+    monkeypatch.setenv("JPY_SESSION_NAME", "elsewhere/job.ipynb")  # not this folder's
+    assert clients.notebook_of({}) is None

@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import Markdown, display
 
-from . import cellargs, names, namespace, render, render_cells
+from . import cellargs, clients, names, namespace, render, render_cells
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
@@ -97,14 +97,7 @@ class StepstoneMagics(Magics):
         return self.shell
 
     def _notebook_path(self) -> Path | None:
-        for candidate in (
-            os.environ.get(NOTEBOOK_ENV),
-            self.ip.user_ns.get("__session__"),
-            os.environ.get("JPY_SESSION_NAME"),
-        ):
-            if candidate and str(candidate).endswith(".ipynb") and Path(candidate).is_file():
-                return Path(candidate).absolute()
-        return None
+        return clients.notebook_of(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
 
     def _require_run(self) -> Run:
         if self.run is None or not self.run.driving:
@@ -134,7 +127,7 @@ class StepstoneMagics(Magics):
                 default_store=not (args.repo or os.environ.get(STORE_ENV)),
             )
         if run_id is None:
-            raise UsageError("cannot tell which run this is: write %resume --run ID")
+            raise UsageError(clients.UNKNOWN)
         if self.run is not None:
             self.run.close()
             self.run = None
