@@ -8,6 +8,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from conftest import git
 from conftest import stepstone_cli as cli
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
@@ -248,3 +249,47 @@ def test_each_client_names_its_notebook_its_own_way(workdir: Path, monkeypatch: 
     assert clients.notebook_of({}) == nb
     monkeypatch.setenv("JPY_SESSION_NAME", "elsewhere/job.ipynb")  # not this folder's
     assert clients.notebook_of({}) is None
+
+
+def _parameterised(folder: Path) -> Path:
+    book = nbformat.v4.new_notebook()
+    tagged = nbformat.v4.new_code_cell("threshold = 105\nregion = 'eu'")
+    tagged.metadata["tags"] = ["parameters"]
+    book.cells = [
+        nbformat.v4.new_code_cell("%load_ext stepstone\n%resume"),
+        tagged,
+        nbformat.v4.new_code_cell(
+            "%%step report --check file:report.txt\n"
+            'open("executions.log", "a").write("report\\n")\n'
+            'open("report.txt", "w").write(f"{region} {threshold!r}")'
+        ),
+    ]
+    path = folder / "job.ipynb"
+    nbformat.write(book, str(path))
+    return path
+
+
+def test_stepstone_run_takes_papermills_parameters_and_makes_a_run_of_each_set(workdir: Path):
+    import hashlib
+
+    nb = _parameterised(workdir)
+    (workdir / "params.yaml").write_text("region: us\n")
+    done = cli("run", str(nb), "-f", "params.yaml", "-p", "threshold", "110", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert (workdir / "report.txt").read_text() == "us 110"  # -p typed as papermill does
+    wanted = json.dumps({"region": "us", "threshold": 110}, sort_keys=True, separators=(",", ":"))
+    run_id = "job-" + hashlib.sha256(wanted.encode()).hexdigest()[:8]
+    assert f"as run {run_id}" in done.stderr
+    executed = json.loads((workdir / "job.out.ipynb").read_text())
+    tags = [c["metadata"].get("tags") for c in executed["cells"]]
+    assert tags[1:3] == [["parameters"], ["injected-parameters"]]  # right after, as papermill
+    status = json.loads(cli("status", "--run", run_id, "--json", cwd=workdir).stdout)
+    assert [s["state"] for s in status["steps"]] == ["verified"]
+    info = json.loads(git("show", f"{run_id}:run.json", cwd=workdir / ".stepstone"))
+    assert info["parameters"] == wanted
+
+    again = cli("run", str(nb), "-f", "params.yaml", "-p", "threshold", "110", cwd=workdir)
+    assert again.returncode == 0 and "[1/1] report: skipped" in again.stderr, again.stderr
+    other = cli("run", str(nb), "--run", run_id, "-p", "threshold", "120", cwd=workdir)
+    assert other.returncode == 2 and "was made with" in other.stderr  # before any kernel
+    assert (workdir / "executions.log").read_text().split() == ["report"]

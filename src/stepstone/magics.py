@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import Markdown, display
 
-from . import cellargs, clients, names, namespace, render, render_cells
+from . import cellargs, clients, names, namespace, parameters, render, render_cells
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
@@ -134,6 +134,15 @@ class StepstoneMagics(Magics):
         steal = args.steal or os.environ.get(STEAL_ENV) or None
         run = open_run(run_id, repo=args.repo, workdir=Path.cwd(), steal=steal)
         note_opened(run.id, run.store.path)
+        given = os.environ.get(parameters.ENV)
+        if given is not None:  # from `stepstone run -p`: they are part of the run
+            try:
+                begun = any(run.records.get(name) for name in run.steps.names)
+                parameters.refuse_other(run.id, run.info.parameters, given, begun=begun)
+            except StepstoneError:
+                run.close()
+                raise
+            run.state.note_info(parameters=given)
         try:
             status = self._open_plan(run, notebook, plan)
         except BaseException:

@@ -20,7 +20,7 @@ _SINCE_2 = {
     "StepRecord": ("unsaved", "kept"),
     "Decision": ("by", "over"),
     "Unknown": ("why",),
-    "RunInfo": ("forked_from",),
+    "RunInfo": ("forked_from", "parameters"),
 }
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
@@ -54,6 +54,7 @@ class RunInfo(Record):
     program: str = ""  # the command line of a Python-API run's script, relative to `workdir`
     uid: str = ""  # made at creation: a new run of the same id keys its effects anew
     forked_from: str = ""  # RUN@COMMIT: the run and commit this one was forked from
+    parameters: str = ""  # the canonical JSON of the parameters it was made with
     seq: int = 0
     finished: str | None = None
 

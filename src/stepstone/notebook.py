@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,8 @@ from .cellargs import split_cell
 from .errors import InvalidInput, StepstoneError
 from .models import PlannedStep, StepRecord, load
 from .notebook_plan import read_notebook
+from .parameters import ENV as PARAMETERS_ENV
+from .parameters import canonical, inject
 from .run import Run, open_run, step_path
 from .settings import RUN_ENV, STEAL_ENV, STORE_ENV
 from .store import DEFAULT_STORE, GitStore
@@ -68,6 +70,7 @@ def choose_run(
     plan: list[PlannedStep],
     *,
     default_store: bool,
+    parameters: str = "",
 ) -> str:
     """The run a notebook drives when no run id was given (`run_id` is the one its file
     name gives): the run that records this very notebook, if the store has one (a
@@ -76,7 +79,11 @@ def choose_run(
     nearby stores are looked at too when the store is the default beside the notebook),
     which is refused with the command that continues it."""
     readers = _readers(store_path)
-    recording = [r for r in readers if _recorded_notebook(r) == notebook.resolve()]
+    recording = [  # of the runs made with these parameters (a run per set of them)
+        r
+        for r in readers
+        if _recorded_notebook(r) == notebook.resolve() and r.info.parameters == parameters
+    ]
     if recording:  # a fork records its run's notebook too: the run itself comes first
         chosen = [r for r in recording if r.id == run_id] or [
             r for r in recording if not r.info.forked_from
@@ -339,6 +346,7 @@ def execute(
     timeout: int | None = None,
     progress: Callable[[str], None] | None = None,
     steal: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
 ) -> NotebookOutcome:
     """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`.
 
@@ -350,6 +358,8 @@ def execute(
     from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     nb = read_notebook(path)
+    if parameters:
+        inject(nb, parameters)
     steps: dict[int, tuple[int, str]] = {}  # cell index -> step number and name
     for index, cell in enumerate(nb.cells):
         parts = split_cell(cell.source) if cell.cell_type == "code" else None
@@ -386,6 +396,7 @@ def execute(
 
     env = {**os.environ, RUN_ENV: run_id, STORE_ENV: str(repo), NOTEBOOK_ENV: str(path)}
     env[OPENED_ENV] = str(noted)
+    env[PARAMETERS_ENV] = canonical(parameters or {})
     if steal:
         env[STEAL_ENV] = steal
     client = NotebookClient(

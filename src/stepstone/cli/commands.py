@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -11,12 +10,11 @@ from typing import Any
 
 import click
 
-from .. import names, notebook_plan, render
-from .. import notebook as nbrun
+from .. import notebook_plan, render
 from ..errors import StoreError
 from ..run import holding, open_run, problems_at
 from ..settings import AUTOPUSH_KEY
-from ..store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore, holder_identity
+from ..store import DEFAULT_STORE, GitStore, holder_identity
 from .common import (
     errors_as_exit_codes,
     json_option,
@@ -27,107 +25,6 @@ from .common import (
     repo_option,
     run_option,
 )
-
-
-@main.command("run")
-@click.argument("notebook", type=click.Path(dir_okay=False, path_type=Path))
-@run_option
-@repo_option
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the executed notebook (default: NAME.out.ipynb beside it).",
-)
-@click.option(
-    "--timeout", type=int, default=None, help="Seconds a cell may run (default: no limit)."
-)
-@click.option("--steal", metavar="REASON", help="Take the run's lease from a live holder.")
-@errors_as_exit_codes
-def run_command(
-    notebook: Path,
-    run_id: str | None,
-    repo: str | None,
-    output: Path | None,
-    timeout: int | None,
-    steal: str | None,
-) -> None:
-    """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes."""
-
-    with nbrun.interrupts_raised():
-        try:
-            notebook = notebook.absolute()
-            # a malformed plan fails before any kernel starts
-            plan = notebook_plan.plan_from_notebook(notebook)
-            problem = notebook_plan.schema_problem(notebook)
-            if problem:
-                click.echo(
-                    f"stepstone: note: {notebook.name} does not match the notebook schema "
-                    f"({problem}); running it as Jupyter does",
-                    err=True,
-                )
-            uses = notebook_plan.uses_stepstone(notebook)
-            store = Path(
-                repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE
-            ).absolute()
-            if not (run_id or os.environ.get(RUN_ENV)):
-                run_id = names.from_filename(notebook.stem)
-                if uses:
-                    run_id = nbrun.choose_run(
-                        store,
-                        run_id,
-                        notebook,
-                        plan,
-                        default_store=not (repo or os.environ.get(STORE_ENV)),
-                    )
-            run_id = run_id or os.environ[RUN_ENV]
-            output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
-            if uses:
-                GitStore(store)  # a store that cannot be made says why here, before any kernel
-                said = f"as run {run_id} ({len(plan)} steps, store {store})"
-            else:
-                said = "(it uses no stepstone magics: executed as nbclient does)"
-            click.echo(f"running {notebook.name} {said}", err=True)
-            outcome = nbrun.execute(
-                notebook,
-                run_id=run_id,
-                repo=store,
-                output=output,
-                timeout=timeout,
-                progress=nbrun.default_progress,
-                steal=steal,
-            )
-            if outcome.note:
-                click.echo(f"stepstone: {outcome.note}", err=True)
-            if outcome.signal is not None:
-                click.echo(f"stepstone: {outcome.message}", err=True)
-                sys.exit(128 + outcome.signal)
-            if not outcome.ok:
-                where = "" if outcome.note else f" (executed notebook: {output})"
-                click.echo(f"stepstone: {outcome.message}{where}", err=True)
-                sys.exit(1)
-            if outcome.opened is None:
-                click.echo(
-                    f"ran {notebook.name}: no steps (it opens no stepstone run: add "
-                    f"`%load_ext stepstone` and `%resume` to make it resumable); executed "
-                    f"notebook: {output}"
-                )
-                return
-            run_id, store = outcome.opened
-            status = open_run(
-                run_id, repo=store, workdir=notebook.parent, drive=False, create=False
-            ).status()
-        except nbrun.Interrupted as exc:
-            click.echo(f"stepstone: {exc.message}", err=True)
-            sys.exit(128 + exc.signum)
-    undone = [s for s in status.steps if s.state != "verified"]
-    if undone or status.unresolved_effects:
-        click.echo(f"stepstone: not done: {status.next_action}", err=True)
-        sys.exit(1)
-    if not status.steps:
-        click.echo(f"ran {notebook.name} as run {status.run}: it has no %%step cells yet")
-        return
-    click.echo(f"all {len(status.steps)} steps confirmed; next: {status.next_action}")
 
 
 @main.command()
