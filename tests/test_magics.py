@@ -302,3 +302,23 @@ def test_step_force_help_says_what_it_does(ip):
     usage = " ".join(cellargs._parser("step").format_help().split())
     assert "--force run the step although the step before it is not verified" in usage
     assert "--rerun REASON run the cell again although its evidence verifies" in usage
+
+
+def test_a_step_cell_not_in_the_saved_notebook_asks_for_a_save(
+    ip, workdir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import nbformat
+
+    book = nbformat.v4.new_notebook()
+    book.cells = [
+        nbformat.v4.new_code_cell("%load_ext stepstone\n%resume"),
+        nbformat.v4.new_code_cell("%%step a\nx = 1"),
+        nbformat.v4.new_code_cell("%%step b\ny = x + 1"),
+    ]
+    nbformat.write(book, str(workdir / "job.ipynb"))
+    monkeypatch.setenv("STEPSTONE_NOTEBOOK", str(workdir / "job.ipynb"))  # as a client says
+    ip.run_line_magic("resume", "")
+    ip.run_cell_magic("step", "a", "x = 2  # edited in the browser, not saved: runs as seen")
+    assert ip.user_ns["x"] == 2
+    with pytest.raises(UsageError, match=r"not in job\.ipynb as last saved: save the notebook"):
+        ip.run_cell_magic("step", "c", "z = 3  # a new cell, not saved")

@@ -214,6 +214,12 @@ class StepstoneMagics(Magics):
         run = self._require_run()
         ns = self.ip.user_ns
         parsed = cellargs.parse_step_line(line)
+        if self.later and parsed.name not in self.later and parsed.name not in run.steps.names:
+            raise UsageError(  # JupyterLab runs what you see; the plan is the saved file's
+                f"step {parsed.name!r} is not in {run.info.notebook or 'the notebook'} as last "
+                f"saved: save the notebook, then run %resume again (it reads the plan from "
+                f"the saved file)"
+            )
         if parsed.rerun is not None:
             run.rerun(parsed.name, parsed.rerun, once=True)
         code = self.ip.transform_cell(cell)
