@@ -162,6 +162,14 @@ def test_a_failing_step_cell_shows_a_failed_card_above_its_traceback(workdir: Pa
     assert "RuntimeError: feed is &lt;down&gt;" in cards["fetch"]["text/html"]  # escaped
     assert "step 1 fetch: failed" in cards["fetch"]["text/plain"]
 
+    # fixed and run again: confirmed, not "ran again" (nothing had held before)
+    book.cells[1] = nbformat.v4.new_code_cell("%%step fetch\nprint('fetched')")
+    nbformat.write(book, str(nb))
+    assert cli("run", str(nb), cwd=workdir).returncode == 0
+    fixed = _cards(workdir / "job.out.ipynb")["fetch"]
+    assert "ran — confirmed" in fixed["text/html"], fixed["text/html"]
+    assert "stepstone-again" not in fixed["text/html"] and "RuntimeError" not in fixed["text/plain"]
+
 
 ENGINES = {
     "nbconvert": ["jupyter", "nbconvert", "--to", "notebook", "--execute", "job.ipynb"],

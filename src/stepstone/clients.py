@@ -26,18 +26,40 @@ UNKNOWN = (
 )
 
 
-def notebook_of(namespace: Mapping[str, Any], *, from_env: str | None = None) -> Path | None:
-    """The notebook this kernel runs, or None when no client said."""
-    for candidate in (
+GONE = (
+    "this kernel was started for {name}, which is not there any more (renamed or moved "
+    "since the kernel started?). A client tells a kernel its notebook only when the kernel "
+    "starts, and a restart keeps what it was told: shut the kernel down and start a new "
+    "one (JupyterLab: Kernel > Shut Down Kernel, then Select Kernel), or write "
+    "%resume --run ID"
+)
+
+
+def _named(namespace: Mapping[str, Any], from_env: str | None) -> tuple[object, ...]:
+    return (
         from_env,
         namespace.get("__session__"),
         os.environ.get("JPY_SESSION_NAME"),
         namespace.get("__vsc_ipynb_file__"),
-    ):
+    )
+
+
+def notebook_of(namespace: Mapping[str, Any], *, from_env: str | None = None) -> Path | None:
+    """The notebook this kernel runs, or None when no client said."""
+    for candidate in _named(namespace, from_env):
         found = _existing(candidate)
         if found is not None:
             return found
     return engine_notebook()
+
+
+def unknown_notebook(namespace: Mapping[str, Any], *, from_env: str | None = None) -> str:
+    """Why `notebook_of` found nothing, and what to do: the notebook a client named is
+    gone (renamed or moved after the kernel started), or no client named one."""
+    for candidate in _named(namespace, from_env):
+        if candidate and str(candidate).endswith(".ipynb"):
+            return GONE.format(name=candidate)
+    return UNKNOWN
 
 
 def _existing(candidate: object) -> Path | None:

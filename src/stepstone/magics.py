@@ -127,7 +127,9 @@ class StepstoneMagics(Magics):
                 default_store=not (args.repo or os.environ.get(STORE_ENV)),
             )
         if run_id is None:
-            raise UsageError(clients.UNKNOWN)
+            raise UsageError(
+                clients.unknown_notebook(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
+            )
         if self.run is not None:
             self.run.close()
             self.run = None
@@ -239,7 +241,8 @@ class StepstoneMagics(Magics):
                 namespace=ns,
                 was=parsed.was,
             ) as attempt:
-                again = not attempt.skipped and attempt.start.record is not None
+                before = attempt.start.record  # "again" only over a confirmed record
+                again = not attempt.skipped and before is not None and before.status == "confirmed"
                 if attempt.skipped:
                     unsaved = attempt.record.unsaved if attempt.record else {}
                     remade = self._give_back(parsed.name, attempt.values, unsaved, shape, defined)

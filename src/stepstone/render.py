@@ -162,15 +162,20 @@ def status_text(status: RunStatus, *, every: bool = False) -> str:
     return "\n".join(lines + footer_lines(status, every=every))
 
 
+_LEFT = 'style="text-align: left"'
+
+
 def status_html(status: RunStatus) -> str:
     """An HTML status table for Jupyter (long runs shortened, see `shown_steps`)."""
+    td = f"<td {_LEFT}>"  # JupyterLab aligns table cells right
     rows = "".join(
-        f'<tr><td colspan="4"><i>{escape(s)}</i></td></tr>'
+        f'<tr><td colspan="4" {_LEFT}><i>{escape(s)}</i></td></tr>'
         if isinstance(s, str)
-        else f"<tr><td>{s.number}</td><td>{escape(s.name)}</td><td>{s.state}</td>"
-        f"<td>{escape(_detail(s, status))}</td></tr>"
+        else f"<tr>{td}{s.number}</td>{td}{escape(s.name)}</td>{td}{s.state}</td>"
+        f"{td}{escape(_detail(s, status))}</td></tr>"
         for s in shown_steps(status)
     )
+    head = "".join(f"<th {_LEFT}>{h}</th>" for h in ("#", "step", "state", "evidence"))
     effects, rest = shown_effects(status)
     extra = (
         "".join(
@@ -189,7 +194,7 @@ def status_html(status: RunStatus) -> str:
     )
     return (
         f"<div><b>run {escape(status.run)}</b> ({escape(status.plan_mode)} plan)"
-        f"<table><tr><th>#</th><th>step</th><th>state</th><th>evidence</th></tr>{rows}"
+        f"<table><tr>{head}</tr>{rows}"
         f"</table><ul>{extra}</ul><p>next: {escape(status.next_action)}</p></div>"
     )
 
