@@ -118,6 +118,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=100,
         help="how many SIGKILLs the random-kill soak delivers (long mode: 1000)",
     )
+    parser.addoption(
+        "--power-states",
+        type=int,
+        default=300,
+        help="how many distinct power-loss states tests/test_power_loss.py checks "
+        "(long mode: 10000)",
+    )
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Damaged stores: detected, reported with what to do, recovered where safe, nothing deleted."""
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -230,3 +231,27 @@ def test_a_tag_lock_left_by_a_driver_killed_while_finishing_does_not_stop_the_ne
     with stepstone.open_run("job") as run:
         assert run.finish() == summary
     assert git("tag", "--list", "stepstone/*", cwd=store).split() == ["stepstone/job"]
+
+
+def test_a_pack_torn_by_a_power_cut_is_set_aside_by_the_next_reader(workdir: Path):
+    """A pack under its final name with its end never written (a power cut before the
+    commit's flush: no ref needs it) stops `git fsck`; the next status sets it aside."""
+    _three_steps(workdir)
+    store = workdir / ".stepstone"
+    folder = store / "objects" / "pack"
+    index = next(folder.glob("*.idx"))
+    torn = "pack-" + "ab" * 20
+    (folder / f"{torn}.idx").write_bytes(index.read_bytes())
+    (folder / f"{torn}.pack").write_bytes(index.with_suffix(".pack").read_bytes()[:-100])
+    broken = subprocess.run(["git", "fsck", "--strict"], cwd=store, capture_output=True)
+    assert broken.returncode != 0
+
+    status = cli("status", "--json", cwd=workdir)
+    assert status.returncode == 0, status.stderr
+    (note,) = [n for n in json.loads(status.stdout)["notes"] if "torn pack" in n]
+    assert torn in note and "set aside" in note
+    assert not (folder / f"{torn}.pack").exists()
+    assert (store / "stepstone" / "damaged" / "packs" / f"{torn}.pack").exists()  # kept
+    git("fsck", "--strict", cwd=store)
+    with stepstone.open_run("job") as run:
+        assert [s.state for s in run.status().steps] == ["verified"] * 3

@@ -17,6 +17,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(path: Path) -> None:
+    """Flush every file and folder under `path` (a tree built aside, before it is
+    renamed into place: a power cut must not leave its name over missing entries)."""
+    for folder, _, files in os.walk(path, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(folder))
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so that a crash leaves the old or the new content, whole."""
     write_chunks(path, (data,))

@@ -277,9 +277,18 @@ def repair(run_id: str | None, repo: str | None, force: bool) -> None:
 
     store = GitStore(repo, create=False)
     run_id = store.pick_run(run_id)
-    old, new, dropped = store.repair(
-        run_id, force=force, sound=lambda commit: not problems_at(store, run_id, commit)
-    )
+    with holding(store, run_id):
+        cleared = store.clear_leftovers(run_id)
+    for said in cleared:
+        click.echo(said)
+    try:
+        old, new, dropped = store.repair(
+            run_id, force=force, sound=lambda commit: not problems_at(store, run_id, commit)
+        )
+    except StoreError as exc:
+        if cleared and "nothing to repair" in str(exc):
+            return  # the torn packs were all there was
+        raise
     click.echo(
         f"run {run_id}: moved from {old[:10] if old else 'a damaged or missing ref'} to "
         f"{new[:10]}; {len(dropped)} commit(s) dropped from the run (their steps will run again)"

@@ -76,9 +76,10 @@ class Run(RunView):
             self._lock.acquire()
         try:
             if drive:
-                for lock in store.clear_stale_ref_locks(self.id):
-                    self.notes.append(f"removed a stale lock {lock.name} left by a killed process")
+                self.notes.extend(store.clear_leftovers(self.id))
                 self._link.join(steal)
+            else:
+                self.notes.extend(store.clear_leftovers(self.id, locks=False))
             self._open(workdir, drive=drive, create=create, cached=cached, at=at)
         except BaseException:
             self._let_go()

@@ -71,7 +71,7 @@ def holding(store: GitStore, run: str) -> Iterator[None]:
     lock = run_lock(store, names.run_id(run), holder_identity())
     lock.acquire()
     try:
-        store.clear_stale_ref_locks(run)
+        store.clear_leftovers(run)
         yield
     finally:
         lock.release()

@@ -11,7 +11,7 @@ from typing import TypeVar
 from .. import names
 from ..errors import StoreError
 from ..settings import Settings
-from . import durable
+from . import durable, torn
 from .bigblobs import BigBlobs, StoredBlob, StoredReader
 from .config import Config
 from .derived import CatchUp, DerivedData
@@ -149,11 +149,11 @@ class GitStore:
         """In a bare store of stepstone's own, make HEAD the run's branch (for `git log`)."""
         self._refs.point_head_at(run)
 
-    def clear_stale_ref_locks(self, run: str) -> list[Path]:
-        """Remove the lock files of the run's ref and tag that a killed writer left; the ones
-        removed. Call it holding the run lock: only stepstone drivers write a run's ref
-        (gc is told not to pack refs), so then any such lock file is stale."""
-        return self._refs.clear_stale_locks(run)
+    def clear_leftovers(self, run: str, *, locks: bool = True) -> list[str]:
+        """Clear what a crash left: torn packs; with `locks` (run lock held), ref locks."""
+        said = torn.clear(self.git_dir, whole=locks, needed=self._objects.reachable_commits)
+        stale = self._refs.clear_stale_locks(run) if locks else []
+        return said + [f"removed a stale lock {p.name} left by a killed process" for p in stale]
 
     # -- reading ----------------------------------------------------------------
 

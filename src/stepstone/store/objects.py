@@ -159,6 +159,16 @@ class Objects:
                 break
         return None
 
+    def reachable_commits(self) -> set[bytes]:
+        """The (raw) ids of every commit a ref reaches; raises when one cannot be read."""
+        tips = {ref.peel(pygit2.Commit).id for ref in self._repo.references.iterator()}
+        if not tips:
+            return set()
+        walker = self._repo.walk(tips.pop(), pygit2.enums.SortMode.NONE)
+        for tip in tips:
+            walker.push(tip)
+        return {commit.id.raw for commit in walker}
+
     def commits(self) -> Iterator[tuple[str, CommitMessage]]:
         """Every readable commit in the object database, reachable or not, with its
         message parsed (one pass over the database, in no order)."""

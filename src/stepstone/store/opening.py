@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pygit2
 
-from ..atomic import fsync_dir
+from ..atomic import fsync_dir, fsync_tree
 from ..errors import StoreError
 from ..settings import Settings
 from . import durable
@@ -103,6 +103,7 @@ def _create(path: Path) -> pygit2.Repository:
         repo = pygit2.init_repository(str(tmp), bare=True)
         make_dedicated(repo, tmp)
         del repo
+        fsync_tree(tmp)
         try:
             os.rename(tmp, path)
         except OSError as exc:
