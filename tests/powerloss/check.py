@@ -52,6 +52,8 @@ def _cli(args: list[str]) -> tuple[int, str]:
 def check_state(folder: Path, marks: list[str]) -> Outcome:
     """Open the state in `folder` (the traced folder's copy) as a user would."""
     outcome = Outcome()
+    # a power cut means a new boot: the boot id a driver recorded is not this one's
+    (folder / ".stepstone" / "stepstone" / "checked-boot").unlink(missing_ok=True)
     here = os.getcwd()
     os.chdir(folder)  # the notebook's folder: the store is .stepstone here
     try:
@@ -127,7 +129,7 @@ def _open_as_the_next_driver(outcome: Outcome, *, create: bool = False) -> None:
 
 
 def check_and_remove(folder: Path, marks: list[str]) -> Outcome:
-    try:
-        return check_state(folder, marks)
-    finally:
+    outcome = check_state(folder, marks)
+    if not outcome.violations or not os.environ.get("STEPSTONE_KEEP_VIOLATIONS"):
         shutil.rmtree(folder, ignore_errors=True)
+    return outcome

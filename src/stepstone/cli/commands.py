@@ -278,7 +278,7 @@ def repair(run_id: str | None, repo: str | None, force: bool) -> None:
     store = GitStore(repo, create=False)
     run_id = store.pick_run(run_id)
     with holding(store, run_id):
-        cleared = store.clear_leftovers(run_id)
+        cleared = store.clear_leftovers(run_id, always=True)
     for said in cleared:
         click.echo(said)
     try:

@@ -314,8 +314,10 @@ class Checker:
         if value is not _NOT_STREAMED:
             return value
         data = self.state.blob(path)
-        if data is None or artifacts.sha256(data) != art.sha256:
-            raise StepstoneError(f"saved output {var!r} is missing or does not match its sha256")
+        if data is None or len(data) != art.size or artifacts.sha256(data) != art.sha256:
+            raise StepstoneError(
+                f"saved output {var!r} is missing or does not match its record's size and sha256"
+            )
         return artifacts.decode(art.format, data)
 
 

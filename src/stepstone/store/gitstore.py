@@ -149,9 +149,9 @@ class GitStore:
         """In a bare store of stepstone's own, make HEAD the run's branch (for `git log`)."""
         self._refs.point_head_at(run)
 
-    def clear_leftovers(self, run: str, *, locks: bool = True) -> list[str]:
-        """Clear what a crash left: torn packs; with `locks` (run lock held), ref locks."""
-        said = torn.clear(self.git_dir, whole=locks, needed=self._objects.reachable_commits)
+    def clear_leftovers(self, run: str, *, locks: bool = True, always: bool = False) -> list[str]:
+        """Clear what a crash left: torn packs (`torn`); with `locks` (run lock held), ref locks."""
+        said = torn.clear(self.git_dir, needed=self._objects.reachable_commits, always=always)
         stale = self._refs.clear_stale_locks(run) if locks else []
         return said + [f"removed a stale lock {p.name} left by a killed process" for p in stale]
 

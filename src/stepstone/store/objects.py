@@ -10,6 +10,17 @@ import pygit2
 from ..message import RUN, CommitMessage
 from .errors import READ_ERRORS
 
+# Bounds on what a store (perhaps crafted) can make a reader hold in memory: a blob
+# read whole (big values are streamed, see `bigblobs`), the files of one tree read
+# together, and the depth of a tree walked.
+MAX_BLOB = 1 << 30
+MAX_TREE_BYTES = 1 << 30
+MAX_DEPTH = 32
+
+
+class TooBig(ValueError):
+    """An object or a tree over the bounds a reader keeps (a crafted or damaged store)."""
+
 
 @dataclass(frozen=True)
 class CommitInfo:
@@ -32,30 +43,42 @@ class Objects:
     def __init__(self, repo: pygit2.Repository) -> None:
         self._repo = repo
 
+    def _bounded(self, oid: pygit2.Oid | str) -> pygit2.Oid:
+        """`oid`, once its header says it inflates to no more than `MAX_BLOB`."""
+        oid = oid if isinstance(oid, pygit2.Oid) else pygit2.Oid(hex=oid)
+        _, size = self._repo.odb.read_header(oid)
+        if size > MAX_BLOB:
+            raise TooBig(
+                f"object {oid} would inflate to {size:,} bytes, over the {MAX_BLOB:,} a "
+                "reader holds in memory (a store made by hand or damaged)"
+            )
+        return oid
+
     def commit(self, oid: str) -> pygit2.Commit:
         """The commit `oid` (KeyError when the object is something else)."""
-        obj = self._repo[oid]
+        obj = self._repo[self._bounded(oid)]
         if not isinstance(obj, pygit2.Commit):
             raise KeyError(f"{oid} is not a commit")
         return obj
 
     def tree(self, oid: pygit2.Oid | str) -> pygit2.Tree:
         """The tree `oid` (KeyError when the object is something else)."""
-        obj = self._repo[oid]
+        obj = self._repo[self._bounded(oid)]
         if not isinstance(obj, pygit2.Tree):
             raise KeyError(f"{oid} is not a tree")
         return obj
 
     def blob_data(self, oid: pygit2.Oid | str) -> bytes:
-        """The content of blob `oid` (KeyError when the object is something else)."""
-        obj = self._repo[oid]
-        if not isinstance(obj, pygit2.Blob):
+        """The content of blob `oid` (KeyError when the object is something else;
+        `TooBig` over `MAX_BLOB`, found from its header before it is inflated)."""
+        kind, data = self._repo.odb.read(self._bounded(oid))
+        if kind != pygit2.enums.ObjectType.BLOB:
             raise KeyError(f"{oid} is not a blob")
-        return bytes(obj.data)
+        return bytes(data)
 
     def raw_tree(self, oid: bytes) -> bytes:
         """The stored content of the tree with the 20-byte id `oid`."""
-        kind, data = self._repo.odb.read(pygit2.Oid(raw=oid))
+        kind, data = self._repo.odb.read(self._bounded(pygit2.Oid(raw=oid)))
         if kind != pygit2.enums.ObjectType.TREE:
             raise KeyError(f"{oid.hex()} is not a tree")
         return bytes(data)
@@ -75,18 +98,25 @@ class Objects:
     def files(self, tree: str, wanted: Callable[[str], bool]) -> dict[str, bytes]:
         """Every file of `tree` under the top-level names `wanted` accepts."""
         out: dict[str, bytes] = {}
+        total = 0
 
-        def walk(node: pygit2.Tree, prefix: str) -> None:
+        def walk(node: pygit2.Tree, prefix: str, depth: int) -> None:
+            nonlocal total
+            if depth > MAX_DEPTH:
+                raise TooBig(f"tree {prefix} is nested over {MAX_DEPTH} folders deep")
             for entry in node:
                 name = entry.name or ""
                 if not prefix and not wanted(name):
                     continue
                 if isinstance(entry, pygit2.Tree):
-                    walk(entry, f"{prefix}{name}/")
+                    walk(entry, f"{prefix}{name}/", depth + 1)
                 elif isinstance(entry, pygit2.Blob):
-                    out[f"{prefix}{name}"] = entry.data
+                    out[f"{prefix}{name}"] = data = self.blob_data(entry.id)
+                    total += len(data)
+                    if total > MAX_TREE_BYTES:
+                        raise TooBig(f"the files of tree {tree} are over {MAX_TREE_BYTES:,} bytes")
 
-        walk(self.tree(tree), "")
+        walk(self.tree(tree), "", 0)
         return out
 
     def changes(
@@ -173,7 +203,10 @@ class Objects:
         """Every readable commit in the object database, reachable or not, with its
         message parsed (one pass over the database, in no order)."""
         for oid in self._repo.odb:
-            try:
+            try:  # the header first: blobs are not inflated, nor crafted giants
+                kind, size = self._repo.odb.read_header(oid)
+                if kind != pygit2.enums.ObjectType.COMMIT or size > MAX_BLOB:
+                    continue
                 obj = self._repo[oid]
             except READ_ERRORS:
                 continue

@@ -8,9 +8,13 @@ names its objects (the ref had not moved), but libgit2 may stop at its index, an
 such packs to `<git dir>/stepstone/damaged/packs/`: nothing is deleted.
 
 A pack is torn when its index does not hold together (size, magic, checksum) or
-does not match the pack (object count, trailer, the last offset). With `whole`,
-packs under `WHOLE_BELOW` bytes are also hashed end to end, which finds bytes lost
-in the middle of a pack whose trailer survived.
+does not match the pack (object count, trailer, the last offset, its hash end to
+end: bytes can be lost in the middle of a pack whose trailer survived).
+
+Only a power cut tears a pack, and a power cut means a new boot: packs are checked
+on the first open after the machine started again (or in a store copied from
+another machine: the boot id recorded in `<git dir>/stepstone/checked-boot`
+differs), and by every `stepstone repair`. Otherwise nothing is read.
 """
 
 from __future__ import annotations
@@ -22,15 +26,14 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from ..atomic import fsync_dir
+from ..atomic import fsync_dir, write_atomic
 
-WHOLE_BELOW = 8 << 20
 _INDEX_HEADER = 8 + 256 * 4
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+CHECKED = "checked-boot"
 
 
-def torn_packs(
-    git_dir: Path, *, whole: bool = False, needed: Callable[[], set[bytes]] | None = None
-) -> list[str]:
+def torn_packs(git_dir: Path, *, needed: Callable[[], set[bytes]] | None = None) -> list[str]:
     """The names (`pack-<sha>`) of the torn packs in `git_dir`'s objects/pack that no
     commit needs: a pack whose index is sound is kept when it holds a commit of
     `needed()` (the commits the refs reach) and not all of its objects are in sound
@@ -40,23 +43,26 @@ def torn_packs(
         names = sorted(n[:-4] for n in os.listdir(folder) if n.endswith(".idx"))
     except OSError:
         return []
-    sound = {name: _sound(folder / name, whole=whole) for name in names}
+    sound = {name: _sound(folder / name) for name in names}
     torn = [name for name, ok in sound.items() if not ok]
     if not torn or needed is None:
         return torn
     elsewhere: set[bytes] = set()
     for name in (n for n, ok in sound.items() if ok):
         elsewhere.update(_ids(folder / f"{name}.idx") or ())
-    try:
-        commits = needed()
-    except Exception:  # a history that cannot be walked: leave every pack where it is
-        return []
-    found = []
+    found: list[tuple[str, set[bytes] | None]] = []
+    unsure: list[tuple[str, set[bytes] | None]] = []
     for name in torn:
         ids = _ids(folder / f"{name}.idx")
-        if ids is None or ids <= elsewhere or not ids & commits:
-            found.append(name)
-    return found
+        (found if ids is None or ids <= elsewhere else unsure).append((name, ids))
+    if unsure:
+        try:
+            commits = needed()
+        except Exception:  # a history that cannot be walked: leave those where they are
+            commits = None
+        if commits is not None:
+            found += [(name, ids) for name, ids in unsure if ids is not None and not ids & commits]
+    return sorted(name for name, _ in found)
 
 
 def _ids(index_path: Path) -> set[bytes] | None:
@@ -71,27 +77,31 @@ def _ids(index_path: Path) -> set[bytes] | None:
     return {index[at : at + 20] for at in range(_INDEX_HEADER, _INDEX_HEADER + 20 * count, 20)}
 
 
-def _sound(stem: Path, *, whole: bool) -> bool:
+def _sound(stem: Path) -> bool:
     try:
         index = stem.with_suffix(".idx").read_bytes()
         with open(stem.with_suffix(".pack"), "rb") as pack:
             size = os.fstat(pack.fileno()).st_size
             header = pack.read(12)
-            pack.seek(max(size - 20, 0))
-            trailer = pack.read(20)
-            if whole and 32 <= size < WHOLE_BELOW:
-                pack.seek(0)
-                body = pack.read(size - 20)
-                if hashlib.sha1(body).digest() != trailer:
+            if size < 32:
+                return False
+            summed = hashlib.sha1(header)
+            left = size - 32
+            while left > 0:
+                chunk = pack.read(min(left, 1 << 20))
+                if not chunk:
                     return False
+                summed.update(chunk)
+                left -= len(chunk)
+            trailer = pack.read(20)
     except OSError:
         return False  # an index without its pack
     if len(index) < _INDEX_HEADER + 40 or hashlib.sha1(index[:-20]).digest() != index[-20:]:
         return False
     last = _last_offset(index)
-    if last is None or size < 32 or header[:4] != b"PACK" or header[8:12] != index[1028:1032]:
+    if last is None or header[:4] != b"PACK" or header[8:12] != index[1028:1032]:
         return False
-    return trailer == index[-40:-20] and last < size - 20
+    return trailer == index[-40:-20] == summed.digest() and last < size - 20
 
 
 def _last_offset(index: bytes) -> int | None:
@@ -101,6 +111,8 @@ def _last_offset(index: bytes) -> int | None:
         return None
     (count,) = struct.unpack(">I", index[1028:1032])
     at = _INDEX_HEADER + 24 * count  # past the ids and the CRCs
+    if len(index) < at + 4 * count + 40:
+        return None
     small = struct.unpack(f">{count}I", index[at : at + 4 * count]) if count else ()
     large = sum(1 for offset in small if offset & 0x80000000)
     if len(index) != at + 4 * count + 8 * large + 40:
@@ -111,12 +123,20 @@ def _last_offset(index: bytes) -> int | None:
     return int(max(struct.unpack(f">{large}Q", index[table : table + 8 * large])))
 
 
-def clear(git_dir: Path, *, whole: bool, needed: Callable[[], set[bytes]]) -> list[str]:
-    """Set aside the torn packs (see `torn_packs`); what was done, said. Where the store
-    cannot be written (a reader on a read-only copy), the packs are only named."""
-    found = torn_packs(git_dir, whole=whole, needed=needed)
+def clear(git_dir: Path, *, needed: Callable[[], set[bytes]], always: bool = False) -> list[str]:
+    """Set aside the torn packs (see `torn_packs`), on the first open of a new boot or
+    `always`; what was done, said. Where the store cannot be written (a reader on a
+    read-only copy), the packs are only named."""
+    boot = _boot_id()
+    marker = git_dir / "stepstone" / CHECKED
+    with contextlib.suppress(OSError):
+        if not always and boot and marker.read_text() == boot:
+            return []
+    found = torn_packs(git_dir, needed=needed)
     try:
         moved = set_aside(git_dir, found)
+        if boot:
+            write_atomic(marker, boot.encode())
     except OSError:
         return [
             f"torn pack {name} (left by a power cut; no run needs it): "
@@ -128,6 +148,15 @@ def clear(git_dir: Path, *, whole: bool, needed: Callable[[], set[bytes]]) -> li
         f"{git_dir}/stepstone/damaged/packs"
         for name in moved
     ]
+
+
+def _boot_id() -> str:
+    """This boot's id (Linux), or "" where there is none: then packs are checked on
+    every open."""
+    try:
+        return _BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
 
 
 def set_aside(git_dir: Path, names: list[str]) -> list[str]:
