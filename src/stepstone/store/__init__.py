@@ -16,7 +16,7 @@ from there and continues on its local branch, as `git checkout` would.
 
     opening      finding, opening and creating a store; who drives; flushing
     config       the store's Git config and remotes
-    objects      reading commits, trees and blobs (libgit2)
+    objects      reading commits, trees and blobs (libgit2), within bounds
     refs         where runs live, and every ref write (runs, HEAD, tags, leases)
     derived      derived data keyed by tree id (the read cache, the step index)
     reading      a run's commit and files
@@ -25,6 +25,7 @@ from there and continues on its local branch, as `git checkout` would.
     bigblobs     big values: each streamed into a pack of its own, uncompressed,
                  and read back without zlib
     maintenance  pack merges, `git gc`, repair of a damaged run
+    torn         packs a power cut tore, checked after a reboot and set aside
     errors       the one translation of libgit2 and OS errors into `StoreError`s
 
 pygit2 is imported by these modules only.
