@@ -125,6 +125,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="how many distinct power-loss states tests/test_power_loss.py checks "
         "(long mode: 10000)",
     )
+    parser.addoption(
+        "--race-seconds",
+        type=float,
+        default=12,
+        help="how long tests/test_fenced_race.py kills and pauses its agents (long: 120)",
+    )
 
 
 @pytest.fixture

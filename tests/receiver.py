@@ -6,6 +6,9 @@
     POST /lookup         applies every request; GET /lookup/<ref> finds one by the
                          client-supplied reference
     POST /blind          applies every request; no keys, no lookup
+    POST /fenced         as /lookup, but refuses (409) a request whose `X-Fence` token
+                         (RUN:EPOCH, from `stepstone.fence_token()`) is lower than one
+                         it has seen for that run; GET /fenced/<ref> finds one
     GET  /applied/<kind> how many times each key or reference was applied
 
 Request headers `X-Delay-Before` and `X-Delay-After` (seconds) hold the request
@@ -63,7 +66,9 @@ class Receiver:
             con.execute(
                 "CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY, response TEXT, at REAL)"
             )
+            con.execute("CREATE TABLE IF NOT EXISTS fences (run TEXT PRIMARY KEY, epoch INTEGER)")
         self._lock = threading.Lock()
+        self.refused = 0  # fenced requests refused for a stale token
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -81,9 +86,9 @@ class Receiver:
             def do_GET(self) -> None:
                 parts = self.path.strip("/").split("/")
                 with _connect(receiver.db) as con:
-                    if parts[0] == "lookup" and len(parts) == 2:
+                    if parts[0] in ("lookup", "fenced") and len(parts) == 2:
                         row = con.execute(
-                            "SELECT n FROM applied WHERE kind='lookup' AND ref=?", (parts[1],)
+                            "SELECT n FROM applied WHERE kind=? AND ref=?", (parts[0], parts[1])
                         ).fetchone()
                         self._send(200, {"id": row[0]}) if row else self._send(404, {})
                     elif parts[0] == "applied":
@@ -103,6 +108,10 @@ class Receiver:
                 if not _hold(self.connection, float(self.headers.get("X-Delay-Before", 0))):
                     return  # the client died with the request in flight: nothing applied
                 with receiver._lock, _connect(receiver.db) as con:
+                    if kind == "fenced" and not receiver.admits(con, self.headers.get("X-Fence")):
+                        receiver.refused += 1
+                        self._send(409, {"error": "a newer lease holds this run"})
+                        return
                     if kind == "keyed":
                         receiver.forget_old_keys(con)
                         row = con.execute(
@@ -140,6 +149,18 @@ class Receiver:
     def advance(self, seconds: float) -> None:
         """Move this receiver's clock on by `seconds` (keys older than its retention go)."""
         self.skew += seconds
+
+    def admits(self, con: sqlite3.Connection, token: str | None) -> bool:
+        """Whether a fencing token (RUN:EPOCH) is at least the highest seen for its run
+        (it becomes the highest); a request without one is refused."""
+        if not token or ":" not in token:
+            return False
+        run, _, epoch = token.rpartition(":")
+        row = con.execute("SELECT epoch FROM fences WHERE run=?", (run,)).fetchone()
+        if row is not None and int(epoch) < row[0]:
+            return False
+        con.execute("INSERT OR REPLACE INTO fences VALUES (?, ?)", (run, int(epoch)))
+        return True
 
     def forget_old_keys(self, con: sqlite3.Connection) -> None:
         """Drop the idempotency keys older than the retention, as a real receiver does."""

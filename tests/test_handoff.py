@@ -241,3 +241,16 @@ def test_autopush_pushes_each_commit_in_the_background(tmp_path, origin):
     assert "step 2 auto: confirmed" in git("log", "--format=%s", "job", cwd=Path(origin))
     status = json.loads(cli("status", "--json", "--repo", str(a), cwd=tmp_path).stdout)
     assert status["steps"][-1]["state"] == "verified"
+
+
+def test_each_take_of_the_lease_has_a_higher_epoch_that_its_commits_carry(tmp_path, origin):
+    a, b = _two_copies(tmp_path, origin)
+    tokens = []
+    for copy in (a, b, a):
+        stepstone.open_run("job", repo=copy, workdir=copy.parent).close()  # pull, take, release
+    with stepstone.open_run("job", repo=b, workdir=b.parent) as run:
+        run.step("fenced", lambda: tokens.append(stepstone.fence_token()))
+    assert tokens == ["job:4"]
+    message = git("log", "-1", "--format=%B", "job", cwd=b)
+    assert "Stepstone-Lease-Epoch: 4" in message
+    assert "Stepstone-Lease-Epoch" not in git("log", "--format=%B", "job~1", cwd=a)

@@ -30,7 +30,7 @@ from .errors import (
     UnknownCheck,
     UnresolvedEffect,
 )
-from .run import Run, StepResult, answer, decided, effect, note, open_run
+from .run import Run, StepResult, answer, decided, effect, fence_token, note, open_run
 from .status import RunStatus, StepStatus
 
 __version__ = "0.1.0"
@@ -66,6 +66,7 @@ __all__ = [
     "check",
     "decided",
     "effect",
+    "fence_token",
     "load_ipython_extension",
     "note",
     "open_run",

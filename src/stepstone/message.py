@@ -24,6 +24,7 @@ UNKNOWN = "Stepstone-Unknown"
 WHY = "Stepstone-Why"
 FROM = "Stepstone-From"
 VIA = "Stepstone-Via"
+LEASE_EPOCH = "Stepstone-Lease-Epoch"  # the lease a commit was made under (a fencing token)
 
 
 def one_line(text: object) -> str:
@@ -111,8 +112,14 @@ def run_commit(
     seq: int,
     holder: str,
     via: str | None = None,
+    epoch: int | None = None,
 ) -> CommitMessage:
     """The message of a commit to `run` by `holder` (reaching it `via` the command line
-    or the MCP server), `seq` its sequence number after it."""
-    end = ((SEQ, str(seq)), (HOLDER, holder), *([(VIA, via)] if via else []))
+    or the MCP server, under lease `epoch` of its remote), `seq` its sequence number."""
+    end = (
+        (SEQ, str(seq)),
+        (HOLDER, holder),
+        *([(VIA, via)] if via else []),
+        *([(LEASE_EPOCH, str(epoch))] if epoch is not None else []),
+    )
     return CommitMessage(subject, ((RUN, run), *trailers, *end))

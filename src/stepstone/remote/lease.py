@@ -32,6 +32,7 @@ class Lease:
     released: bool = False
     stolen_from: str | None = None
     why: str = ""
+    epoch: int = 0  # one more at each take: a fencing token (0: written before epochs)
 
     @property
     def live(self) -> bool:
@@ -87,6 +88,7 @@ class LeaseKeeper:
         self._ours: str | None = None
         self._base: str | None = None  # the last steal, parent of our lease commits
         self._renewed = 0.0
+        self.epoch = 0  # of the lease this keeper took
         self._pushing = threading.Lock()  # the fence and the background pusher take turns
 
     def current(self) -> tuple[Lease | None, str | None]:
@@ -102,9 +104,11 @@ class LeaseKeeper:
             self.remote,
             f"+{self.ref}:{TRACKING_LEASE_REFS}{self.run}",
         )
-        oid = out.split()[0]
+        # what was fetched, not what ls-remote saw: another agent may have moved it since
+        oid = self.store.ref_target(TRACKING_LEASE_REFS + self.run) or out.split()[0]
         data = json.loads(self.store.commit_message(oid).split("\n\n", 1)[1])
-        return Lease(**data), oid
+        known = {k: v for k, v in data.items() if k in Lease.__dataclass_fields__}
+        return Lease(**known), oid
 
     def take(self, *, steal: str | None = None) -> Lease:
         """Take the lease, or raise `LeaseHeld` naming the live holder."""
@@ -119,6 +123,7 @@ class LeaseKeeper:
             parents = self.store.parents(oid)
             first_parent = parents[0] if parents else None
             self._base = oid if lease is not None and lease.stolen_from else first_parent
+        self.epoch = (lease.epoch if lease is not None else 0) + 1
         return self._write(oid, released=False, stolen_from=stolen_from, why=steal or "")
 
     def _new_commit(
@@ -129,7 +134,7 @@ class LeaseKeeper:
             .isoformat(timespec="seconds")
             .replace("+00:00", "Z")
         )
-        lease = Lease(self.holder, expires, released, stolen_from, why)
+        lease = Lease(self.holder, expires, released, stolen_from, why, self.epoch)
         verb = "release" if released else ("steal" if stolen_from else "take")
         message = f"lease {self.run}: {verb} by {self.holder}\n\n" + json.dumps(lease.__dict__)
         commit = self.store.empty_commit(message, [self._base] if self._base else [])

@@ -11,7 +11,16 @@ from .checking import RETURN
 from .facade import Run, run_lock
 from .history import rolled_back_effects
 from .layout import plan_path, source_hash, step_path
-from .opening import answer, decided, effect, holding, note, open_run, problems_at
+from .opening import (
+    answer,
+    decided,
+    effect,
+    fence_token,
+    holding,
+    note,
+    open_run,
+    problems_at,
+)
 from .stepping import Attempt, StepResult, StepStart
 
 __all__ = [
@@ -24,6 +33,7 @@ __all__ = [
     "answer",
     "decided",
     "effect",
+    "fence_token",
     "holding",
     "note",
     "open_run",

@@ -38,6 +38,7 @@ class Ledger:
         self._since_save = 0
         # plan entries of steps met incrementally: they ride in the step's first commit
         self.pending: dict[str, bytes | None] = {}
+        self.epoch: int | None = None  # the remote lease's epoch while it is held
 
     def commit(
         self,
@@ -77,6 +78,7 @@ class Ledger:
                 seq=state.seq,
                 holder=self.holder,
                 via=self.settings.via,
+                epoch=self.epoch,
             )
             try:
                 state.snap = state.store.commit(

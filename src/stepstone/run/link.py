@@ -52,6 +52,7 @@ class RemoteLink:
             warnings.warn(message, StepstoneWarning, stacklevel=4)
         else:
             self.lease = keeper
+            self.ledger.epoch = keeper.epoch
             brought = remote.pull(store, run).state
             if brought in ("fast-forwarded", "created"):
                 self.notes.append(f"brought in the remote's newer history of the run ({brought})")
@@ -80,6 +81,7 @@ class RemoteLink:
         write (unless `STEPSTONE_OFFLINE=1`)."""
         if self.lease is None and self.remote and not self.ledger.settings.now().offline:
             self.lease = self._late_lease()
+            self.ledger.epoch = self.lease.epoch
         if self.lease is not None:
             with self.ledger.guard:
                 self.lease.fence(self.state.snap.commit)

@@ -150,6 +150,16 @@ def note(text: str) -> None:
     active.write_note(text)
 
 
+def fence_token() -> str | None:
+    """The lease the running step holds, as a fencing token for a receiver that checks
+    one (`RUN:EPOCH`; the epoch grows at each take of the run's lease), or None when
+    the store has no remote. Pass it with an effect's write: a receiver that refuses a
+    token lower than one it has seen refuses a driver that was paused while another
+    took the run over."""
+    run = active.active_run()
+    return None if run.ledger.epoch is None else f"{run.id}:{run.ledger.epoch}"
+
+
 def _default_run(store: GitStore) -> str:
     """The store's only run; of several, the only one that is not a fork (forks are
     named with --run); else `pick_run`'s error, which lists them."""
