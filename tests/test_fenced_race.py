@@ -14,6 +14,7 @@ CI races for a few seconds; the long mode is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -65,6 +66,7 @@ def _git_daemon(base: Path) -> tuple[subprocess.Popen[bytes], str]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,  # `git daemon` runs git-daemon as a child: stop the group
     )
     url = f"git://127.0.0.1:{port}/origin.git"
     deadline = time.monotonic() + 20
@@ -179,21 +181,21 @@ def test_eight_agents_racing_with_kills_and_pauses_send_each_effect_once(
                 time.sleep(rng.uniform(0.2, 0.6))
             applied = receiver.applied("fenced")
             counts["refused"] = receiver.refused
+        check = tmp_path / "check"
+        remote.clone(url, check / ".stepstone")  # what the remote holds now
     finally:
         for agent in agents.values():
             if agent.poll() is None:
-                with_cont = agent.pid
-                os.kill(with_cont, signal.SIGCONT)
+                os.kill(agent.pid, signal.SIGCONT)
                 agent.kill()
             agent.wait()
-        daemon.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(daemon.pid, signal.SIGKILL)
         daemon.wait()
 
     keys = sorted(applied)
     assert len(keys) == STEPS, applied
     assert set(applied.values()) == {1}, applied  # no effect twice, none lost
-    check = tmp_path / "check"
-    remote.clone(url, check / ".stepstone")
     with stepstone.open_run("race", repo=check / ".stepstone", drive=False) as run:
         status = run.status()
     assert status.finished

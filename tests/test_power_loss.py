@@ -9,6 +9,7 @@ CI checks a few hundred states; the long mode is
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import sys
@@ -43,22 +44,6 @@ def _trace(folder: Path, **env: str) -> list[states.Event]:
     return states.events(ops, str(folder))
 
 
-_TRACE: list[states.Event] = []
-_ROOT = ""
-
-
-def _init(events: list[states.Event], root: str) -> None:
-    global _TRACE, _ROOT
-    _TRACE, _ROOT = events, root
-
-
-def _check(job: tuple[states.Cut, str]) -> tuple[states.Cut, check.Outcome]:
-    cut, into = job
-    marks = [e.label for e in _TRACE[: cut.at] if e.kind == "mark"]
-    states.state_of(_TRACE, cut).write(_ROOT, Path(into))
-    return cut, check.check_and_remove(Path(into), marks)
-
-
 def check_cuts(events: list[states.Event], root: Path, scratch: Path, wanted: int) -> dict:
     """Make `wanted` distinct crash states from `events` and check each; a report."""
     seen: set[str] = set()
@@ -85,8 +70,12 @@ def check_cuts(events: list[states.Event], root: Path, scratch: Path, wanted: in
             break
     kinds: Counter[str] = Counter()
     violations = []
-    with ProcessPoolExecutor(2, initializer=_init, initargs=(events, str(root))) as pool:
-        for cut, outcome in pool.map(_check, jobs, chunksize=8):
+    # spawned, not forked: a fork of this process (its helper threads holding locks) can hang
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        2, mp_context=spawn, initializer=check.set_trace, initargs=(events, str(root))
+    ) as pool:
+        for cut, outcome in pool.map(check.check_cut, jobs, chunksize=8):
             kinds[outcome.kind or "violated"] += 1
             for said in outcome.violations:
                 violations.append(f"{cut.describe(events, str(root))}\n    {said}")

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from .states import Cut, Event, state_of
+
 RUN = "power"
 NO_RUN = ("does not exist; run a notebook", "no run 'power'", "not found")
 
@@ -126,6 +128,24 @@ def _open_as_the_next_driver(outcome: Outcome, *, create: bool = False) -> None:
                 outcome.kind += "+torn"
     except stepstone.StepstoneError as exc:
         outcome.violations.append(f"the next driver could not open the run: {exc}")
+
+
+_TRACE: list[Event] = []
+_ROOT = ""
+
+
+def set_trace(events: list[Event], root: str) -> None:
+    """A worker's trace, once: `check_cut` makes its states from it."""
+    global _TRACE, _ROOT
+    _TRACE, _ROOT = events, root
+
+
+def check_cut(job: tuple[Cut, str]) -> tuple[Cut, Outcome]:
+    """Make the state of `cut` in folder `into` and check it (in a worker)."""
+    cut, into = job
+    marks = [e.label for e in _TRACE[: cut.at] if e.kind == "mark"]
+    state_of(_TRACE, cut).write(_ROOT, Path(into))
+    return cut, check_and_remove(Path(into), marks)
 
 
 def check_and_remove(folder: Path, marks: list[str]) -> Outcome:
