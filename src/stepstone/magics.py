@@ -117,7 +117,9 @@ class StepstoneMagics(Magics):
         args = cellargs.parse_resume_line(line)
         notebook = self._notebook_path()
         run_id = args.run or os.environ.get(RUN_ENV)
-        plan = plan_from_notebook(notebook) if notebook is not None else None
+        # its client read the notebook already: its cells as plain JSON (nbformat's validator
+        # costs a kernel over a second where jsonschema finds its optional format checkers)
+        plan = plan_from_notebook(notebook, validate=False) if notebook is not None else None
         if run_id is None and notebook is not None and plan is not None:
             run_id = choose_run(
                 resolve_store_path(args.repo),
