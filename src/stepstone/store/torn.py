@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..atomic import fsync_dir, write_atomic
+from .packs import read_index
 
 _INDEX_HEADER = 8 + 256 * 4
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -43,17 +44,16 @@ def torn_packs(git_dir: Path, *, needed: Callable[[], set[bytes]] | None = None)
         names = sorted(n[:-4] for n in os.listdir(folder) if n.endswith(".idx"))
     except OSError:
         return []
-    sound = {name: _sound(folder / name) for name in names}
+    indexes = {name: _index(folder / f"{name}.idx") for name in names}
+    sound = {name: _sound(folder / f"{name}.pack", index) for name, index in indexes.items()}
     torn = [name for name, ok in sound.items() if not ok]
     if not torn or needed is None:
         return torn
-    elsewhere: set[bytes] = set()
-    for name in (n for n, ok in sound.items() if ok):
-        elsewhere.update(_ids(folder / f"{name}.idx") or ())
+    elsewhere = {oid for name, ok in sound.items() if ok for oid in _ids(indexes[name]) or ()}
     found: list[tuple[str, set[bytes] | None]] = []
     unsure: list[tuple[str, set[bytes] | None]] = []
     for name in torn:
-        ids = _ids(folder / f"{name}.idx")
+        ids = _ids(indexes[name])
         (found if ids is None or ids <= elsewhere else unsure).append((name, ids))
     if unsure:
         try:
@@ -65,25 +65,34 @@ def torn_packs(git_dir: Path, *, needed: Callable[[], set[bytes]] | None = None)
     return sorted(name for name, _ in found)
 
 
-def _ids(index_path: Path) -> set[bytes] | None:
-    """The object ids a sound version 2 index lists, or None."""
+def _index(path: Path) -> bytes | None:
+    """The bytes of a pack index that holds together (a version 2 index whose size fits
+    its object count and whose checksum matches), or None."""
     try:
-        index = index_path.read_bytes()
+        index = path.read_bytes()
     except OSError:
         return None
     if _last_offset(index) is None or hashlib.sha1(index[:-20]).digest() != index[-20:]:
         return None
-    (count,) = struct.unpack(">I", index[1028:1032])
-    return {index[at : at + 20] for at in range(_INDEX_HEADER, _INDEX_HEADER + 20 * count, 20)}
+    return index
 
 
-def _sound(stem: Path) -> bool:
+def _ids(index: bytes | None) -> set[bytes] | None:
+    """The object ids a sound index lists, or None."""
+    return None if index is None else {oid for oid, _, _ in read_index(index)}
+
+
+def _sound(pack_path: Path, index: bytes | None) -> bool:
+    """Whether the pack matches its sound `index`: header, object count, the last
+    offset, and its hash end to end, which its trailer and the index both give."""
+    last = None if index is None else _last_offset(index)
+    if index is None or last is None:
+        return False
     try:
-        index = stem.with_suffix(".idx").read_bytes()
-        with open(stem.with_suffix(".pack"), "rb") as pack:
+        with open(pack_path, "rb") as pack:
             size = os.fstat(pack.fileno()).st_size
             header = pack.read(12)
-            if size < 32:
+            if size < 32 or header[:4] != b"PACK" or header[8:12] != index[1028:1032]:
                 return False
             summed = hashlib.sha1(header)
             left = size - 32
@@ -96,11 +105,6 @@ def _sound(stem: Path) -> bool:
             trailer = pack.read(20)
     except OSError:
         return False  # an index without its pack
-    if len(index) < _INDEX_HEADER + 40 or hashlib.sha1(index[:-20]).digest() != index[-20:]:
-        return False
-    last = _last_offset(index)
-    if last is None or header[:4] != b"PACK" or header[8:12] != index[1028:1032]:
-        return False
     return trailer == index[-40:-20] == summed.digest() and last < size - 20
 
 
