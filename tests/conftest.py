@@ -31,9 +31,13 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         driven.close()
 
 
-def git(*args: str, cwd: Path | str) -> str:
+def git(
+    *args: str, cwd: Path | str, env: dict[str, str] | None = None, input: str | None = None
+) -> str:
     """Run plain git and return its output (fails the test on a non-zero exit)."""
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, input=input, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -12,19 +12,11 @@ import sys
 import zlib
 from pathlib import Path
 
-from conftest import clean_env
+from conftest import clean_env, git
 from conftest import stepstone_cli as cli
 
 import stepstone
 from stepstone.store.objects import MAX_BLOB, MAX_DEPTH
-
-
-def git(*args: str, cwd: Path, env: dict[str, str] | None = None, input: str | None = None) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, env=env, input=input, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def _three_steps(workdir: Path) -> Path:

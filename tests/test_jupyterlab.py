@@ -28,6 +28,8 @@ from typing import Any
 
 import nbformat
 import pytest
+from browser import browser as headless_browser
+from browser import chromium
 from conftest import clean_env
 from conftest import stepstone_cli as cli
 
@@ -344,23 +346,28 @@ class RestRun:
     after: dict[str, Executed]
 
 
+async def _open_session(api: Any) -> tuple[str, str]:
+    """What JupyterLab does when it opens the notebook: a session for its path and file
+    name (the server gives the kernel JPY_SESSION_NAME, its folder + name); the
+    session's id and its kernel's."""
+    made = await api.post(
+        "api/sessions",
+        json={
+            "path": NOTEBOOK,
+            "name": NOTEBOOK,
+            "type": "notebook",
+            "kernel": {"name": "python3"},
+        },
+    )
+    assert made.status_code == 201, made.text
+    return made.json()["id"], made.json()["kernel"]["id"]
+
+
 async def _rest_scenario(server: Server, folder: Path) -> RestRun:
     import httpx
 
     async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=60) as api:
-        # what JupyterLab does when it opens a notebook: a session for its path and
-        # file name (the server gives the kernel JPY_SESSION_NAME, its folder + name)
-        made = await api.post(
-            "api/sessions",
-            json={
-                "path": NOTEBOOK,
-                "name": NOTEBOOK,
-                "type": "notebook",
-                "kernel": {"name": "python3"},
-            },
-        )
-        assert made.status_code == 201, made.text
-        kernel = made.json()["kernel"]["id"]
+        _, kernel = await _open_session(api)
         model = await api.get(f"api/contents/{NOTEBOOK}", params={"content": 1, "type": "notebook"})
         assert model.status_code == 200, model.text
         cells = _code_cells(model.json())
@@ -452,17 +459,7 @@ async def _resume_after_a_rename(server: Server) -> Executed:
     import httpx
 
     async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=60) as api:
-        made = await api.post(
-            "api/sessions",
-            json={
-                "path": NOTEBOOK,
-                "name": NOTEBOOK,
-                "type": "notebook",
-                "kernel": {"name": "python3"},
-            },
-        )
-        assert made.status_code == 201, made.text
-        session, kernel = made.json()["id"], made.json()["kernel"]["id"]
+        session, kernel = await _open_session(api)
         moved = await api.patch(f"api/contents/{NOTEBOOK}", json={"path": "prices.ipynb"})
         assert moved.status_code == 200, moved.text
         renamed = await api.patch(
@@ -493,33 +490,6 @@ def test_resume_in_a_notebook_renamed_after_its_kernel_started(tmp_path: Path):
 
 
 # -- JupyterLab in headless Chromium ---------------------------------------------------
-
-
-def _chromium() -> tuple[str, str]:
-    found = shutil.which("chromium"), shutil.which("chromedriver")
-    if None in found:
-        if os.environ.get("CI"):
-            pytest.fail("chromium and chromedriver are needed (apt-get install chromium-driver)")
-        pytest.skip("no chromium/chromedriver here (apt-get install chromium chromium-driver)")
-    return found  # type: ignore[return-value]
-
-
-def _browser(chromium: str, driver: str):  # type: ignore[no-untyped-def]
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--hide-scrollbars",
-        "--window-size=1400,1800",
-    ):
-        options.add_argument(arg)
-    return webdriver.Chrome(options=options, service=Service(driver))
 
 
 # What the page shows of each code cell: its prompt ("[3]:", "[*]:", "[ ]:"), its
@@ -621,7 +591,7 @@ def _wait_for_a_whole_run(browser: Any, count: int) -> None:
 
 
 def test_a_person_restarts_the_kernel_mid_run_in_jupyterlab(tmp_path: Path):
-    chromium, driver = _chromium()
+    chromium()  # skip early without a browser
     _needs("jupyterlab")
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -633,7 +603,7 @@ def test_a_person_restarts_the_kernel_mid_run_in_jupyterlab(tmp_path: Path):
     ]
     started = time.monotonic()
     with _jupyter(folder, tmp_path / "jupyter", "jupyterlab") as server:
-        browser = _browser(chromium, driver)
+        browser = headless_browser("1400,1800")
         try:
             browser.get(f"{server.url}lab/tree/{NOTEBOOK}?token={server.token}")
             _until(

@@ -14,6 +14,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from browser import browser as headless_browser
+from browser import chromium
 from conftest import run_python
 from conftest import stepstone_cli as cli
 
@@ -168,33 +170,6 @@ def test_a_long_idle_stretch_is_drawn_as_a_narrow_break():
 # -- in a real browser ------------------------------------------------------------
 
 
-def _chromium() -> tuple[str, str]:
-    found = shutil.which("chromium"), shutil.which("chromedriver")
-    if None in found:
-        if os.environ.get("CI"):
-            pytest.fail("chromium and chromedriver are needed (apt-get install chromium-driver)")
-        pytest.skip("no chromium/chromedriver here (apt-get install chromium chromium-driver)")
-    return found  # type: ignore[return-value]
-
-
-def _browser(chromium: str, driver: str):  # type: ignore[no-untyped-def]
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--hide-scrollbars",
-        "--window-size=1366,900",  # a laptop's screen
-    ):
-        options.add_argument(arg)
-    return webdriver.Chrome(options=options, service=Service(driver))
-
-
 def _quickstart_with_a_failure_and_a_stale_step(workdir: Path) -> None:
     """The quickstart run as a person may leave it: its first attempt failed (a file
     stood where its folder goes), the second went through, then its report was edited
@@ -211,7 +186,7 @@ def _quickstart_with_a_failure_and_a_stale_step(workdir: Path) -> None:
 
 
 def test_a_person_sees_the_quickstart_report_in_a_browser(workdir: Path, tmp_path: Path):
-    chromium, driver = _chromium()
+    chromium()  # skip early without a browser
     _quickstart_with_a_failure_and_a_stale_step(workdir)
     made = cli("report", "-o", "site/report.html", cwd=workdir)
     assert made.returncode == 0, made.stderr
@@ -219,7 +194,7 @@ def test_a_person_sees_the_quickstart_report_in_a_browser(workdir: Path, tmp_pat
     assert str(Path("site") / "report.html") in made.stdout and page.is_file()
 
     started = time.monotonic()
-    browser = _browser(chromium, driver)
+    browser = headless_browser("1366,900")  # a laptop's screen
     try:
         browser.get(page.as_uri())
         from selenium.webdriver.common.by import By
