@@ -89,6 +89,10 @@ class StoreError(StepstoneError):
         super().__init__(f"store {path}: {problem}")
 
 
+class NothingToRepair(StoreError):
+    """`repair` was asked to move a run whose tip reads fine."""
+
+
 class RefMoved(StoreError):
     """A ref no longer points where its writer expected: another process moved it, and
     the compare-and-swap refused to overwrite its work."""

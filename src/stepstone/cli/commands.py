@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from .. import notebook_plan, render
-from ..errors import StoreError
+from ..errors import NothingToRepair, StoreError
 from ..run import holding, open_run, problems_at
 from ..settings import AUTOPUSH_KEY
 from ..store import DEFAULT_STORE, GitStore, holder_identity
@@ -285,8 +285,8 @@ def repair(run_id: str | None, repo: str | None, force: bool) -> None:
         old, new, dropped = store.repair(
             run_id, force=force, sound=lambda commit: not problems_at(store, run_id, commit)
         )
-    except StoreError as exc:
-        if cleared and "nothing to repair" in str(exc):
+    except NothingToRepair:
+        if cleared:
             return  # the torn packs were all there was
         raise
     click.echo(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pygit2
 
 from .. import names
-from ..errors import InvalidInput, StoreError
+from ..errors import InvalidInput, NothingToRepair, StoreError
 from ..message import RUN, CommitMessage
 from ..settings import Settings
 from . import durable, gitobjects
@@ -164,7 +164,7 @@ class Repair:
         else:
             current = old or ""
         if old is not None and self._readable(old) and sound(old):
-            raise StoreError(str(self._path), f"run {run!r} reads fine; nothing to repair")
+            raise NothingToRepair(str(self._path), f"run {run!r} reads fine; nothing to repair")
         candidates = self._commits_of(run)
         target = next((cid for _, cid in candidates if self._readable(cid) and sound(cid)), None)
         if target is None:
