@@ -147,9 +147,7 @@ def test_a_run_whose_ref_is_gone_but_whose_archive_tag_remains_is_not_started_af
     assert_nothing_repeated(a, receiver)
 
 
-def test_a_renamed_step_with_the_same_source_does_not_send_its_effect_again(
-    tmp_path: Path, receiver: Receiver
-):
+def test_a_renamed_step_is_neither_run_nor_sent_again(tmp_path: Path, receiver: Receiver):
     a = tmp_path / "a"
     _finished_job(a, receiver)
     write_job(a, notify_name="notify-team")  # renamed, the cell's body as it was
@@ -158,6 +156,13 @@ def test_a_renamed_step_with_the_same_source_does_not_send_its_effect_again(
     assert list(receiver.applied("blind").values()) == [1]
     executed = (a / "job.out.ipynb").read_text()
     assert "renamed notify -> notify-team" in executed
+    assert executions(a) == ["make", "total", "notify"]  # its record went with its name
+
+    write_job(a, notify_name="notify-all", notify_options=" --was notify-team")
+    assert_nothing_repeated(a, receiver)
+    status = cli("status", "--json", cwd=a)
+    steps = json.loads(status.stdout)["steps"]
+    assert [(s["name"], s["state"]) for s in steps][-1] == ("notify-all", "verified")
 
 
 def test_a_renamed_and_edited_step_is_refused_until_it_says_what_it_was(

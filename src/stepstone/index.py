@@ -418,3 +418,7 @@ class RecordBook(Mapping[str, StepRecord]):
     def __setitem__(self, name: str, record: StepRecord) -> None:
         self.table.put(record)
         self._built[name] = record
+
+    def __delitem__(self, name: str) -> None:
+        self.table.discard(name)
+        self._built.pop(name, None)

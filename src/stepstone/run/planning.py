@@ -11,9 +11,9 @@ from .. import checks, message, models, names
 from ..errors import PlanError
 from ..index import NO_EXTRA, PlanRow, plan_extra, plan_row
 from ..message import one_line
-from ..models import PlannedStep, dump
+from ..models import PlannedStep, StepRecord, dump
 from ..verdicts import Verdicts
-from .layout import plan_path
+from .layout import plan_path, step_path
 from .ledger import Ledger
 
 
@@ -47,7 +47,11 @@ class Planner:
         )
         if not changes and not info_changed:
             return []
+        moved = self._moved_records(new)
         writes: dict[str, bytes | None] = {}
+        for old_name, record in moved:
+            writes[step_path(old_name, legacy=state.legacy_layout)] = None
+            writes[step_path(record.name, legacy=state.legacy_layout)] = dump(record)
         for step, row in zip(new, new_rows, strict=True):
             if step.number > len(old_rows) or old_rows[step.number - 1] != row:
                 writes[plan_path(step.number)] = dump(step)
@@ -71,8 +75,27 @@ class Planner:
             info_changed=True,
             indexed=True,
         )
+        for old_name, record in moved:
+            del state.records[old_name]
+            state.records[record.name] = record
         self.verdicts.forget()
         return changes
+
+    def _moved_records(self, new: list[PlannedStep]) -> list[tuple[str, StepRecord]]:
+        """The records of renamed steps, under their new names (with their old names):
+        a step renamed is the same work, so its record, evidence and saved values go
+        with it and it is not run again for a new name (its source still counts)."""
+        records, moved = self.state.records, []
+        identity = {step.name: step.identity for step in new}
+        for step in new:
+            old = step.renamed_from[-1] if step.renamed_from else None
+            if old is None or step.name in records or old not in records:
+                continue
+            if identity.get(old) == step.identity:  # the old step is still in the plan
+                continue
+            record = records[old].model_copy(update={"name": step.name, "number": step.number})
+            moved.append((old, record))
+        return moved
 
     def _carry_renames(self, new: list[PlannedStep]) -> list[PlannedStep]:
         """`new` with each step's earlier names: kept from the plan for a step it has,
