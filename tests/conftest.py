@@ -119,8 +119,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--soak-kills",
         type=int,
-        default=100,
+        default=50,
         help="how many SIGKILLs the random-kill soak delivers (long mode: 1000)",
+    )
+    parser.addoption(
+        "--everything-kills",
+        type=int,
+        default=15,
+        help="how many SIGKILLs tests/test_soak_everything.py delivers (long mode: 200)",
     )
     parser.addoption(
         "--power-states",
@@ -140,3 +146,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def soak_kills(request: pytest.FixtureRequest) -> int:
     return int(request.config.getoption("--soak-kills"))
+
+
+@pytest.fixture
+def everything_kills(request: pytest.FixtureRequest) -> int:
+    return int(request.config.getoption("--everything-kills"))

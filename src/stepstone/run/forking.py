@@ -62,7 +62,9 @@ def fork(
         }
         notebook = forked.info.notebook
     store.point_head_at(run)  # like `git branch`, not `git checkout -b`: the run stays current
-    before = set(source.steps.names[: source.steps.names.index(at) + 1])
+    before = {  # effects are keyed by a step's first name, kept across renames
+        source.identity_of(name) for name in source.steps.names[: source.steps.names.index(at) + 1]
+    }
     anew = [
         {"step": e.step, "name": e.name, "state": e.state}
         for e in source.effects.values()
