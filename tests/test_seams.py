@@ -583,3 +583,28 @@ def test_a_script_run_from_another_folder_does_not_start_its_run_again(tmp_path:
     )
     assert elsewhere.returncode == 1 and "lives in" in elsewhere.stderr
     assert not (tmp_path / ".stepstone").exists()
+
+
+def test_a_step_renamed_in_a_python_plan_with_was_is_neither_run_nor_sent_again(workdir: Path):
+    ran: list[str] = []
+    sent: list[str] = []
+
+    def body(name: str):
+        def work() -> str:
+            ran.append(name)
+            if name.startswith("mail"):
+                stepstone.effect("send", lambda key: sent.append(key) or {"id": key})
+            return name
+
+        return work
+
+    for names in (["load", "mail", "report"], ["load", "mail-team", "report"]):
+        with stepstone.open_run("job") as run:
+            run.set_plan(names)  # the plan already says the new name
+            for name in names:
+                run.step(name, body(name), was="mail" if name == "mail-team" else None)
+    assert ran == ["load", "mail", "report"]  # the renamed step's record went with it
+    assert len(sent) == 1
+    with stepstone.open_run("job", drive=False) as reader:
+        assert reader.records["mail-team"].status == "confirmed"
+        assert "mail" not in reader.records

@@ -47,7 +47,7 @@ class Planner:
         )
         if not changes and not info_changed:
             return []
-        moved = self._moved_records(new)
+        moved = self._moved_records(new, new)
         writes: dict[str, bytes | None] = {}
         for old_name, record in moved:
             writes[step_path(old_name, legacy=state.legacy_layout)] = None
@@ -81,13 +81,16 @@ class Planner:
         self.verdicts.forget()
         return changes
 
-    def _moved_records(self, new: list[PlannedStep]) -> list[tuple[str, StepRecord]]:
-        """The records of renamed steps, under their new names (with their old names):
-        a step renamed is the same work, so its record, evidence and saved values go
-        with it and it is not run again for a new name (its source still counts)."""
+    def _moved_records(
+        self, renamed: Sequence[PlannedStep], plan: Sequence[PlannedStep]
+    ) -> list[tuple[str, StepRecord]]:
+        """The records of the `renamed` steps of `plan`, under their new names (with
+        their old names): a step renamed is the same work, so its record, evidence and
+        saved values go with it and it is not run again for a new name (its source
+        still counts)."""
         records, moved = self.state.records, []
-        identity = {step.name: step.identity for step in new}
-        for step in new:
+        identity = {step.name: step.identity for step in plan}
+        for step in renamed:
             old = step.renamed_from[-1] if step.renamed_from else None
             if old is None or step.name in records or old not in records:
                 continue
@@ -187,6 +190,8 @@ class Planner:
             outputs = outputs or existing.outputs
             source = source or existing.source_hash
             renamed_from = existing.renamed_from
+            if was is not None and was != name and was not in renamed_from:
+                renamed_from = (*renamed_from, was)  # a plan given with the new name
         elif was is not None:
             before = state.planned(was)
             renamed_from = (*before.renamed_from, was) if before is not None else (was,)
@@ -209,17 +214,28 @@ class Planner:
             # (its record, or its effects' intent), so a step costs one commit
             self.ledger.pending[plan_path(number)] = dump(wanted)
             return wanted
+        moved = self._moved_records([wanted], list(state.steps))
+        writes: dict[str, bytes | None] = {plan_path(number): dump(wanted)}
+        for old_name, record in moved:
+            writes[step_path(old_name, legacy=state.legacy_layout)] = None
+            writes[step_path(name, legacy=state.legacy_layout)] = dump(record)
         if existing is None:
             subject = f"plan: add step {number} {name}"
+        elif moved:
+            subject = f"plan: renamed {moved[0][0]} -> {name}"
         else:
             subject = f"plan: update step {number} {name}"
             self.notes.append(f"step {number} {name} changed since it was planned")
         self.ledger.commit(
-            {plan_path(number): dump(wanted)},
+            writes,
             subject,
             [(message.STATUS, "planned"), (message.STEP, f"{number} {name}")],
             indexed=True,
         )
+        for old_name, record in moved:
+            del state.records[old_name]
+            state.records[name] = record
+            self.verdicts.forget()
         return wanted
 
 
