@@ -76,11 +76,11 @@ def _git_daemon(base: Path) -> tuple[subprocess.Popen[bytes], str]:
     return daemon, url
 
 
-def _seed(folder: Path, url: str) -> None:
+def _seed(folder: Path, url: str, steps: int) -> None:
     """The run, planned, on the remote."""
     store = folder / ".stepstone"
     with stepstone.open_run("race", repo=store, workdir=folder) as run:
-        run.set_plan([f"s{i}" for i in range(STEPS)], goal="fenced race")
+        run.set_plan([f"s{i}" for i in range(steps)], goal="fenced race")
         remote.set_remote(run.store, url)
         remote.push(run.store, "race")
 
@@ -128,11 +128,12 @@ def test_eight_agents_racing_with_kills_and_pauses_send_each_effect_once(
     agents: dict[int, subprocess.Popen[bytes]] = {}
     paused: dict[int, float] = {}  # agent -> when to wake it
     counts = {"kills": 0, "pauses": 0, "lost": 0, "starts": 0}
+    steps = max(STEPS, round(STEPS * race_seconds / 12))  # a longer race, a longer run
     try:
-        _seed(tmp_path / "seed", url)
+        _seed(tmp_path / "seed", url, steps)
         folders = [_agent_folder(tmp_path, url, i) for i in range(AGENTS)]
         with Receiver(tmp_path / "receiver.db") as receiver:
-            env = {"RECEIVER": receiver.url, "RACE_LOG": str(log), "RACE_STEPS": str(STEPS)}
+            env = {"RECEIVER": receiver.url, "RACE_LOG": str(log), "RACE_STEPS": str(steps)}
 
             def start(i: int) -> None:
                 agents[i] = subprocess.Popen(
@@ -194,19 +195,19 @@ def test_eight_agents_racing_with_kills_and_pauses_send_each_effect_once(
         daemon.wait()
 
     keys = sorted(applied)
-    assert len(keys) == STEPS, applied
+    assert len(keys) == steps, applied
     assert set(applied.values()) == {1}, applied  # no effect twice, none lost
     with stepstone.open_run("race", repo=check / ".stepstone", drive=False) as run:
         status = run.status()
     assert status.finished
-    assert [s.state for s in status.steps] == ["verified"] * STEPS
+    assert [s.state for s in status.steps] == ["verified"] * steps
     counts["set aside"] = sum(
         len(git("for-each-ref", "refs/stepstone/diverged", cwd=f / ".stepstone").splitlines())
         for f in folders
     )
     epochs = _epochs_along(check / ".stepstone", "race")
     assert epochs == sorted(epochs), epochs  # nothing landed under an older lease
-    print(counts, "epochs:", sorted(set(epochs)))
+    print(counts, "epochs:", sorted(set(epochs)), f"{steps} effects")
     assert counts["kills"] + counts["pauses"] >= 3 and len(set(epochs) - {0}) >= 3, (
         "the race hardly tested anything",
         counts,
