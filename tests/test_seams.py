@@ -608,3 +608,18 @@ def test_a_step_renamed_in_a_python_plan_with_was_is_neither_run_nor_sent_again(
     with stepstone.open_run("job", drive=False) as reader:
         assert reader.records["mail-team"].status == "confirmed"
         assert "mail" not in reader.records
+    shown = json.loads(cli("show", "mail-team", "--json", cwd=workdir).stdout)
+    assert [e["name"] for e in shown["effects"]] == ["send"]  # keyed by its first name
+
+
+def test_a_chain_of_renames_in_one_plan_change_moves_each_record_once(workdir: Path):
+    ran: list[str] = []
+    with stepstone.open_run("job") as run:
+        run.set_plan(["a", "b"])
+        for name in ("a", "b"):
+            run.step(name, lambda name=name: ran.append(name) or name)
+    with stepstone.open_run("job") as run:  # a -> b and b -> c at once
+        run.set_plan([{"name": "b", "renamed_from": ["a"]}, {"name": "c", "renamed_from": ["b"]}])
+        assert run.step("b", lambda: ran.append("b2") or "b2").value == "a"
+        assert run.step("c", lambda: ran.append("c") or "c").value == "b"
+    assert ran == ["a", "b"]

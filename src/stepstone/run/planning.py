@@ -49,9 +49,7 @@ class Planner:
             return []
         moved = self._moved_records(new, new)
         writes: dict[str, bytes | None] = {}
-        for old_name, record in moved:
-            writes[step_path(old_name, legacy=state.legacy_layout)] = None
-            writes[step_path(record.name, legacy=state.legacy_layout)] = dump(record)
+        self._apply_moves(moved, writes)
         for step, row in zip(new, new_rows, strict=True):
             if step.number > len(old_rows) or old_rows[step.number - 1] != row:
                 writes[plan_path(step.number)] = dump(step)
@@ -75,9 +73,7 @@ class Planner:
             info_changed=True,
             indexed=True,
         )
-        for old_name, record in moved:
-            del state.records[old_name]
-            state.records[record.name] = record
+        self._moved(moved)
         self.verdicts.forget()
         return changes
 
@@ -87,18 +83,47 @@ class Planner:
         """The records of the `renamed` steps of `plan`, under their new names (with
         their old names): a step renamed is the same work, so its record, evidence and
         saved values go with it and it is not run again for a new name (its source
-        still counts)."""
-        records, moved = self.state.records, []
+        still counts). A step that keeps its old name keeps its record; a record left
+        by a step that is no longer planned gives way."""
+        state = self.state
+        records, planned_before = state.records, set(state.steps.names)
         identity = {step.name: step.identity for step in plan}
+        candidates = []
         for step in renamed:
             old = step.renamed_from[-1] if step.renamed_from else None
-            if old is None or step.name in records or old not in records:
+            if old is None or old == step.name or old not in records:
                 continue
             if identity.get(old) == step.identity:  # the old step is still in the plan
                 continue
-            record = records[old].model_copy(update={"name": step.name, "number": step.number})
-            moved.append((old, record))
-        return moved
+            candidates.append((old, step))
+        leaving = {old for old, _ in candidates}  # a chain in one change: b->c, a->b
+        return [
+            (old, records[old].model_copy(update={"name": step.name, "number": step.number}))
+            for old, step in candidates
+            if step.name not in records or step.name in leaving or step.name not in planned_before
+        ]
+
+    def _apply_moves(
+        self, moved: list[tuple[str, StepRecord]], writes: dict[str, bytes | None]
+    ) -> None:
+        """Add the moves' deletions, then their records, to `writes` (a chain deletes a
+        path it also writes)."""
+        legacy = self.state.legacy_layout
+        for old_name, _ in moved:
+            writes[step_path(old_name, legacy=legacy)] = None
+        for _, record in moved:
+            writes[step_path(record.name, legacy=legacy)] = dump(record)
+
+    def _moved(self, moved: list[tuple[str, StepRecord]]) -> None:
+        """Keep the committed moves in the run's records (and its verdicts afresh)."""
+        records = self.state.records
+        for old_name, _ in moved:
+            if old_name in records:
+                del records[old_name]
+        for _, record in moved:
+            records[record.name] = record
+        if moved:
+            self.verdicts.forget()
 
     def _carry_renames(self, new: list[PlannedStep]) -> list[PlannedStep]:
         """`new` with each step's earlier names: kept from the plan for a step it has,
@@ -190,8 +215,8 @@ class Planner:
             outputs = outputs or existing.outputs
             source = source or existing.source_hash
             renamed_from = existing.renamed_from
-            if was is not None and was != name and was not in renamed_from:
-                renamed_from = (*renamed_from, was)  # a plan given with the new name
+            if was is not None and self._renamed_in_a_plan(existing, was):  # plan says NAME
+                renamed_from = (was,)
         elif was is not None:
             before = state.planned(was)
             renamed_from = (*before.renamed_from, was) if before is not None else (was,)
@@ -214,11 +239,10 @@ class Planner:
             # (its record, or its effects' intent), so a step costs one commit
             self.ledger.pending[plan_path(number)] = dump(wanted)
             return wanted
-        moved = self._moved_records([wanted], list(state.steps))
+        renaming = existing is not None and renamed_from != existing.renamed_from
+        moved = self._moved_records([wanted], list(state.steps)) if renaming else []
         writes: dict[str, bytes | None] = {plan_path(number): dump(wanted)}
-        for old_name, record in moved:
-            writes[step_path(old_name, legacy=state.legacy_layout)] = None
-            writes[step_path(name, legacy=state.legacy_layout)] = dump(record)
+        self._apply_moves(moved, writes)
         if existing is None:
             subject = f"plan: add step {number} {name}"
         elif moved:
@@ -232,11 +256,21 @@ class Planner:
             [(message.STATUS, "planned"), (message.STEP, f"{number} {name}")],
             indexed=True,
         )
-        for old_name, record in moved:
-            del state.records[old_name]
-            state.records[name] = record
-            self.verdicts.forget()
+        self._moved(moved)
         return wanted
+
+    def _renamed_in_a_plan(self, existing: PlannedStep, was: str) -> bool:
+        """Whether `run.step(NAME, ..., was=OLD)` renames `existing`, planned as NAME by a
+        plan given with the new name: OLD is no longer planned, and NAME has neither
+        earlier names, nor a record, nor effects of its own that a new key would strand."""
+        state = self.state
+        return (
+            was != existing.name
+            and not existing.renamed_from
+            and state.planned(was) is None
+            and existing.name not in state.records
+            and not state.effect_book.of_step(existing.name)
+        )
 
 
 def _validated(steps: Sequence[PlannedStep | Mapping[str, Any] | str]) -> list[PlannedStep]:

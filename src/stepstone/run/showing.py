@@ -71,7 +71,7 @@ def show(view: RunView, step: str) -> dict[str, Any]:
         "effects": [
             {"key": e.key, "name": e.name, "state": e.state, "receipt": e.receipt}
             for e in view.effects.values()
-            if e.step == step
+            if e.step == view.identity_of(step)  # keyed by its first name, across renames
         ],
     }
 

@@ -126,6 +126,8 @@ class RunState:
         if step.number > len(self.steps):
             self.steps.append(step)
         else:
+            if self.steps[step.number - 1].identity != step.identity:
+                self._identities = None  # renamed: its old identity is no longer the plan's
             self.steps[step.number - 1] = step
         if self._identities is not None:
             self._identities.add(step.identity)
