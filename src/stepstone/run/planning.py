@@ -115,15 +115,13 @@ class Planner:
             writes[step_path(record.name, legacy=legacy)] = dump(record)
 
     def _moved(self, moved: list[tuple[str, StepRecord]]) -> None:
-        """Keep the committed moves in the run's records (and its verdicts afresh)."""
+        """Keep the committed moves in the run's records."""
         records = self.state.records
         for old_name, _ in moved:
             if old_name in records:
                 del records[old_name]
         for _, record in moved:
             records[record.name] = record
-        if moved:
-            self.verdicts.forget()
 
     def _carry_renames(self, new: list[PlannedStep]) -> list[PlannedStep]:
         """`new` with each step's earlier names: kept from the plan for a step it has,
@@ -257,6 +255,8 @@ class Planner:
             indexed=True,
         )
         self._moved(moved)
+        if moved:
+            self.verdicts.forget()  # the step is verified under its new name now
         return wanted
 
     def _renamed_in_a_plan(self, existing: PlannedStep, was: str) -> bool:
