@@ -23,10 +23,13 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
@@ -175,6 +178,12 @@ class Receiver:
             ).fetchall()
         return dict(rows)
 
+    def bodies(self) -> list[tuple[str, Any]]:
+        """Every request applied, as (endpoint, its JSON body), in the order applied."""
+        with _connect(self.db) as con:
+            rows = con.execute("SELECT kind, body FROM applied ORDER BY n").fetchall()
+        return [(kind, json.loads(body)) for kind, body in rows]
+
     def __enter__(self) -> Receiver:
         self._thread.start()
         return self
@@ -183,3 +192,29 @@ class Receiver:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join()
+
+
+# -- a client, for the drivers and notebooks that send to a receiver ----------------
+
+
+def send(url: str, kind: str, body: Any, headers: Mapping[str, str] | None = None) -> Any:
+    """POST `body` as JSON to the receiver at `url`, endpoint `kind`; its JSON answer."""
+    request = urllib.request.Request(
+        f"{url}/{kind}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def find(url: str, kind: str, ref: str) -> Any:
+    """What the receiver at `url` applied under reference `ref` at endpoint `kind`
+    (`lookup`, `fenced`), or None when it has nothing (404)."""
+    try:
+        with urllib.request.urlopen(f"{url}/{kind}/{ref}", timeout=30) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise

@@ -1,12 +1,11 @@
 """A realistic task for the random-kill soak (tests/test_soak.py): files, a decision,
 an unknown, and effects against three kinds of receiver, driven through the Python API."""
 
-import json
 import os
 import pathlib
 import time
-import urllib.error
-import urllib.request
+
+from receiver import find, send
 
 import stepstone
 
@@ -17,23 +16,11 @@ KINDS = ["keyed", "lookup", "blind"]
 
 
 def post(kind: str, key: str) -> dict:
-    headers = {"Content-Type": "application/json"}
-    if kind == "keyed":
-        headers["Idempotency-Key"] = key
-    body = json.dumps({"ref": key}).encode()
-    request = urllib.request.Request(f"{URL}/{kind}", data=body, headers=headers)
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
+    return send(URL, kind, {"ref": key}, {"Idempotency-Key": key} if kind == "keyed" else {})
 
 
 def lookup(key: str) -> dict | None:
-    try:
-        with urllib.request.urlopen(f"{URL}/lookup/{key}", timeout=30) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
+    return find(URL, "lookup", key)
 
 
 def work(i: int):

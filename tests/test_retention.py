@@ -13,15 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import stepstone_cli
-from receiver import Receiver
+from receiver import Receiver, find, send
 
 import stepstone
 from stepstone.errors import UnresolvedEffect
@@ -45,20 +43,7 @@ def _killed_after_the_receiver_committed(workdir: Path, receiver: Receiver, kind
 
 def _post(url: str, kind: str, key: str) -> Any:
     headers = {"Idempotency-Key": key} if kind == "keyed" else {}
-    body = json.dumps({"ref": key, "msg": "hello"}).encode()
-    request = urllib.request.Request(f"{url}/{kind}", data=body, headers=headers)
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
-
-
-def _find(url: str, key: str) -> Any:
-    try:
-        with urllib.request.urlopen(f"{url}/lookup/{key}", timeout=30) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
+    return send(url, kind, {"ref": key, "msg": "hello"}, headers)
 
 
 def _resume(receiver: Receiver, kind: str, *, later: float, **options: Any) -> None:
@@ -70,7 +55,7 @@ def _resume(receiver: Receiver, kind: str, *, later: float, **options: Any) -> N
             "notify",
             lambda key: _post(receiver.url, kind, key),
             keyed=kind == "keyed",
-            lookup=(lambda key: _find(receiver.url, key)) if kind == "lookup" else None,
+            lookup=(lambda key: find(receiver.url, "lookup", key)) if kind == "lookup" else None,
             payload={"msg": "hello"},
             **options,
         )

@@ -23,7 +23,6 @@ import os
 import random
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -51,8 +50,9 @@ EVENTS = (
 )
 
 HELPERS = """\
-import json, os, pathlib, time, urllib.error, urllib.request
+import os, pathlib, time
 import numpy, stepstone
+from receiver import find, send
 URL, TAG, LOG = os.environ["RECEIVER"], os.environ["SOAK_TAG"], os.environ["SOAK_LOG"]
 
 def ran(step):
@@ -60,22 +60,11 @@ def ran(step):
         log.write(step + "\\n")
 
 def post(kind, key, i):
-    headers = {"Content-Type": "application/json"}
-    if kind == "keyed":
-        headers["Idempotency-Key"] = key
-    body = json.dumps({"ref": key, "tag": TAG, "i": i}).encode()
-    request = urllib.request.Request(f"{URL}/{kind}", data=body, headers=headers)
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
+    headers = {"Idempotency-Key": key} if kind == "keyed" else {}
+    return send(URL, kind, {"ref": key, "tag": TAG, "i": i}, headers)
 
 def lookup(key):
-    try:
-        with urllib.request.urlopen(f"{URL}/lookup/{key}", timeout=30) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
+    return find(URL, "lookup", key)
 
 def previous(i):
     return int(pathlib.Path(f"out/s{i - 1}.txt").read_text()) if i else 1
@@ -175,8 +164,10 @@ class Job:
 
 
 def _env(**extra: str) -> dict[str, str]:
+    """This environment without stepstone's settings, with `extra`; the notebook's cells
+    import the receiver's client from the tests' folder."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
-    env.update(extra)
+    env.update(PYTHONPATH=str(DRIVER.parents[1]), **extra)
     return env
 
 
@@ -191,12 +182,9 @@ def _cli(job: Job, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _applied(db: Path, tag: str) -> list[tuple[str, int]]:
-    """The effects a receiver applied for runs tagged `tag`, as (kind, step number)."""
-    with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT kind, body FROM applied").fetchall()
-    bodies = [(kind, json.loads(body)) for kind, body in rows]
-    return sorted((kind, body["i"]) for kind, body in bodies if body["tag"] == tag)
+def _applied(receiver: Receiver, tag: str) -> list[tuple[str, int]]:
+    """The effects `receiver` applied for runs tagged `tag`, as (kind, step number)."""
+    return sorted((kind, body["i"]) for kind, body in receiver.bodies() if body["tag"] == tag)
 
 
 def _files(folder: Path) -> dict[str, str]:
@@ -391,7 +379,7 @@ class Soak:
                 check=False,
             )
             assert done.returncode == 0, done.stderr
-            self.cleans[mode] = (_files(folder), _applied(self.clean_receiver.db, tag))
+            self.cleans[mode] = (_files(folder), _applied(self.clean_receiver, tag))
         return self.cleans[mode]
 
     def finished_like_a_clean_run(self, job: Job, *, after: int = -1) -> None:
@@ -407,7 +395,7 @@ class Soak:
             assert reader.unknowns["U1"].answer == "yes"
         files, effects = self.clean(mode)
         assert _files(job.folder) == files, (job.done, mode)
-        assert _applied(self.receiver.db, job.run) == [e for e in effects if e[1] > after]
+        assert _applied(self.receiver, job.run) == [e for e in effects if e[1] > after]
 
 
 def test_random_kills_with_edits_answers_hand_offs_and_forks_end_as_a_clean_run(

@@ -13,13 +13,16 @@ lease or was refused by the receiver (the test starts it again).
 
 from __future__ import annotations
 
-import json
 import os
+import pathlib
+import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from receiver import find, send  # type: ignore[import-not-found]
 
 import stepstone
 from stepstone import remote
@@ -32,23 +35,11 @@ STEPS = int(os.environ.get("RACE_STEPS", "12"))
 
 
 def post(key: str) -> Any:
-    request = urllib.request.Request(
-        f"{URL}/fenced",
-        data=json.dumps({"ref": key}).encode(),
-        headers={"Content-Type": "application/json", "X-Fence": stepstone.fence_token() or ""},
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
+    return send(URL, "fenced", {"ref": key}, {"X-Fence": stepstone.fence_token() or ""})
 
 
 def lookup(key: str) -> Any:
-    try:
-        with urllib.request.urlopen(f"{URL}/fenced/{key}", timeout=30) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
+    return find(URL, "fenced", key)
 
 
 def work(i: int) -> Callable[[], Any]:
