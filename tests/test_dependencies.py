@@ -155,6 +155,19 @@ def test_moving_two_independent_cells_reruns_neither(first_run: Path):
     assert all(s["state"] == "verified" for s in _status(workdir)["steps"])
 
 
+def test_a_renamed_step_leaves_the_cells_that_read_it_verified(first_run: Path):
+    workdir = first_run.parent
+    nb = nbformat.read(str(first_run), as_version=4)
+    nb.cells[2].source = nb.cells[2].source.replace("%%step load ", "%%step load-upper ", 1)
+    nbformat.write(nb, str(first_run))  # the same body under a new name
+    assert _run(first_run) == []
+    status = _status(workdir)
+    assert all(s["state"] == "verified" for s in status["steps"])
+    assert not any("changed" in note for note in status["notes"]), status["notes"]
+    assert cli("rerun", "load-upper", "--downstream", "--why", "re-issued", cwd=workdir).stdout
+    assert _run(first_run) == ["load", "count"]  # count still reads it under its new name
+
+
 def test_by_default_every_cell_keeps_the_conservative_rule(workdir: Path):
     (workdir / "input.csv").write_text("a\nb\n")
     nb = _notebook(workdir)

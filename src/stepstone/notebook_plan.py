@@ -129,11 +129,9 @@ def notebook_changes(run: Run) -> list[str]:
         plan = plan_from_notebook(path, validate=False)
     except (InvalidInput, OSError):
         return []
-    from .index import plan_row
-    from .run.planning import plan_changes
+    from .run.planning import changes_from
 
-    old = [run.steps.row(i) for i in range(len(run.steps))]
-    return plan_changes(old, [plan_row(step) for step in plan])
+    return changes_from(run.state, plan)
 
 
 def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:

@@ -98,7 +98,10 @@ class Checker:
                 decision=self._decision,
                 answer=lambda key: u.answer if (u := self.state.unknowns.get(key)) else None,
                 workdir=self.workdir,
-                upstream=lambda name: (state_now(name), records.get(name)),
+                upstream=lambda name: (
+                    state_now(now := self.state.now_named(name)),
+                    records.get(now),
+                ),
                 kept=lambda path, seen: (
                     not self.driving()
                     and keeping.kept_as_seen(self.state, path, self.workdir, seen)

@@ -15,6 +15,7 @@ from ..models import PlannedStep, StepRecord, dump
 from ..verdicts import Verdicts
 from .layout import plan_path, step_path
 from .ledger import Ledger
+from .state import RunState
 
 
 class Planner:
@@ -36,7 +37,7 @@ class Planner:
     ) -> list[str]:
         """Commit a plan (names, mappings or `PlannedStep`s, in order); return what changed."""
         state = self.state
-        new = self._carry_renames(_validated(steps))
+        new = carry_renames(state, _validated(steps))
         old_rows = [state.steps.row(i) for i in range(len(state.steps))]
         new_rows = [plan_row(s) for s in new]
         changes = plan_changes(old_rows, new_rows)
@@ -123,69 +124,6 @@ class Planner:
         for _, record in moved:
             records[record.name] = record
 
-    def _carry_renames(self, new: list[PlannedStep]) -> list[PlannedStep]:
-        """`new` with each step's earlier names: kept from the plan for a step it has,
-        set by `--was OLD`, or found for a new step whose source is that of a step that
-        left the plan or whose own source changed (a clear rename, also when a new step
-        took the old name). A renamed step's effects keep their keys, so what it already
-        sent is never sent again; a step that takes a name another step's effects are
-        keyed by gets keys of its own."""
-        state = self.state
-        new_sources = {step.name: step.source_hash for step in new}
-        by_source: dict[str, list[PlannedStep]] = {}
-        for number, (_checks, _inputs, _outputs, source, _was) in state.steps.extras.items():
-            name = state.steps.names[number - 1]
-            if source and new_sources.get(name) != source:  # gone, or its source changed
-                by_source.setdefault(source, []).append(state.steps[number - 1])
-        carried = []
-        for step in new:
-            before: PlannedStep | None = None
-            declared = step.renamed_from[-1] if step.renamed_from else None
-            planned = state.planned(step.name)
-            if planned is not None and (
-                declared is None or planned.renamed_from[-1:] == (declared,)
-            ):
-                renamed_from = planned.renamed_from
-            elif declared is not None:
-                before = state.planned(declared)  # --was, new or added to a step the plan has
-                renamed_from = (declared,)
-            else:
-                twins = by_source.get(step.source_hash or "", [])
-                before = twins[0] if len(twins) == 1 else None
-                renamed_from = ()
-            if before is not None:
-                renamed_from = (*before.renamed_from, before.name)
-            if renamed_from != step.renamed_from:
-                step = step.model_copy(update={"renamed_from": renamed_from})
-            carried.append(step)
-        return self._own_identities(carried)
-
-    def _own_identities(self, steps: list[PlannedStep]) -> list[PlannedStep]:
-        """Give a step whose name another (renamed) step's effects are keyed by an
-        identity of its own, `NAME@2` and so on, never used by the plan or an effect."""
-        renamed = {step.identity for step in steps if step.renamed_from}
-        clashing = [s for s in steps if not s.renamed_from and s.name in renamed]
-        if not clashing:
-            return steps
-        taken = renamed | {s.identity for s in steps}
-        fresh = {step.name: self._fresh_identity(step.name, taken) for step in clashing}
-        return [
-            step.model_copy(update={"renamed_from": (fresh[step.name],)})
-            if step.name in fresh
-            else step
-            for step in steps
-        ]
-
-    def _fresh_identity(self, name: str, taken: set[str]) -> str:
-        """`NAME@k` for the smallest k from 2 that no step of `taken`, the plan or an
-        effect record uses; added to `taken`."""
-        used = taken | self.state.identities() | set(self.state.effect_book.steps())
-        k = 2
-        while f"{name}@{k}" in used:
-            k += 1
-        taken.add(f"{name}@{k}")
-        return f"{name}@{k}"
-
     def ensure_planned(
         self,
         name: str,
@@ -219,7 +157,7 @@ class Planner:
             before = state.planned(was)
             renamed_from = (*before.renamed_from, was) if before is not None else (was,)
         elif name in state.identities():  # a renamed step's effects are keyed by this name
-            renamed_from = (self._fresh_identity(name, set()),)
+            renamed_from = (_fresh_identity(state, name, set()),)
         wanted = PlannedStep(
             number=number,
             name=name,
@@ -296,6 +234,75 @@ def _validated(steps: Sequence[PlannedStep | Mapping[str, Any] | str]) -> list[P
         dupes = sorted(name for name, count in counts.items() if count > 1)
         raise PlanError(f"duplicate step names in the plan: {names.listing(dupes)}")
     return new
+
+
+def changes_from(state: RunState, steps: list[PlannedStep]) -> list[str]:
+    """What committing `steps` as the plan would change (`renamed a -> b`, ...)."""
+    old = [state.steps.row(i) for i in range(len(state.steps))]
+    return plan_changes(old, [plan_row(step) for step in carry_renames(state, steps)])
+
+
+def carry_renames(state: RunState, new: list[PlannedStep]) -> list[PlannedStep]:
+    """`new` with each step's earlier names: kept from the plan for a step it has,
+    set by `--was OLD`, or found for a new step whose source is that of a step that
+    left the plan or whose own source changed (a clear rename, also when a new step
+    took the old name). A renamed step's effects keep their keys, so what it already
+    sent is never sent again; a step that takes a name another step's effects are
+    keyed by gets keys of its own."""
+    new_sources = {step.name: step.source_hash for step in new}
+    by_source: dict[str, list[PlannedStep]] = {}
+    for number, (_checks, _inputs, _outputs, source, _was) in state.steps.extras.items():
+        name = state.steps.names[number - 1]
+        if source and new_sources.get(name) != source:  # gone, or its source changed
+            by_source.setdefault(source, []).append(state.steps[number - 1])
+    carried = []
+    for step in new:
+        before: PlannedStep | None = None
+        declared = step.renamed_from[-1] if step.renamed_from else None
+        planned = state.planned(step.name)
+        if planned is not None and (declared is None or planned.renamed_from[-1:] == (declared,)):
+            renamed_from = planned.renamed_from
+        elif declared is not None:
+            before = state.planned(declared)  # --was, new or added to a step the plan has
+            renamed_from = (declared,)
+        else:
+            twins = by_source.get(step.source_hash or "", [])
+            before = twins[0] if len(twins) == 1 else None
+            renamed_from = ()
+        if before is not None:
+            renamed_from = (*before.renamed_from, before.name)
+        if renamed_from != step.renamed_from:
+            step = step.model_copy(update={"renamed_from": renamed_from})
+        carried.append(step)
+    return _own_identities(state, carried)
+
+
+def _own_identities(state: RunState, steps: list[PlannedStep]) -> list[PlannedStep]:
+    """Give a step whose name another (renamed) step's effects are keyed by an
+    identity of its own, `NAME@2` and so on, never used by the plan or an effect."""
+    renamed = {step.identity for step in steps if step.renamed_from}
+    clashing = [s for s in steps if not s.renamed_from and s.name in renamed]
+    if not clashing:
+        return steps
+    taken = renamed | {s.identity for s in steps}
+    fresh = {step.name: _fresh_identity(state, step.name, taken) for step in clashing}
+    return [
+        step.model_copy(update={"renamed_from": (fresh[step.name],)})
+        if step.name in fresh
+        else step
+        for step in steps
+    ]
+
+
+def _fresh_identity(state: RunState, name: str, taken: set[str]) -> str:
+    """`NAME@k` for the smallest k from 2 that no step of `taken`, the plan or an
+    effect record uses; added to `taken`."""
+    used = taken | state.identities() | set(state.effect_book.steps())
+    k = 2
+    while f"{name}@{k}" in used:
+        k += 1
+    taken.add(f"{name}@{k}")
+    return f"{name}@{k}"
 
 
 def plan_changes(old: Sequence[PlanRow], new: Sequence[PlanRow]) -> list[str]:

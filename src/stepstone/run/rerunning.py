@@ -68,7 +68,7 @@ def _dependents(ledger: Ledger, number: int) -> list[str]:
         if record is None:
             continue
         reads = {
-            key[len(dependencies.STEP) :]
+            state.now_named(key[len(dependencies.STEP) :])
             for key in (record.inputs or {})
             if key.startswith(dependencies.STEP)
         }

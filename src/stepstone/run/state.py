@@ -153,6 +153,15 @@ class RunState:
         names, extras = self.steps.names, self.steps.extras
         return {names[number - 1]: was[0] for number, (*_, was) in extras.items() if was}
 
+    def now_named(self, name: str) -> str:
+        """What the plan calls the step once named `name` (`name` itself if planned)."""
+        if name in self.numbers:
+            return name
+        extras, names = self.steps.extras, self.steps.names
+        return next(
+            (names[number - 1] for number, (*_, was) in extras.items() if name in was), name
+        )
+
     def identities(self) -> set[str]:
         """The names the plan's steps key their effects by."""
         if self._identities is None:
