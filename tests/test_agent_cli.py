@@ -198,6 +198,22 @@ def test_diff_names_what_two_runs_recorded_differently(workdir: Path):
     assert found["unknowns"] == []  # both asked the same question and left it open
 
 
+def test_diff_pairs_a_step_renamed_in_one_run_with_its_old_name_in_the_other(workdir: Path):
+    with stepstone.open_run("job") as run:
+        run.set_plan(["load", "mail"])
+        for name in ("load", "mail"):
+            run.step(name, lambda name=name: name)
+    assert cli("fork", "job", "--at", "mail", "--as", "alt", cwd=workdir).returncode == 0
+    with stepstone.open_run("alt") as run:
+        run.set_plan(["load", {"name": "mail-team", "renamed_from": ["mail"]}])
+        run.step("load", lambda: "load")
+        run.step("mail-team", lambda: "mail")
+    found = json.loads(cli("diff", "job", "alt", "--json", cwd=workdir).stdout)
+    (row,) = found["steps"]
+    assert row["step"] == "mail-team" and row["differs"][0] == "renamed mail / mail-team"
+    assert row["a"] is not None and row["b"] is not None
+
+
 def test_the_docs_name_every_command_and_every_mcp_tool():
     import asyncio
 

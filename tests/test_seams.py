@@ -610,6 +610,8 @@ def test_a_step_renamed_in_a_python_plan_with_was_is_neither_run_nor_sent_again(
         assert "mail" not in reader.records
     shown = json.loads(cli("show", "mail-team", "--json", cwd=workdir).stdout)
     assert [e["name"] for e in shown["effects"]] == ["send"]  # keyed by its first name
+    logged = json.loads(cli("log", "--step", "mail-team", "--json", cwd=workdir).stdout)
+    assert {e["step"] for e in logged} == {"2 mail", "2 mail-team"}  # and its commits
 
 
 def test_a_chain_of_renames_in_one_plan_change_moves_each_record_once(workdir: Path):

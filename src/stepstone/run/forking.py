@@ -85,13 +85,14 @@ def fork(
 def diff(a: RunView, b: RunView) -> dict[str, Any]:
     """What runs `a` and `b` recorded differently: steps (status, evidence, outputs),
     decisions and unknowns' answers."""
-    order = list(dict.fromkeys([*a.steps.names, *b.steps.names]))
     steps = []
-    for name in order:
-        left, right = _side(a.records.get(name)), _side(b.records.get(name))
+    for name_a, name_b in _paired(a, b):
+        left, right = _side(a.records.get(name_a)), _side(b.records.get(name_b))
         differs = _differs(left, right)
+        if name_a != name_b:
+            differs.insert(0, f"renamed {name_a} / {name_b}")
         if differs:
-            steps.append({"step": name, "a": left, "b": right, "differs": differs})
+            steps.append({"step": name_b, "a": left, "b": right, "differs": differs})
     decisions = [
         {"key": key, "a": _value(a.decisions.get(key)), "b": _value(b.decisions.get(key))}
         for key in sorted({*a.decisions, *b.decisions})
@@ -112,6 +113,18 @@ def diff(a: RunView, b: RunView) -> dict[str, Any]:
         "decisions": decisions,
         "unknowns": unknowns,
     }
+
+
+def _paired(a: RunView, b: RunView) -> list[tuple[str, str]]:
+    """The steps of `a` and `b` side by side: a step renamed in one run (same
+    identity) is paired with its earlier name in the other."""
+    in_b = {b.state.identity_of(name): name for name in b.steps.names}
+    pairs = []
+    for name in a.steps.names:
+        pairs.append((name, in_b.pop(a.state.identity_of(name), name)))
+    paired_b = {name_b for _, name_b in pairs}
+    pairs += [(name, name) for name in b.steps.names if name not in paired_b]
+    return pairs
 
 
 def _side(record: StepRecord | None) -> dict[str, Any] | None:
