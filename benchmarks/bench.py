@@ -396,6 +396,68 @@ def langgraph_put(tmp: Path) -> Sampler | None:
     return put
 
 
+def langgraph_step(tmp: Path) -> tuple[Sampler | None, Callable[[], None]]:
+    """What LangGraph adds to a step of a graph checkpointed by SqliteSaver
+    (synchronous=FULL, durability="sync": each step's checkpoint is written before the
+    next step starts): a node that loops on itself, timed from the end of one node's
+    body to the start of the next. The peer of what `%%step` adds to a cell."""
+    try:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        from langgraph.graph import END, START, StateGraph
+    except ImportError:
+        return None, lambda: None
+    import sqlite3
+    from typing import TypedDict
+
+    class State(TypedDict):
+        i: int
+
+    go: queue.Queue[bool] = queue.Queue()
+    entered: queue.Queue[float | BaseException] = queue.Queue()
+
+    def work(state: State) -> State:
+        entered.put(time.perf_counter())
+        return {"i": state["i"] + 1} if go.get() else {"i": -1}
+
+    graph = StateGraph(State)
+    graph.add_node("work", work)
+    graph.add_edge(START, "work")
+    graph.add_conditional_edges("work", lambda state: END if state["i"] < 0 else "work")
+    con = sqlite3.connect(tmp / "langgraph-graph.sqlite", check_same_thread=False)
+    con.execute("PRAGMA synchronous=FULL")
+    app = graph.compile(checkpointer=SqliteSaver(con))
+
+    def drive() -> None:
+        try:
+            app.invoke(
+                {"i": 0},
+                {"configurable": {"thread_id": "t"}, "recursion_limit": 10**9},
+                durability="sync",
+            )
+        except BaseException as exc:  # handed to the measuring thread
+            entered.put(exc)
+
+    thread = threading.Thread(target=drive, daemon=True)
+    thread.start()
+    first = entered.get()
+    if isinstance(first, BaseException):
+        raise first
+
+    def one(i: int) -> float:
+        start = time.perf_counter()
+        go.put(True)
+        item = entered.get()
+        if isinstance(item, BaseException):
+            raise item
+        return (item - start) * 1000
+
+    def close() -> None:
+        go.put(False)
+        thread.join()
+
+    return one, close
+
+
 def stepstone_skip(tmp: Path, total: int) -> tuple[Sampler, Callable[[], None]]:
     """The skip path: a verified step's evidence re-checked and its value restored."""
     store = tmp / "skip"
@@ -537,6 +599,8 @@ def main() -> None:
         closers.append(close)
         magic, close = stepstone_magic(tmp)
         closers.append(close)
+        graph_step, close = langgraph_step(tmp)
+        closers.append(close)
         samplers: dict[str, Sampler | None] = {
             "floor: atomic write + fsync + rename + dir fsync": floor(tmp),
             "SQLite WAL insert, synchronous=FULL": sqlite_insert(tmp),
@@ -545,6 +609,7 @@ def main() -> None:
             "git add + git commit, core.fsync=all": git_cli_commit(tmp),
             "peer: DBOS step on SQLite": dbos,
             "peer: LangGraph SqliteSaver.put, synchronous=FULL": langgraph_put(tmp),
+            "peer: LangGraph adds to a graph's step (SqliteSaver, sync)": graph_step,
             "stepstone step (record + commit)": step,
             "stepstone step, incremental plan (no plan given)": incremental,
             "stepstone %%step adds to an IPython cell (incremental plan)": magic,

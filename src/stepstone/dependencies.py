@@ -32,6 +32,7 @@ import builtins
 import hashlib
 import json
 import posixpath
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -47,6 +48,16 @@ _WEAK = ("note", "completed")
 DYNAMIC = "<dynamic>"  # among a cell's reads: it reaches names the code does not show
 _REACHING = {"globals", "locals", "vars", "eval", "exec", "__import__", "get_ipython"}
 _BUILTINS = frozenset(dir(builtins))
+_SCOPES = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Lambda,
+    ast.ClassDef,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
 
 
 def cell_names(source: str) -> tuple[frozenset[str], frozenset[str]] | None:
@@ -66,9 +77,14 @@ def cell_names(source: str) -> tuple[frozenset[str], frozenset[str]] | None:
 
 def tree_names(tree: ast.Module) -> tuple[frozenset[str], frozenset[str]]:
     """`cell_names` of a cell's parsed code."""
+    return tree_reads(tree), frozenset(may_bind(tree))
+
+
+def tree_reads(tree: ast.Module) -> frozenset[str]:
+    """The names a cell's parsed code may read from the kernel (see `cell_names`)."""
     reads: set[str] = set()
     _statements(tree.body, reads, set())
-    return frozenset(reads), frozenset(may_bind(tree))
+    return frozenset(reads)
 
 
 def may_bind(tree: ast.Module) -> dict[str, None]:
@@ -76,33 +92,22 @@ def may_bind(tree: ast.Module) -> dict[str, None]:
     set): under `if`, `try`, a loop, `with`, `except` as well, imports included (a
     later cell may read any of them); not the names of its functions', classes' and
     comprehensions' own scopes."""
-    scopes = (
-        ast.FunctionDef,
-        ast.AsyncFunctionDef,
-        ast.Lambda,
-        ast.ClassDef,
-        ast.ListComp,
-        ast.SetComp,
-        ast.DictComp,
-        ast.GeneratorExp,
-    )
-    inner: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, scopes):
-            for child in ast.iter_child_nodes(node):
-                inner.update(id(n) for n in ast.walk(child))
     found: dict[str, None] = {}
-    for node in ast.walk(tree):
-        if id(node) in inner:
-            continue
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            found[node.id] = None
+    # breadth first, as ast.walk does; the insides of a scope are not the cell's
+    todo: deque[ast.AST] = deque([tree])
+    while todo:
+        node = todo.popleft()
+        if isinstance(node, ast.Name):
+            if not isinstance(node.ctx, ast.Load):
+                found[node.id] = None
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             found.update(dict.fromkeys((a.asname or a.name).split(".")[0] for a in node.names))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or (
             isinstance(node, ast.ExceptHandler) and node.name
         ):
             found[node.name] = None  # type: ignore[index]
+        if not isinstance(node, _SCOPES):
+            todo.extend(ast.iter_child_nodes(node))
     return found
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from . import bigvalues
 from .cellargs import parse_step_line, split_cell
 from .checks import names_read
-from .dependencies import DYNAMIC, may_bind, tree_names
+from .dependencies import DYNAMIC, may_bind, tree_reads
 from .errors import InvalidInput, StepstoneError
 
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -57,7 +57,7 @@ def read_cell(code: str) -> Cell | None:
     rest = ast.Module(
         body=[s for s in tree.body if not isinstance(s, _DEFINITIONS)], type_ignores=[]
     )
-    found, _ = tree_names(tree)
+    found = tree_reads(tree)
     reads = None if DYNAMIC in found or _evaluates_text(tree) else found
     if reads is not None:  # `del x` needs x
         reads = reads | _names(tree, ast.Del)

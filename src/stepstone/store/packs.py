@@ -52,8 +52,25 @@ class PackedObject:
 
 
 def pack_entry(kind: bytes, content: bytes) -> bytes:
-    """An undeltified pack entry: type and size header, then the zlib stream."""
-    return entry_header(TYPE_CODES[kind], len(content)) + deflate(content)
+    """An undeltified pack entry: type and size header, then the zlib stream (a tree's
+    stored: its object ids do not compress, and compressing costs a step more than the
+    bytes it saves)."""
+    packed = stored(content) if kind == b"tree" else deflate(content)
+    return entry_header(TYPE_CODES[kind], len(content)) + packed
+
+
+def stored(content: bytes) -> bytes:
+    """`content` as a zlib stream of stored (uncompressed) deflate blocks."""
+    blocks = [b"\x78\x01"]
+    for at in range(0, len(content), 65535):
+        block = content[at : at + 65535]
+        final = at + 65535 >= len(content)
+        blocks.append(struct.pack("<BHH", final, len(block), len(block) ^ 0xFFFF))
+        blocks.append(block)
+    if not content:
+        blocks.append(b"\x01\x00\x00\xff\xff")
+    blocks.append(struct.pack(">I", zlib.adler32(content)))
+    return b"".join(blocks)
 
 
 def deflate(content: bytes) -> bytes:

@@ -156,6 +156,9 @@ class Refs:
         """The latest commit of `run`, or None; a run with no local ref starts from its
         remote-tracking branch, if any."""
         ref = self.ref(run)
+        loose = _loose_target(self.git_dir / ref)
+        if loose is not None:
+            return loose
         try:
             reference = self._repo.references.get(ref)
         except pygit2.GitError as exc:
@@ -234,3 +237,20 @@ class Refs:
         for lock in stale:
             lock.unlink(missing_ok=True)
         return stale
+
+
+def _loose_target(path: Path) -> str | None:
+    """The commit a loose ref file names, read directly (a step's commit reads its
+    ref under the lock; libgit2 spends far more on it); None when the ref is packed,
+    symbolic or unreadable (libgit2 then reads it, and says what is wrong)."""
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(42)
+    except OSError:
+        return None
+    if len(content) != 41 or content[40:] != b"\n" or content[:40].strip(_HEX):
+        return None
+    return content[:40].decode("ascii")
+
+
+_HEX = b"0123456789abcdef"
