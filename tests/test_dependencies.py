@@ -230,6 +230,18 @@ def test_a_kill_in_the_middle_then_a_revised_decision_reruns_only_what_it_must(
     assert again == []
 
 
+def test_each_cell_is_read_from_its_own_code_when_cells_follow_one_another():
+    from stepstone.namespace import read_cell
+
+    for a, b in [("x = y", "y = x"), ("x = y\n", "x = y + 1"), ("!ls", "x = y")]:
+        first, second = cell_names(a), cell_names(b)
+        again = cell_names(a)
+        assert again == first  # the second cell's reading did not stand in for the first's
+        assert second is not None and second[1] == frozenset({b.split()[0]})
+        shape = read_cell(b + "\n")
+        assert shape is not None and shape.binds == (b.split()[0],)
+
+
 def test_a_cells_reads_are_what_it_uses_before_it_binds_them():
     reads, binds = cell_names(
         "with open('log') as f:\n    f.write('x')\ntotal = total + sum(r for r in rows)"

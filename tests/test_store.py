@@ -107,6 +107,22 @@ def test_a_moved_ref_is_never_overwritten(workdir: Path):
         run.step("two", lambda: 2)
 
 
+def test_a_ref_moved_while_packed_is_never_overwritten(workdir: Path):
+    run = stepstone.open_run("demo")
+    run.step("one", lambda: 1)
+    store = workdir / ".stepstone"
+    git("pack-refs", "--all", "--prune", cwd=store)  # as git gc does: no loose ref file
+    run.step("two", lambda: 2)  # read from packed-refs, then written loose
+    git("pack-refs", "--all", "--prune", cwd=store)
+    tip = git("rev-parse", "refs/heads/demo", cwd=store).strip()
+    first = git("rev-list", "--max-parents=0", "HEAD", cwd=store).strip()
+    packed = store / "packed-refs"
+    packed.write_text(packed.read_text().replace(tip, first))  # moved behind our back
+    with pytest.raises(stepstone.StoreError, match="nothing was recorded"):
+        run.step("three", lambda: 3)
+    fsck(store)
+
+
 def test_each_commit_is_one_pack_and_small_packs_are_merged_as_they_pile_up(workdir: Path):
     with stepstone.open_run("many") as run:
         run.set_plan([f"s{i}" for i in range(300)])

@@ -132,14 +132,12 @@ def _drain(sink: Sink, first: list[bytes], chunks: Iterator[Any]) -> Written:
 
 
 def _save_parquet(value: Any, store: BigStore) -> tuple[str, Written] | None:
-    import pandas as pd
-
     scratch = f"{store.scratch_dir}/tmp_pack_stepstone_frame_{os.getpid()}_{threading.get_ident()}"
     os.makedirs(store.scratch_dir, exist_ok=True)
     try:
         value.to_parquet(scratch)
         if not plainly_parquet(value):
-            back = pd.read_parquet(scratch)
+            back = artifacts.read_parquet(scratch)
             if type(back) is not type(value) or not artifacts.same_value(back, value):
                 return None
             del back
@@ -190,9 +188,7 @@ def load(fmt: str, reader: io.RawIOBase, size: int) -> Any:
     if fmt == "npy":
         return _load_npy(reader, size)
     if fmt == "parquet":
-        import pandas as pd
-
-        return pd.read_parquet(io.BufferedReader(reader, 1 << 20))
+        return artifacts.read_parquet(io.BufferedReader(reader, 1 << 20))
     raise ValueError(f"no streaming load for {fmt!r}")
 
 

@@ -68,11 +68,27 @@ def cell_names(source: str) -> tuple[frozenset[str], frozenset[str]] | None:
     so does a read of a name bound only under `if`, `try` or a loop, or a global read
     inside a function. A cell that can reach names its code does not show (`global`,
     `globals()`, `eval`...) reads `DYNAMIC`."""
+    tree = parsed(source)
+    return None if tree is None else tree_names(tree)
+
+
+_last_parsed: tuple[str, ast.Module | None] = ("", None)
+
+
+def parsed(code: str) -> ast.Module | None:
+    """A cell's code parsed (read, not to be changed), or None when it is not Python.
+    A step reads its cell twice (what it may read and bind, and what it leaves in the
+    kernel): the last one parsed is kept for the second read."""
+    global _last_parsed
+    key = code if code.endswith("\n") else code + "\n"  # IPython's cells end with one
+    if _last_parsed[0] == key and _last_parsed[1] is not None:
+        return _last_parsed[1]
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(key)
     except (SyntaxError, ValueError):
         return None
-    return tree_names(tree)
+    _last_parsed = (key, tree)
+    return tree
 
 
 def tree_names(tree: ast.Module) -> tuple[frozenset[str], frozenset[str]]:

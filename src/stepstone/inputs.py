@@ -58,7 +58,7 @@ def _call(name: str, args: str) -> str:
 
 def rewrite(lines: list[str]) -> list[str]:
     """Input transformer: each stepstone line magic as an explicit call, safe from `?`."""
-    if not lines or lines[0].startswith("%%"):
+    if not lines or lines[0].startswith("%%") or not any("%" in line for line in lines):
         return lines  # a cell magic's body is its own (%%step transforms its body itself)
     for first, last, col, text in reversed(list(_magic_lines(lines))):
         name, _, args = text[1:].partition(" ")

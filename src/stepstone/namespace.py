@@ -21,7 +21,7 @@ from typing import Any
 from . import bigvalues
 from .cellargs import parse_step_line, split_cell
 from .checks import names_read
-from .dependencies import DYNAMIC, may_bind, tree_reads
+from .dependencies import DYNAMIC, may_bind, parsed, tree_reads
 from .errors import InvalidInput, StepstoneError
 
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -47,9 +47,8 @@ class Cell:
 def read_cell(code: str) -> Cell | None:
     """Read a cell's code (IPython syntax already turned into Python), or None when it
     does not parse."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    tree = parsed(code)
+    if tree is None:
         return None
     definitions = ast.Module(
         body=[s for s in tree.body if isinstance(s, _DEFINITIONS)], type_ignores=[]

@@ -64,9 +64,6 @@ class Tree:
             at = nul + 21
         return tree
 
-    def copy(self) -> Tree:
-        return Tree(dict(self.lines), list(self.order))
-
     def get(self, name: bytes) -> tuple[bytes, bytes] | None:
         """(mode, 20-byte id) of entry `name`, or None."""
         line = self.lines.get(name) or self.lines.get(name + b"/")
@@ -144,16 +141,17 @@ class ObjectWriter:
         """Forget the objects added since the last `finish` (the commit failed)."""
         self._pending.clear()
 
-    def tree(self, oid: bytes) -> Tree:
-        """The entries of a stored tree (a copy the caller may change)."""
-        kept = self._trees.get(oid)
-        if kept is None:
-            raw = self._formatted.get(oid)
-            kept = Tree.parse(raw if raw is not None else self._read_tree(oid))
-            self._keep(oid, kept)
-        else:
-            self._trees.move_to_end(oid)
-        return kept.copy()
+    def take(self, oid: bytes) -> Tree:
+        """The entries of a stored tree, for the caller to change: the caches let go of
+        it (a tree changed is superseded; one left as it was is kept again when written)."""
+        kept = self._trees.pop(oid, None)
+        if kept is not None:
+            return kept
+        raw = self._formatted.pop(oid, None)
+        if raw is not None:
+            self._formatted_size -= len(raw)
+            return Tree.parse(raw)
+        return Tree.parse(self._read_tree(oid))
 
     def write_tree(self, tree: Tree) -> bytes:
         oid = self.write(b"tree", tree.format())
@@ -172,18 +170,12 @@ class ObjectWriter:
         while self._formatted_size > _FORMATTED_BUDGET:
             self._formatted_size -= len(self._formatted.popitem(last=False)[1])
 
-    def _forget(self, oid: bytes) -> None:
-        self._trees.pop(oid, None)
-        raw = self._formatted.pop(oid, None)
-        if raw is not None:
-            self._formatted_size -= len(raw)
-
     def apply(
         self, tree: bytes | None, updates: Mapping[tuple[bytes, ...], bytes | None]
     ) -> bytes | None:
         """Write the tree that is `tree` with `updates` (path parts to blob id, None
         deletes); its id, or None when it ends up empty."""
-        entries = self.tree(tree) if tree is not None else Tree()
+        entries = self.take(tree) if tree is not None else Tree()
         children: dict[bytes, dict[tuple[bytes, ...], bytes | None]] = {}
         for parts, blob in updates.items():
             if len(parts) == 1:
@@ -201,7 +193,4 @@ class ObjectWriter:
                 entries.remove(name)
             else:
                 entries.set(name, TREE_MODE, new)
-        result = None if not entries and tree is not None else self.write_tree(entries)
-        if tree is not None and result != tree:
-            self._forget(tree)  # superseded: the caches keep the trees in use
-        return result
+        return None if not entries and tree is not None else self.write_tree(entries)

@@ -32,6 +32,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import IO, Any
 
 from .durable import Unflushed
@@ -111,13 +112,10 @@ def format_pack(entries: Sequence[bytes]) -> tuple[bytes, list[int]]:
 def format_index(objects: Iterable[tuple[bytes, int, int]], pack_sha: bytes) -> bytes:
     """A version 2 index of (id, crc32, offset) triples for the pack named by `pack_sha`."""
     ordered = sorted(objects)
-    fanout = [0] * 256
+    counts = [0] * 256
     for oid, _, _ in ordered:
-        fanout[oid[0]] += 1
-    total = 0
-    for i in range(256):
-        total += fanout[i]
-        fanout[i] = total
+        counts[oid[0]] += 1
+    fanout = list(accumulate(counts))
     small: list[int] = []
     large: list[int] = []
     for _, _, offset in ordered:
