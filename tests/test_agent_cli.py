@@ -60,8 +60,11 @@ def test_a_decision_revised_from_the_command_line_stands_over_the_unchanged_cell
     workdir: Path,
 ):
     nb = _quickstart(workdir)
+    preview = cli("decide", "threshold", "110", "--why", "a look", "--dry-run", cwd=workdir)
+    assert preview.returncode == 0, preview.stderr
+    assert "105 → 110 would run again: report (nothing recorded)" in preview.stdout
     refused = cli("decide", "threshold", "110", "--why", "too many flagged", cwd=workdir)
-    assert refused.returncode == 2 and "--revise" in refused.stderr
+    assert refused.returncode == 2 and "--revise" in refused.stderr  # the preview decided nothing
     done = cli("decide", "threshold", "110", "--why", "too many flagged", "--revise", cwd=workdir)
     assert done.returncode == 0, done.stderr
     assert "105 → 110" in done.stdout and "runs again: report" in done.stdout

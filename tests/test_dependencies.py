@@ -164,6 +164,10 @@ def test_a_renamed_step_leaves_the_cells_that_read_it_verified(first_run: Path):
     status = _status(workdir)
     assert all(s["state"] == "verified" for s in status["steps"])
     assert not any("changed" in note for note in status["notes"]), status["notes"]
+    count = next(s for s in status["steps"] if s["name"] == "count")
+    assert set(count["inputs"]) == {"file:clean.csv", "step:load-upper"}  # named as now
+    by_old_name = cli("log", "--step", "load", cwd=workdir)  # its earlier name finds it
+    assert by_old_name.returncode == 0 and "step 1 load: confirmed" in by_old_name.stdout
     assert cli("rerun", "load-upper", "--downstream", "--why", "re-issued", cwd=workdir).stdout
     assert _run(first_run) == ["load", "count"]  # count still reads it under its new name
 

@@ -64,6 +64,8 @@ def brief_text(run: str | None, repo: str | None) -> str:
 def log(run: str | None, repo: str | None, step: str | None = None) -> list[dict[str, Any]]:
     """The run's commits, newest first, with their status, step and evidence trailers."""
     view = reader(run, repo)
+    if step is not None:
+        step = view.state.now_named(step)  # a step's earlier name finds it too
     if step is not None and step not in view.steps.names:
         known = names.listing(view.steps.names)
         raise InvalidInput(f"run {view.id!r} has no step {step!r} (steps: {known})")
@@ -174,10 +176,18 @@ def decide(
     why: str,
     *,
     revise: bool = False,
+    dry_run: bool = False,
     via: str,
 ) -> dict[str, Any]:
     """Decide `key`; a revision stands over the notebook's unchanged `%decide` line.
-    `was` is the value before, `runs_again` the steps that read it and run again."""
+    `was` is the value before, `runs_again` the steps that read it and run again;
+    `dry_run` records nothing and says what would run again."""
+    if dry_run:
+        view = reader(run, repo)
+        before = view.decisions.get(key)
+        was = before.value if before is not None else None
+        again = view.readers(key) if was is not None and was != str(value) else []
+        return {"run": view.id, "key": key, "value": str(value), "was": was, "runs_again": again}
     with driver(run, repo, via) as held:
         before = held.decisions.get(key)
         was = before.value if before is not None else None

@@ -56,6 +56,7 @@ def ask(question: str, run_id: str | None, repo: str | None, as_json: bool) -> N
 @click.argument("value")
 @click.option("--why", required=True, help="Why (recorded with the decision).")
 @click.option("--revise", is_flag=True, help="Change a decision already made.")
+@click.option("--dry-run", is_flag=True, help="Record nothing: say which steps would run again.")
 @run_option
 @repo_option
 @json_option
@@ -65,13 +66,20 @@ def decide(
     value: str,
     why: str,
     revise: bool,
+    dry_run: bool,
     run_id: str | None,
     repo: str | None,
     as_json: bool,
 ) -> None:
     """Decide KEY=VALUE with its reason. A revision stands over the notebook's `%decide`
     line for KEY until that line is edited; the steps that read KEY run again."""
-    done = actions.decide(run_id, repo, key, value, why, revise=revise, via="cli")
+    done = actions.decide(run_id, repo, key, value, why, revise=revise, dry_run=dry_run, via="cli")
+    if dry_run:
+        from .. import render
+
+        preview = render.decision_preview(key, done["was"], value, done["runs_again"])
+        _echo(as_json, done, f"run {done['run']}: {preview}")
+        return
     if done["was"] is None or done["was"] == value:
         text = f"decided {key}={value} ({why})"
     else:

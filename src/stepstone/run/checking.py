@@ -195,7 +195,7 @@ class Checker:
             if name is not None and table.kinds[at] in noted:
                 record = records.get(name)
                 if record is not None and record.inputs is not None:
-                    found[name] = record.inputs
+                    found[name] = self.state.inputs_now(record.inputs)
         return found
 
     def _interrupted(self, results: list[StepStatus]) -> list[StepStatus]:

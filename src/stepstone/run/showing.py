@@ -61,7 +61,7 @@ def show(view: RunView, step: str) -> dict[str, Any]:
         "evidence": [
             e.model_dump(mode="json", exclude={"schema_version"}) for e in record.evidence
         ],
-        "inputs": record.inputs,
+        "inputs": record.inputs and view.state.inputs_now(record.inputs),
         "reads": list(record.reads),
         "binds": list(record.binds),
         "outputs": outputs(view, step),

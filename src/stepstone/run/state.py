@@ -162,6 +162,15 @@ class RunState:
             (names[number - 1] for number, (*_, was) in extras.items() if name in was), name
         )
 
+    def inputs_now(self, inputs: dict[str, str | None]) -> dict[str, str | None]:
+        """A record's inputs with each step it read named as the plan names it now."""
+        if not any(key.startswith("step:") for key in inputs):
+            return inputs
+        return {
+            f"step:{self.now_named(key[5:])}" if key.startswith("step:") else key: seen
+            for key, seen in inputs.items()
+        }
+
     def identities(self) -> set[str]:
         """The names the plan's steps key their effects by."""
         if self._identities is None:
