@@ -34,12 +34,12 @@ with contextlib.redirect_stdout(io.StringIO()):
     ip.run_line_magic("resume", f"--run magic --repo {folder}/store")
     run = stepstone.open_run("api", repo=f"{folder}/api")
     for i in range(20):  # warm: the first steps read and build what later ones reuse
-        ip.run_cell_magic("step", f"w{i}", f"x = 1  # cell {i}")
+        ip.run_cell(f"%%step w{i}\nx = 1  # cell {i}", store_history=True)
         ip.run_cell(f"x = 1  # cell {i}", store_history=True)
         run.step(f"w{i}", lambda: None)
     for i in range(n):
         if mode == "magic":
-            ip.run_cell_magic("step", f"m{i}", f"x = 1  # cell {i}")
+            ip.run_cell(f"%%step m{i}\nx = 1  # cell {i}", store_history=True)
         elif mode == "api":
             run.step(f"s{i}", lambda: None)
         elif mode == "plain":

@@ -60,7 +60,11 @@ def test_a_decision_revised_from_the_command_line_stands_over_the_unchanged_cell
     workdir: Path,
 ):
     nb = _quickstart(workdir)
-    preview = cli("decide", "threshold", "110", "--why", "a look", "--dry-run", cwd=workdir)
+    unrevised = cli("decide", "threshold", "110", "--why", "a look", "--dry-run", cwd=workdir)
+    assert unrevised.returncode == 2 and "--revise" in unrevised.stderr  # as the real one
+    preview = cli(
+        "decide", "threshold", "110", "--why", "a look", "--revise", "--dry-run", cwd=workdir
+    )
     assert preview.returncode == 0, preview.stderr
     assert "105 → 110 would run again: report (nothing recorded)" in preview.stdout
     refused = cli("decide", "threshold", "110", "--why", "too many flagged", cwd=workdir)

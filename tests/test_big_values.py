@@ -258,3 +258,15 @@ def test_a_damaged_big_value_is_not_loaded_and_its_step_runs_again(workdir):
     with stepstone.open_run("big") as run:
         again = run.step("make", lambda: ran.append(1) or array)
     assert ran == [1] and not again.skipped
+
+
+@pytest.mark.parametrize("rows", [10, 200_000])  # a small value, and one past the big road
+def test_a_frame_given_back_on_skip_can_be_changed_in_place(workdir, rows):
+    frame = pd.DataFrame({"a": np.arange(rows), "b": np.linspace(0, 1, rows)})
+    with stepstone.open_run("frames") as run:
+        run.step("make", lambda: frame)
+    with stepstone.open_run("frames") as run:
+        back = run.step("make", lambda: 1 / 0).value  # skipped: its frame is restored
+    back.loc[0, "a"] = 5
+    back["b"] *= 2
+    assert back.loc[0, "a"] == 5 and back["b"].iloc[-1] == 2.0

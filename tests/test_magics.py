@@ -322,3 +322,30 @@ def test_a_step_cell_not_in_the_saved_notebook_asks_for_a_save(
     assert ip.user_ns["x"] == 2
     with pytest.raises(UsageError, match=r"not in job\.ipynb as last saved: save the notebook"):
         ip.run_cell_magic("step", "c", "z = 3  # a new cell, not saved")
+
+
+def test_a_reader_of_a_renamed_step_is_not_tied_to_a_new_step_that_took_its_old_name(
+    ip, workdir: Path
+):
+    make_a = "import pathlib\npathlib.Path('a.txt').write_text('a')"
+    read_a = (
+        "import pathlib\nwith open('ran.log', 'a') as log:\n    log.write('clean ')\n"
+        "pathlib.Path('b.txt').write_text(pathlib.Path('a.txt').read_text())"
+    )
+    ip.run_line_magic("resume", "--run job")
+    load = '{"name": "load", "checks": ["file:a.txt"]}'
+    clean = '{"name": "clean", "checks": ["file:b.txt"]}'
+    ip.run_cell_magic("plan", "", f"[{load}, {clean}]")
+    ip.run_cell_magic("step", "load --check file:a.txt", make_a)
+    ip.run_cell_magic("step", "clean --check file:b.txt", read_a)  # reads load's a.txt
+    fetch = '{"name": "fetch", "renamed_from": ["load"], "checks": ["file:a.txt"]}'
+    new_load = '{"name": "load", "checks": ["file:c.txt"]}'  # a new step takes the old name
+    ip.run_cell_magic("plan", "", f"[{fetch}, {clean}, {new_load}]")
+    ip.run_cell_magic("step", "fetch --check file:a.txt", make_a)
+    ip.run_cell_magic("step", "clean --check file:b.txt", read_a)
+    new = "import pathlib\npathlib.Path('c.txt').write_text('c')"
+    ip.run_cell_magic("step", "load --check file:c.txt", new)
+    with stepstone.open_run("job", drive=False) as reader:
+        states = {s.name: (s.state, s.reason) for s in reader.status().steps}
+    assert states["clean"] == ("verified", ""), states  # it read fetch's a.txt, not load's
+    assert (workdir / "ran.log").read_text() == "clean "  # and was skipped

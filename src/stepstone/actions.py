@@ -183,7 +183,10 @@ def decide(
     `was` is the value before, `runs_again` the steps that read it and run again;
     `dry_run` records nothing and says what would run again."""
     if dry_run:
+        from .run.questions import refuse_decision
+
         view = reader(run, repo)
+        refuse_decision(view.decisions, key, str(value), why, revise=revise)
         before = view.decisions.get(key)
         was = before.value if before is not None else None
         again = view.readers(key) if was is not None and was != str(value) else []

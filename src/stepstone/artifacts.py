@@ -124,19 +124,6 @@ def _parquet(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def read_parquet(source: Any) -> Any:
-    """A frame read from Parquet (a path or a binary file), the one way every frame is
-    read back: pandas 3 lets Arrow free each column as it is converted, so reading
-    takes about the frame's size once more instead of twice."""
-    import pandas as pd
-
-    if int(pd.__version__.split(".")[0]) >= 3:
-        return pd.read_parquet(
-            source, to_pandas_kwargs={"self_destruct": True, "split_blocks": True}
-        )
-    return pd.read_parquet(source)
-
-
 def _comes_back(fmt: str, data: bytes, value: Any) -> bool:
     """Whether `data` decodes to a value of `value`'s type that equals it."""
     try:
@@ -227,7 +214,9 @@ def decode(fmt: str, data: bytes) -> Any:
 
         return np.load(io.BytesIO(data), allow_pickle=False)
     if fmt == "parquet":
-        return read_parquet(io.BytesIO(data))
+        import pandas as pd
+
+        return pd.read_parquet(io.BytesIO(data))
     if fmt == tagged.FORMAT:
         return tagged.loads(data)
     if fmt == "pickle":

@@ -137,7 +137,7 @@ def _save_parquet(value: Any, store: BigStore) -> tuple[str, Written] | None:
     try:
         value.to_parquet(scratch)
         if not plainly_parquet(value):
-            back = artifacts.read_parquet(scratch)
+            back = _read_back(scratch)
             if type(back) is not type(value) or not artifacts.same_value(back, value):
                 return None
             del back
@@ -149,6 +149,18 @@ def _save_parquet(value: Any, store: BigStore) -> tuple[str, Written] | None:
     finally:
         if os.path.exists(scratch):
             os.unlink(scratch)
+
+
+def _read_back(path: str) -> Any:
+    """The frame saved at `path`, read only to compare and drop: pandas 3 lets Arrow
+    free each column as it converts (the columns may then be read-only views, which is
+    why a frame given back to a kernel is read the plain way)."""
+    import pandas as pd
+
+    if int(pd.__version__.split(".")[0]) >= 3:
+        kwargs = {"self_destruct": True, "split_blocks": True}
+        return pd.read_parquet(path, to_pandas_kwargs=kwargs)
+    return pd.read_parquet(path)
 
 
 def plainly_parquet(frame: Any) -> bool:
@@ -188,7 +200,9 @@ def load(fmt: str, reader: io.RawIOBase, size: int) -> Any:
     if fmt == "npy":
         return _load_npy(reader, size)
     if fmt == "parquet":
-        return artifacts.read_parquet(io.BufferedReader(reader, 1 << 20))
+        import pandas as pd
+
+        return pd.read_parquet(io.BufferedReader(reader, 1 << 20))
     raise ValueError(f"no streaming load for {fmt!r}")
 
 

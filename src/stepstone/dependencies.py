@@ -81,8 +81,9 @@ def parsed(code: str) -> ast.Module | None:
     kernel): the last one parsed is kept for the second read."""
     global _last_parsed
     key = code if code.endswith("\n") else code + "\n"  # IPython's cells end with one
-    if _last_parsed[0] == key and _last_parsed[1] is not None:
-        return _last_parsed[1]
+    last_key, last_tree = _last_parsed  # one read: another thread may replace it
+    if last_key == key and last_tree is not None:
+        return last_tree
     try:
         tree = ast.parse(key)
     except (SyntaxError, ValueError):
@@ -326,12 +327,13 @@ def changed_input(
     decision: Callable[[str], str | None],
     answer: Callable[[str], str | None],
     workdir: Path,
-    upstream: Callable[[str], tuple[str, StepRecord | None]],
+    upstream: Callable[[str, str | None], tuple[str, StepRecord | None]],
     kept: Callable[[str, str | None], bool] = lambda path, seen: False,
 ) -> str | None:
     """Why a step's recorded inputs no longer hold, or None. `decision(key)` is a
-    decision's value now; `upstream(name)` a step's state now and its record;
-    `kept(path, seen)` whether a missing file is kept in the store as it was seen."""
+    decision's value now; `upstream(name, seen)` the state now and the record of the
+    step once named `name` that made `seen`; `kept(path, seen)` whether a missing file
+    is kept in the store as it was seen."""
     for key, seen in inputs.items():
         if key.startswith(DECISION):
             name = key[len(DECISION) :]
@@ -350,7 +352,7 @@ def changed_input(
                 return f"its input {path} changed since it ran"
         elif key.startswith(STEP):
             name = key[len(STEP) :]
-            state, record = upstream(name)
+            state, record = upstream(name, seen)
             if state != "verified" or record is None:
                 return f"it uses what step {name} made, and step {name} is {state}"
             if fingerprint(record) != seen:

@@ -98,8 +98,8 @@ class Checker:
                 decision=self._decision,
                 answer=lambda key: u.answer if (u := self.state.unknowns.get(key)) else None,
                 workdir=self.workdir,
-                upstream=lambda name: (
-                    state_now(now := self.state.now_named(name)),
+                upstream=lambda name, seen: (
+                    state_now(now := self.state.now_named(name, seen)),
                     records.get(now),
                 ),
                 kept=lambda path, seen: (

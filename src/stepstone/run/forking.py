@@ -87,12 +87,14 @@ def diff(a: RunView, b: RunView) -> dict[str, Any]:
     decisions and unknowns' answers."""
     steps = []
     for name_a, name_b in _paired(a, b):
-        left, right = _side(a.records.get(name_a)), _side(b.records.get(name_b))
+        left = _side(a.records.get(name_a)) if name_a is not None else None
+        right = _side(b.records.get(name_b)) if name_b is not None else None
         differs = _differs(left, right)
-        if name_a != name_b:
+        if name_a is not None and name_b is not None and name_a != name_b:
             differs.insert(0, f"renamed {name_a} / {name_b}")
         if differs:
-            steps.append({"step": name_b, "a": left, "b": right, "differs": differs})
+            step = name_b if name_b is not None else name_a
+            steps.append({"step": step, "a": left, "b": right, "differs": differs})
     decisions = [
         {"key": key, "a": _value(a.decisions.get(key)), "b": _value(b.decisions.get(key))}
         for key in sorted({*a.decisions, *b.decisions})
@@ -115,15 +117,15 @@ def diff(a: RunView, b: RunView) -> dict[str, Any]:
     }
 
 
-def _paired(a: RunView, b: RunView) -> list[tuple[str, str]]:
-    """The steps of `a` and `b` side by side: a step renamed in one run (same
-    identity) is paired with its earlier name in the other."""
+def _paired(a: RunView, b: RunView) -> list[tuple[str | None, str | None]]:
+    """The steps of `a` and `b` side by side, matched by identity: a step renamed in
+    one run is paired with its earlier name in the other; a step in one run only (a new
+    step that took a renamed one's name among them) is paired with None."""
     in_b = {b.state.identity_of(name): name for name in b.steps.names}
-    pairs = []
+    pairs: list[tuple[str | None, str | None]] = []
     for name in a.steps.names:
-        pairs.append((name, in_b.pop(a.state.identity_of(name), name)))
-    paired_b = {name_b for _, name_b in pairs}
-    pairs += [(name, name) for name in b.steps.names if name not in paired_b]
+        pairs.append((name, in_b.pop(a.state.identity_of(name), None)))
+    pairs += [(None, name) for name in in_b.values()]
     return pairs
 
 

@@ -3,12 +3,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .. import message, names
 from ..errors import DecisionConflict, InvalidInput
 from ..message import one_line
 from ..models import Decision, Unknown, dump, now
 from .layout import decision_path, unknown_path
 from .ledger import Ledger
+
+
+def refuse_decision(
+    decisions: Mapping[str, Decision], key: str, value: str, why: str, *, revise: bool
+) -> None:
+    """Raise what deciding `key`=`value` would be refused with (a bad key, no reason,
+    a change without `revise`); a preview says the same as the decision would."""
+    names.step_name(key, "decision key")
+    if not why.strip():
+        raise InvalidInput(f"decision {key!r} needs a reason (--why REASON)")
+    old = decisions.get(key)
+    if old is not None and old.value != value and not revise:
+        raise DecisionConflict(key, old.value, value, old.why)
 
 
 def decide(
@@ -22,10 +37,8 @@ def decide(
     it is returned, not refused. An edited line with `--revise` is the notebook's own
     revision and wins."""
     state = ledger.state
-    names.step_name(key, "decision key")
     value = str(value)
-    if not why.strip():
-        raise InvalidInput(f"decision {key!r} needs a reason (--why REASON)")
+    refuse_decision(state.decisions, key, value, why, revise=revise or line)
     old = state.decisions.get(key)
     if old is not None and old.value == value:
         return old

@@ -68,8 +68,8 @@ def _dependents(ledger: Ledger, number: int) -> list[str]:
         if record is None:
             continue
         reads = {
-            state.now_named(key[len(dependencies.STEP) :])
-            for key in (record.inputs or {})
+            state.now_named(key[len(dependencies.STEP) :], seen)
+            for key, seen in (record.inputs or {}).items()
             if key.startswith(dependencies.STEP)
         }
         if record.inputs is None or record.source_hash is None or reads & upstream:

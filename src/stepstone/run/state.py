@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import models
+from .. import dependencies, models
 from ..bulk import collector_paused
 from ..effectbook import EffectBook
 from ..errors import RecordError, SchemaTooNew
@@ -153,21 +153,26 @@ class RunState:
         names, extras = self.steps.names, self.steps.extras
         return {names[number - 1]: was[0] for number, (*_, was) in extras.items() if was}
 
-    def now_named(self, name: str) -> str:
-        """What the plan calls the step once named `name` (`name` itself if planned)."""
-        if name in self.numbers:
-            return name
+    def now_named(self, name: str, seen: str | None = None) -> str:
+        """What the plan calls the step once named `name` (`name` itself if planned).
+        When two steps answer to it (one renamed away from it, a new one that took it),
+        the one whose results are `seen` (the fingerprint a reader recorded) is meant."""
         extras, names = self.steps.extras, self.steps.names
-        return next(
-            (names[number - 1] for number, (*_, was) in extras.items() if name in was), name
-        )
+        found = [name] if name in self.numbers else []
+        found += [names[number - 1] for number, (*_, was) in extras.items() if name in was]
+        if len(found) > 1 and seen is not None:
+            for candidate in found:
+                record = self.records.get(candidate)
+                if record is not None and dependencies.fingerprint(record) == seen:
+                    return candidate
+        return found[0] if found else name
 
     def inputs_now(self, inputs: dict[str, str | None]) -> dict[str, str | None]:
         """A record's inputs with each step it read named as the plan names it now."""
         if not any(key.startswith("step:") for key in inputs):
             return inputs
         return {
-            f"step:{self.now_named(key[5:])}" if key.startswith("step:") else key: seen
+            f"step:{self.now_named(key[5:], seen)}" if key.startswith("step:") else key: seen
             for key, seen in inputs.items()
         }
 
