@@ -34,12 +34,12 @@ with contextlib.redirect_stdout(io.StringIO()):
     ip.run_line_magic("resume", f"--run magic --repo {folder}/store")
     run = stepstone.open_run("api", repo=f"{folder}/api")
     for i in range(20):  # warm: the first steps read and build what later ones reuse
-        ip.run_cell(f"%%step w{i}\nx = 1  # cell {i}", store_history=True)
+        ip.run_cell(f"%%step w{i}\\nx = 1  # cell {i}", store_history=True)
         ip.run_cell(f"x = 1  # cell {i}", store_history=True)
         run.step(f"w{i}", lambda: None)
     for i in range(n):
         if mode == "magic":
-            ip.run_cell(f"%%step m{i}\nx = 1  # cell {i}", store_history=True)
+            ip.run_cell(f"%%step m{i}\\nx = 1  # cell {i}", store_history=True)
         elif mode == "api":
             run.step(f"s{i}", lambda: None)
         elif mode == "plain":
@@ -68,8 +68,9 @@ def instructions(src: str | None, n: int, mode: str, script: Path, scratch: str)
         env=env,
         capture_output=True,
         text=True,
-        check=True,
     )
+    if done.returncode:
+        raise SystemExit(f"the cells failed ({mode}):\n{done.stderr[-3000:]}")
     found = re.search(r"Collected : (\d+)", done.stderr)
     if found is None:
         raise SystemExit(f"callgrind printed no count:\n{done.stderr[-2000:]}")
