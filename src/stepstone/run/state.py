@@ -30,6 +30,7 @@ class RunState:
         self.corrupt: list[str] = []
         self.info_changed = False  # the head file changed; the next commit writes it
         self._identities: set[str] | None = None
+        self._earlier: dict[str, list[str]] | None = None  # earlier name -> steps now
 
     # -- reading ----------------------------------------------------------------
 
@@ -116,7 +117,7 @@ class RunState:
 
     def set_steps(self, names: list[str], extras: dict[int, PlanExtra]) -> None:
         """Replace the plan's steps (names in order, and their extras by number)."""
-        self._identities = None
+        self._identities = self._earlier = None
         self.effect_book.plan_changed()
         self.steps = PlanSteps(names, extras)
         self.numbers = dict(zip(names, range(1, len(names) + 1), strict=True))
@@ -125,9 +126,14 @@ class RunState:
         """Add step `step` at the end of the plan, or replace the step of its number."""
         if step.number > len(self.steps):
             self.steps.append(step)
+            if step.renamed_from:
+                self._earlier = None
         else:
-            if self.steps[step.number - 1].identity != step.identity:
+            before = self.steps[step.number - 1]
+            if before.identity != step.identity:
                 self._identities = None  # renamed: its old identity is no longer the plan's
+            if (before.name, before.renamed_from) != (step.name, step.renamed_from):
+                self._earlier = None
             self.steps[step.number - 1] = step
         if self._identities is not None:
             self._identities.add(step.identity)
@@ -157,9 +163,13 @@ class RunState:
         """What the plan calls the step once named `name` (`name` itself if planned).
         When two steps answer to it (one renamed away from it, a new one that took it),
         the one whose results are `seen` (the fingerprint a reader recorded) is meant."""
-        extras, names = self.steps.extras, self.steps.names
+        if self._earlier is None:
+            names, self._earlier = self.steps.names, {}
+            for number, (*_, was) in self.steps.extras.items():
+                for earlier in dict.fromkeys(was):
+                    self._earlier.setdefault(earlier, []).append(names[number - 1])
         found = [name] if name in self.numbers else []
-        found += [names[number - 1] for number, (*_, was) in extras.items() if name in was]
+        found += self._earlier.get(name, ())
         if len(found) > 1 and seen is not None:
             for candidate in found:
                 record = self.records.get(candidate)
@@ -169,10 +179,11 @@ class RunState:
 
     def inputs_now(self, inputs: dict[str, str | None]) -> dict[str, str | None]:
         """A record's inputs with each step it read named as the plan names it now."""
-        if not any(key.startswith("step:") for key in inputs):
+        step = dependencies.STEP
+        if not any(key.startswith(step) for key in inputs):
             return inputs
         return {
-            f"step:{self.now_named(key[5:], seen)}" if key.startswith("step:") else key: seen
+            f"{step}{self.now_named(key[len(step) :], seen)}" if key.startswith(step) else key: seen
             for key, seen in inputs.items()
         }
 
