@@ -187,14 +187,10 @@ def decide(
 
         view = reader(run, repo)
         refuse_decision(view.decisions, key, str(value), why, revise=revise)
-        before = view.decisions.get(key)
-        was = before.value if before is not None else None
-        again = view.readers(key) if was is not None and was != str(value) else []
+        was, again = view.revising(key, value)
         return {"run": view.id, "key": key, "value": str(value), "was": was, "runs_again": again}
     with driver(run, repo, via) as held:
-        before = held.decisions.get(key)
-        was = before.value if before is not None else None
-        readers = held.readers(key) if was is not None and was != str(value) else []
+        was, readers = held.revising(key, value)
         made = held.decide(key, value, why, revise=revise)
         return {**_data(made, held.id), "was": was, "runs_again": readers}
 

@@ -325,9 +325,7 @@ class StepstoneMagics(Magics):
         """Record a decision with its reason; a resumed run does not reopen it."""
         run = self._require_run()
         key, value, why, revise, dry_run = cellargs.parse_decide_line(line)
-        before = run.decisions.get(key)
-        was = before.value if before is not None else None
-        readers = run.readers(key) if was is not None and was != value else []
+        was, readers = run.revising(key, value)
         if dry_run:
             print(render.decision_preview(key, was, value, readers))
             return

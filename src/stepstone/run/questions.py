@@ -46,7 +46,7 @@ def decide(
         if old.over is None:  # the line meets it for the first time: note what it said
             return _commit(ledger, old.model_copy(update={"over": value}), f"keep {key}")
         return old
-    if old is not None and not revise:
+    if old is not None and not revise:  # a notebook line's change (others refused above)
         raise DecisionConflict(key, old.value, value, old.why)
     outside = None if line else (ledger.settings.via or "python")
     decision = Decision(

@@ -145,6 +145,13 @@ class RunView:
         them stale)."""
         return dependencies.readers(self.state.records.values(), f"{dependencies.DECISION}{key}")
 
+    def revising(self, key: str, value: str) -> tuple[str | None, list[str]]:
+        """Decision `key`'s value now (None: not decided), and the steps that deciding
+        it `value` makes run again (those that read it, when the value changes)."""
+        before = self.state.decisions.get(key)
+        was = before.value if before is not None else None
+        return was, self.readers(key) if was is not None and was != str(value) else []
+
     def identity_of(self, name: str) -> str:
         """The name step `name`'s effects are keyed by (its first, across renames)."""
         return self.state.identity_of(name)
