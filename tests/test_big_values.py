@@ -219,12 +219,71 @@ def test_a_frame_called_plainly_parquet_comes_back_exact_from_parquet(columns, r
         values = np.random.default_rng(seed).integers(0, 100, rows)
         data[name] = values.astype(dtype) if dtype != "float64" else rng.random(rows)
     frame = pd.DataFrame(data, index=pd.RangeIndex(start, start + rows * step, step))
+    if rows and "float32" in frame.dtypes.astype(str).tolist():
+        frame.iloc[rows // 2, list(frame.dtypes.astype(str)).index("float32")] = np.nan
     if not bigvalues.plainly_parquet(frame):
         return
     out = io.BytesIO()
-    frame.to_parquet(out)
+    frame.to_parquet(out, row_group_size=7)
     back = pd.read_parquet(io.BytesIO(out.getvalue()))
     assert type(back) is pd.DataFrame and artifacts.same_value(back, frame)
+    _assert_loads_as_pandas_reads(out.getvalue())
+
+
+def _assert_loads_as_pandas_reads(data: bytes) -> None:
+    """stepstone's load of a stored Parquet value gives what `pd.read_parquet` gives:
+    values, dtypes, column and index types, and a frame that can be changed in place."""
+    loaded = bigvalues.load("parquet", io.BytesIO(data), len(data))
+    expected = pd.read_parquet(io.BytesIO(data))
+    pd.testing.assert_frame_equal(loaded, expected, check_exact=True)
+    assert loaded.columns.dtype == expected.columns.dtype
+    assert type(loaded.index) is type(expected.index)
+    assert loaded.attrs == expected.attrs
+    if len(loaded) and len(loaded.columns):
+        loaded.iloc[0, 0] = loaded.iloc[-1, 0]
+
+
+def test_frames_read_a_column_at_a_time_or_plainly_load_as_pandas_reads_them():
+    plain = pd.DataFrame({"x": np.arange(3.0), "n": np.arange(3), "b": [True, False, True]})
+    named = plain.copy()
+    named.attrs["unit"] = "m"
+    for frame in [
+        plain,
+        plain[["x"]],
+        plain.set_axis(["a", "b", "c"]),
+        plain.rename_axis("row"),
+        plain.astype({"x": "float16"}),
+        plain.assign(s=["a", "b", "c"]),
+        plain.assign(t=pd.to_datetime(["2026-01-01"] * 3)),
+        plain.astype({"n": "Int64"}),
+        named,
+        plain.iloc[:0],
+        pd.DataFrame(index=pd.RangeIndex(4)),
+    ]:
+        out = io.BytesIO()
+        frame.to_parquet(out)
+        _assert_loads_as_pandas_reads(out.getvalue())
+
+
+def test_restoring_a_big_frame_holds_little_more_than_the_frame(workdir):
+    save = """
+import numpy as np, pandas as pd, stepstone
+rng = np.random.default_rng(6)
+frame = pd.DataFrame({f"c{i}": rng.random(1_250_000) for i in range(8)})  # 80 MB
+frame["n"] = np.arange(len(frame))
+stepstone.open_run("big").step("make", lambda: frame)
+"""
+    run_python(save, cwd=workdir)
+    restore = """
+import resource, numpy as np, pandas as pd, pyarrow.parquet, stepstone
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with stepstone.open_run("big") as run:
+    back = run.step("make", lambda: 1 / 0).value
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((peak - base) * 1024 / back.memory_usage(index=False).sum())
+"""
+    held = float(run_python(restore, cwd=workdir).stdout.split()[-1])
+    assert held < 1.6, f"restoring held {held:.2f}x the frame's size (the frame included)"
 
 
 def test_frames_parquet_may_change_are_not_called_plain():

@@ -7,7 +7,7 @@ a pandas DataFrame as Parquet through a scratch file beside the store's packs
 hashes while it writes (`store.bigblobs`). The bytes are exactly those the small
 path (`artifacts.encode`) makes, so a value's sha256 does not depend on the path.
 Loading reads the `.npy` buffer straight into a new array, and Parquet through a
-seekable file over the stored blob.
+seekable file over the stored blob (a plain frame column by column: `plainframes`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from . import artifacts
+from . import artifacts, plainframes
 
 THRESHOLD = 1 << 20  # values this big (in memory) take the streaming path
 CHUNK = 16 << 20
@@ -202,7 +202,12 @@ def load(fmt: str, reader: io.RawIOBase, size: int) -> Any:
     if fmt == "parquet":
         import pandas as pd
 
-        return pd.read_parquet(io.BufferedReader(reader, 1 << 20))
+        source = io.BufferedReader(reader, 1 << 20)
+        frame = plainframes.read(source)
+        if frame is not None:
+            return frame
+        source.seek(0)
+        return pd.read_parquet(source)
     raise ValueError(f"no streaming load for {fmt!r}")
 
 
