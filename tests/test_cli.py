@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import git, run_python
 from conftest import stepstone_cli as cli
 from test_records import _commit_edit
 
@@ -235,3 +235,32 @@ def test_a_store_from_a_newer_schema_asks_for_an_upgrade(workdir: Path):
     _commit_edit(store, "run.json", json.dumps(raw))
     done = cli("status", cwd=workdir)
     assert done.returncode == 2 and "upgrade stepstone" in done.stderr
+
+
+def test_each_command_is_registered_by_the_module_the_lazy_group_imports_for_it():
+    import importlib
+
+    from stepstone.cli import common
+
+    for module in set(common.COMMAND_MODULES.values()):
+        importlib.import_module(f"stepstone.cli.{module}")
+    registered = {name: cmd.callback.__module__ for name, cmd in common.main.commands.items()}
+    wanted = {name: f"stepstone.cli.{module}" for name, module in common.COMMAND_MODULES.items()}
+    assert registered == wanted
+
+
+def test_status_in_a_new_process_imports_no_other_commands_module(workdir: Path):
+    _make_run(workdir)
+    code = """
+import sys
+from stepstone.cli import main
+try:
+    main(["status"])
+except SystemExit:
+    pass
+print(sorted(m for m in sys.modules if m.startswith(("stepstone.cli.", "stepstone.notebook"))))
+"""
+    done = run_python(code, cwd=workdir)
+    imported = done.stdout.strip().splitlines()[-1]
+    wanted = ["stepstone.cli.commands", "stepstone.cli.common", "stepstone.notebook_plan"]
+    assert imported == repr(wanted)

@@ -7,6 +7,7 @@ stale, an effect is unresolved); 2 usage or bad input.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -50,7 +51,37 @@ def open_reader(run_id: str | None, repo: str | None, *, cached: bool = True) ->
     return reader(run_id, repo, cached=cached)
 
 
-@click.group()
+COMMAND_MODULES = {
+    **dict.fromkeys(["answer", "ask", "decide", "mcp", "outputs", "show"], "agents"),
+    **dict.fromkeys(["diff", "fork"], "history"),
+    "report": "report",
+    "run": "running",
+    **dict.fromkeys(
+        ["brief", "clone", "finish", "handoff", "log", "pull", "push", "reopen", "repair"],
+        "commands",
+    ),
+    **dict.fromkeys(["rerun", "resolve", "runs", "schema", "status", "trust"], "commands"),
+    "verify": "commands",
+}
+
+
+class _Commands(click.Group):
+    """The command group; a command's module is imported when the command is asked for
+    (a new process pays for what its command reads, not for every command's imports)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"{__package__}.{module}")
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        for module in sorted(set(COMMAND_MODULES.values())):
+            importlib.import_module(f"{__package__}.{module}")
+        return super().list_commands(ctx)
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="stepstone")
 def main() -> None:
     """Resumable notebook tasks: steps with verified evidence, committed to Git."""
