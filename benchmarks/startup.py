@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 FLOORS = {
     "python -c pass": "pass",
-    "import pydantic, pygit2, click": "import pydantic, pygit2, click",
+    "pydantic.BaseModel, pygit2, click": "from pydantic import BaseModel; import pygit2, click",
 }
 
 
@@ -47,7 +47,8 @@ def environment(src: str | None, cached: bool, scratch: str, label: str) -> dict
         env["PYTHONPATH"] = src
     if cached:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = os.path.join(scratch, "pyc", label)
+        folder = label.strip("/").replace("/", "_")  # a path label stays inside scratch
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(scratch, "pyc", folder)
     else:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.pop("PYTHONPYCACHEPREFIX", None)
