@@ -224,12 +224,16 @@ def test_diff_pairs_a_step_renamed_in_one_run_with_its_old_name_in_the_other(wor
 def test_the_docs_name_every_command_and_every_mcp_tool():
     import asyncio
 
+    import click
+
     from stepstone.cli import main
     from stepstone.mcpserver import make_server
 
     agents = (ROOT / "docs" / "agents.md").read_text()
     readme = (ROOT / "README.md").read_text()
-    for name in main.commands:
+    commands = main.list_commands(click.Context(main))  # imports every command's module
+    assert len(commands) == 26
+    for name in commands:
         text = agents + readme
         assert f"`stepstone {name}" in text or f" / `{name}" in text, name  # `push` / `pull`
     tools = asyncio.run(make_server().list_tools())

@@ -239,6 +239,7 @@ def _assert_loads_as_pandas_reads(data: bytes) -> None:
     assert loaded.columns.dtype == expected.columns.dtype
     assert type(loaded.index) is type(expected.index)
     assert loaded.attrs == expected.attrs
+    assert len(loaded._mgr.blocks) == len(expected._mgr.blocks)  # as consolidated
     if len(loaded) and len(loaded.columns):
         loaded.iloc[0, 0] = loaded.iloc[-1, 0]
 
@@ -258,6 +259,8 @@ def test_frames_read_a_column_at_a_time_or_plainly_load_as_pandas_reads_them():
         plain.astype({"n": "Int64"}),
         named,
         plain.iloc[:0],
+        plain.iloc[::-1].reset_index(drop=True).set_axis(pd.RangeIndex(9, -3, -4)),
+        pd.concat([plain] * 40, ignore_index=True).astype({"n": "uint64", "x": "float32"}),
         pd.DataFrame(index=pd.RangeIndex(4)),
     ]:
         out = io.BytesIO()

@@ -1,93 +1,117 @@
-"""A plain frame read back from Parquet one column chunk at a time, into the memory the
-frame keeps: pandas' own reader holds Arrow's whole table and the frame at once (2.4x
-the frame at its peak), this holds the frame and one row group of one column.
+"""A plain frame read back from Parquet a few column chunks at a time, into the memory
+the frame keeps: pandas' own reader holds Arrow's whole table and the frame at once
+(2.4x the frame at its peak), this holds the frame and a bounded slice of one row group.
 
 Plain is what `bigvalues.plainly_parquet` saves without a read-back: NumPy number and
-bool columns with unique str names, a RangeIndex without a name, no attrs. Anything
-else in the file's pandas metadata, or a null where NumPy has none, means `None`: the
-caller reads the file the usual way.
+bool columns with unique str names, a RangeIndex without a name, no attrs. The column
+labels and dtypes are those pandas itself gives the file's schema (read from an empty
+table of it), so pandas' version decides them, as it does for `read_parquet`. Anything
+else, or a null where NumPy has none, means `None`: the caller reads the file the usual
+way.
 """
 
 from __future__ import annotations
 
+import io
 from typing import Any
+
+BATCH_BYTES = 32 << 20  # the Arrow data one read of a row group's columns brings in
 
 
 def read(source: Any) -> Any | None:
     """The plain frame in the seekable Parquet file `source`, or None if it is not one."""
     import numpy as np
-    import pandas as pd
     import pyarrow.parquet as pq
 
     file = pq.ParquetFile(source)
     shape = _plain_shape(file.schema_arrow)
-    if shape is None:
+    if shape is None or file.metadata.num_rows != len(shape[1]):
         return None
-    names, dtypes, rows = shape
-    if file.metadata.num_rows != len(rows):
-        return None
-    single = len(set(dtypes)) == 1
-    block = np.empty((len(names), len(rows)), dtype=dtypes[0]) if single else None
-    columns: dict[str, Any] = {}
-    for number, (name, dtype) in enumerate(zip(names, dtypes, strict=True)):
-        into = block[number] if block is not None else np.empty(len(rows), dtype=dtype)
-        at = 0
-        for group in range(file.num_row_groups):
-            chunked = file.read_row_group(group, columns=[name], use_pandas_metadata=False)
-            for chunk in chunked.column(0).chunks:
-                if chunk.null_count and dtype.kind != "f":
-                    return None  # NumPy has no null for it: pandas' reader decides
-                into[at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
-                at += len(chunk)
-        if at != len(rows):
-            return None
-        columns[name] = into
+    template, rows = shape
+    dtypes = list(template.dtypes)
+    places: dict[Any, list[int]] = {}  # one block per dtype, as pandas consolidates them
+    for position, dtype in enumerate(dtypes):
+        places.setdefault(dtype, []).append(position)
+    if len(places) > 1 and _from_blocks() is None:
+        return None  # an older pandas: its own reader consolidates the blocks
+    blocks = {dtype: np.empty((len(at), len(rows)), dtype) for dtype, at in places.items()}
+    into: list[Any] = [None] * len(dtypes)
+    for dtype, positions in places.items():
+        for row, position in enumerate(positions):
+            into[position] = blocks[dtype][row]
+    names = list(template.columns)
+    start = 0
+    for group in range(file.num_row_groups):
+        count = file.metadata.row_group(group).num_rows
+        width = max(1, BATCH_BYTES // max(1, count * 8))
+        for first in range(0, len(names), width):
+            table = file.read_row_group(
+                group, columns=names[first : first + width], use_pandas_metadata=False
+            )
+            for offset, column in enumerate(table.columns):
+                target, at = into[first + offset], start
+                for chunk in column.chunks:
+                    if chunk.null_count and target.dtype.kind != "f":
+                        return None  # NumPy has no null for it: pandas' reader decides
+                    target[at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
+                    at += len(chunk)
+                if at != start + count:
+                    return None
+            del table
+        start += count
+    return _frame(template, rows, [(blocks[d], np.array(at)) for d, at in places.items()])
+
+
+def _frame(template: Any, rows: range, blocks: list[tuple[Any, Any]]) -> Any:
+    import pandas as pd
+
     index = pd.RangeIndex(rows.start, rows.stop, rows.step)
-    if block is not None:
-        return pd.DataFrame(block.T, index=index, columns=pd.Index(names), copy=False)
-    return pd.DataFrame(columns, index=index, copy=False)
+    if len(blocks) == 1:
+        return pd.DataFrame(blocks[0][0].T, index=index, columns=template.columns, copy=False)
+    make = _from_blocks()
+    assert make is not None
+    return make(blocks, index=index, columns=template.columns)
 
 
-def _plain_shape(schema: Any) -> tuple[list[str], list[Any], range] | None:
-    """The column names, their NumPy dtypes and the index range of a plain frame's
-    Parquet schema; None for any other."""
+def _from_blocks() -> Any | None:
+    """pandas' constructor of a frame from its blocks (pandas 3), or None."""
+    try:
+        from pandas.api.internals import create_dataframe_from_blocks
+    except ImportError:
+        return None
+    return create_dataframe_from_blocks
+
+
+def _plain_shape(schema: Any) -> tuple[Any, range] | None:
+    """An empty frame as pandas reads `schema` (its columns and dtypes) and the index
+    range of a plain frame's Parquet schema; None for any other."""
     import numpy as np
+    import pandas as pd
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     meta = schema.pandas_metadata
-    if meta is None or set(schema.metadata) != {b"pandas"} or meta.get("attributes"):
+    if not isinstance(meta, dict) or set(schema.metadata) != {b"pandas"}:
         return None
-    indexes, levels = meta.get("index_columns"), meta.get("column_indexes")
+    indexes = meta.get("index_columns")
     if not (isinstance(indexes, list) and len(indexes) == 1 and isinstance(indexes[0], dict)):
         return None
     index = indexes[0]
-    if index.get("kind") != "range" or index.get("name") is not None:
+    if index.get("kind") != "range" or index.get("name") is not None or meta.get("attributes"):
         return None
-    if not (isinstance(levels, list) and len(levels) == 1):
+    start, stop, step = index.get("start"), index.get("stop"), index.get("step")
+    if not (type(start) is int and type(stop) is int and type(step) is int) or step == 0:
         return None
-    if levels[0].get("name") is not None or levels[0].get("pandas_type") != "unicode":
+    empty = io.BytesIO()
+    pq.write_table(schema.empty_table(), empty)
+    template = pd.read_parquet(io.BytesIO(empty.getvalue()))
+    names = list(template.columns)
+    if not names or names != schema.names or len(set(names)) != len(names) or template.attrs:
         return None
-    names: list[str] = []
-    dtypes: list[Any] = []
-    for column in meta.get("columns", []):
-        name = column.get("name")
-        if not isinstance(name, str) or column.get("field_name") != name or column.get("metadata"):
+    for name, dtype in zip(names, template.dtypes, strict=True):
+        plain = isinstance(dtype, np.dtype) and dtype.kind in "biuf" and dtype.isnative
+        if not plain or dtype.itemsize > 8 or dtype == np.float16 or type(name) is not str:
             return None
-        try:
-            dtype = np.dtype(column.get("numpy_type"))
-            field = schema.field(name)
-        except (TypeError, KeyError):
+        if schema.field(name).type != pa.from_numpy_dtype(dtype):
             return None
-        if dtype.kind not in "biuf" or dtype == np.float16:
-            return None
-        if field.type != pa.from_numpy_dtype(dtype):
-            return None
-        names.append(name)
-        dtypes.append(dtype)
-    if not names or len(set(names)) != len(names) or len(names) != len(schema.names):
-        return None
-    try:
-        rows = range(index["start"], index["stop"], index["step"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return names, dtypes, rows
+    return template, range(start, stop, step)
