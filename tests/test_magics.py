@@ -268,6 +268,28 @@ def test_decide_dry_run_names_the_readers_and_records_nothing(ip, workdir: Path,
     assert "revised threshold: 105 → 110 (too many); runs again: report" in capsys.readouterr().out
 
 
+def test_decide_dry_run_in_a_notebook_says_what_the_line_would_meet(ip, workdir: Path, capsys):
+    ip.run_line_magic("resume", "--run demo")
+    ip.run_line_magic("decide", 'threshold=105 --why "first guess"')
+    capsys.readouterr()
+    # a change without --revise: refused by the line, so refused by its preview
+    with pytest.raises(UsageError, match="not reopening it with '110'"):
+        ip.run_line_magic("decide", 'threshold=110 --why "too many" --dry-run')
+    # revised outside the notebook: that decision stands over this line, and the preview
+    # says so instead of promising a revision
+    ip.magics_manager.registry["StepstoneMagics"].close()
+    with stepstone.open_run("demo") as run:
+        run.decide("threshold", "120", "the desk asked", revise=True)
+    ip.run_line_magic("resume", "--run demo")
+    capsys.readouterr()
+    ip.run_line_magic("decide", 'threshold=105 --why "first guess" --dry-run')
+    said = capsys.readouterr().out
+    assert "threshold=120 stands: decided outside the notebook" in said
+    ip.run_line_magic("decide", 'threshold=105 --why "first guess"')
+    assert "threshold=120 stands: decided outside the notebook" in capsys.readouterr().out
+    assert stepstone.open_run("demo", drive=False).decided("threshold") == "120"
+
+
 def test_step_rerun_runs_a_verified_cell_once_for_its_reason(ip, workdir: Path, capsys):
     counter = workdir / "executions.txt"
 

@@ -21,6 +21,7 @@ from .models import PlannedStep
 from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, note_opened
 from .notebook_plan import plan_from_notebook
 from .run import Run, open_run
+from .run.questions import standing_over_line
 from .settings import STEAL_ENV
 from .status import RunStatus, StepStatus
 from .store import RUN_ENV, STORE_ENV, resolve_store_path
@@ -326,8 +327,12 @@ class StepstoneMagics(Magics):
         run = self._require_run()
         key, value, why, revise, dry_run = cellargs.parse_decide_line(line)
         was, readers = run.revising(key, value)
-        if dry_run:
-            print(render.decision_preview(key, was, value, readers))
+        if dry_run:  # says what the line would meet, as the line would
+            standing = standing_over_line(run.decisions, key, value, why, revise=revise)
+            if standing is not None:
+                print(render.decision_standing(standing, value))
+            else:
+                print(render.decision_preview(key, was, value, readers))
             return
         decided = run.decide(key, value, why, revise=revise, line=True)
         if decided.value != value:  # revised outside the notebook over this very line

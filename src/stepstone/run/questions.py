@@ -26,6 +26,24 @@ def refuse_decision(
         raise DecisionConflict(key, old.value, value, old.why)
 
 
+def standing_over_line(
+    decisions: Mapping[str, Decision], key: str, value: str, why: str, *, revise: bool
+) -> Decision | None:
+    """For a notebook's `%decide` line deciding `key`=`value`: raise what the line is
+    refused with (a change without `revise` of what a line decided); return the decision
+    made outside the notebook that stands over the line, or None (the line's value is or
+    becomes the decision)."""
+    refuse_decision(decisions, key, value, why, revise=True)
+    old = decisions.get(key)
+    if old is None or old.value == value:
+        return None
+    if old.by is not None and old.over in (None, value):
+        return old
+    if not revise:
+        raise DecisionConflict(key, old.value, value, old.why)
+    return None
+
+
 def decide(
     ledger: Ledger, key: str, value: str, why: str, *, revise: bool = False, line: bool = False
 ) -> Decision:
@@ -38,16 +56,17 @@ def decide(
     revision and wins."""
     state = ledger.state
     value = str(value)
-    refuse_decision(state.decisions, key, value, why, revise=revise or line)
+    if line:
+        standing = standing_over_line(state.decisions, key, value, why, revise=revise)
+        if standing is not None and standing.over is None:  # met for the first time:
+            return _commit(ledger, standing.model_copy(update={"over": value}), f"keep {key}")
+        if standing is not None:  # noted what the line said
+            return standing
+    else:
+        refuse_decision(state.decisions, key, value, why, revise=revise)
     old = state.decisions.get(key)
     if old is not None and old.value == value:
         return old
-    if line and old is not None and old.by is not None and old.over in (None, value):
-        if old.over is None:  # the line meets it for the first time: note what it said
-            return _commit(ledger, old.model_copy(update={"over": value}), f"keep {key}")
-        return old
-    if old is not None and not revise:  # a notebook line's change (others refused above)
-        raise DecisionConflict(key, old.value, value, old.why)
     outside = None if line else (ledger.settings.via or "python")
     decision = Decision(
         key=key,
