@@ -156,6 +156,32 @@ def test_the_timeline_shows_failed_and_interrupted_attempts_before_the_confirmed
     assert '<tr class="stale">' in html  # the plan's row of the stale step
 
 
+def test_a_step_that_took_a_renamed_steps_old_name_is_credited_only_its_own_attempts(
+    workdir: Path,
+):
+    from stepstone.report_history import read_commits, read_history
+
+    def clean() -> None:
+        if not (workdir / "second.txt").exists():
+            (workdir / "second.txt").write_text("")
+            raise ValueError("the feed was late")
+
+    with stepstone.open_run("names") as run:
+        run.set_plan(["clean"])
+        with pytest.raises(ValueError):
+            run.step("clean", clean)
+    with stepstone.open_run("names") as run:
+        run.step("clean", clean)  # attempts of clean: failed, confirmed
+    with stepstone.open_run("names") as run:
+        run.set_plan([{"name": "tidy", "renamed_from": ["clean"]}, "clean"])  # a new clean
+        assert run.step("tidy", clean).skipped
+        run.step("clean", lambda: None)
+    view = _reader(workdir, "names")
+    history = read_history(view, *read_commits(view))
+    assert [a.status for a in history.attempts_of("tidy")] == ["failed", "confirmed"]
+    assert [a.status for a in history.attempts_of("clean")] == ["confirmed"]
+
+
 def test_a_long_idle_stretch_is_drawn_as_a_narrow_break():
     day = 86_400.0
     found = axis([(0.0, 5.0), (6.0, 9.0), (day, day + 4.0)])

@@ -8,6 +8,7 @@ the report shows, their record files as of those commits.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .store.objects import CommitInfo
 
 HISTORY_LIMIT = 5000  # commits read for the timeline and the revisions, newest first
+_RENAMED = re.compile(r"renamed (\S+) -> ")  # in a plan commit's subject: the old name
 _RECORDS = ("confirmed", "failed")  # the statuses of a commit that wrote a step record
 _EVENTS = {
     "created": "run created",
@@ -123,7 +125,7 @@ def _read(
     view: RunView, commits: list[CommitInfo], complete: bool, wanted: Collection[str] | None
 ) -> History:
     history = History(commits, complete)
-    aliases = _aliases(view)
+    steps = _steps_named(view, commits)
     legacy = view.state.legacy_layout
     for commit in reversed(commits):  # oldest first
         status = _first(commit, message.STATUS)
@@ -131,7 +133,7 @@ def _read(
         at = float(commit.time)
         if _is_record(commit):
             name = label.partition(" ")[2] or label
-            step = aliases.get(name, name)
+            step = steps[commit.id]
             if wanted is None or step in wanted:
                 attempt = _attempt(view, commit, name, step, status, legacy)
                 history.attempts.append(attempt)
@@ -143,20 +145,33 @@ def _read(
                 if revision is not None:
                     history.revisions.setdefault(key, []).append(revision)
             history.events.append(Event(at, _EVENTS[status], text))
-    history.attempts.extend(_interrupted(commits, history.attempts, aliases, wanted))
+    history.attempts.extend(_interrupted(commits, history.attempts, steps, wanted))
     history.attempts.sort(key=lambda a: a.started)
     return history
 
 
-def _aliases(view: RunView) -> dict[str, str]:
-    """A step's earlier names -> its name in the plan now."""
+def _steps_named(view: RunView, commits: list[CommitInfo]) -> dict[str, str]:
+    """The step each commit that names one is of, by its name in the plan now: a step's
+    earlier name means it until the plan commit that renamed it away, and after that
+    the step that took the name, if one did."""
     names = view.steps.names
-    return {
+    aliases = {
         old: names[number - 1]
         for number, extra in view.steps.extras.items()
         for old in extra[4]
         if number <= len(names)
     }
+    taken = set(aliases) & set(names)
+    away: set[str] = set()
+    steps = {}
+    for commit in reversed(commits):  # oldest first
+        if taken and commit.subject.startswith("plan: "):
+            away.update(_RENAMED.findall(commit.subject))
+        label = _first(commit, message.STEP)
+        name = label.partition(" ")[2] or label
+        if name:
+            steps[commit.id] = name if name in taken and name in away else aliases.get(name, name)
+    return steps
 
 
 def _attempt(
@@ -217,7 +232,7 @@ def _decision_at(view: RunView, commit: CommitInfo, key: str) -> Revision | None
 def _interrupted(
     commits: list[CommitInfo],
     attempts: list[Attempt],
-    aliases: dict[str, str],
+    steps: dict[str, str],
     wanted: Collection[str] | None,
 ) -> list[Attempt]:
     """The attempts a driver began and left without a record: a driver session (its
@@ -236,17 +251,17 @@ def _interrupted(
     for index, (holder, session) in enumerate(sessions):
         if _first(session[0], message.VIA) or not holder:
             continue  # a command's one change, not a driver at work
-        recorded = {_step_of(c, aliases) for c in session if _is_record(c)}
+        recorded = {_step_of(c, steps) for c in session if _is_record(c)}
         last = session[-1]
         if _first(last, message.STATUS) in ("failed", "finished"):
             continue
         following = _next_record(sessions[index + 1 :], holder)
         if following is None:
             continue
-        step = _step_of(following, aliases)
+        step = _step_of(following, steps)
         if step in recorded or (wanted is not None and step not in wanted):
             continue
-        effects = [c for c in session if _step_of(c, aliases) == step and _first(c, message.KEY)]
+        effects = [c for c in session if _step_of(c, steps) == step and _first(c, message.KEY)]
         start = max([float(last.time)] + [ends.get(c.id, 0.0) for c in session])
         if effects:
             start = min(start, float(effects[0].time))
@@ -268,10 +283,8 @@ def _is_record(commit: CommitInfo) -> bool:
     )
 
 
-def _step_of(commit: CommitInfo, aliases: dict[str, str]) -> str:
-    label = _first(commit, message.STEP)
-    name = label.partition(" ")[2] or label
-    return aliases.get(name, name)
+def _step_of(commit: CommitInfo, steps: dict[str, str]) -> str:
+    return steps.get(commit.id, "")
 
 
 def _next_record(later: list[tuple[str, list[CommitInfo]]], holder: str) -> CommitInfo | None:
