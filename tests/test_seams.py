@@ -4,6 +4,7 @@ repeats a step or an effect (real Git, real kernels, a loopback receiver)."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -612,6 +613,38 @@ def test_a_step_renamed_in_a_python_plan_with_was_is_neither_run_nor_sent_again(
     assert [e["name"] for e in shown["effects"]] == ["send"]  # keyed by its first name
     logged = json.loads(cli("log", "--step", "mail-team", "--json", cwd=workdir).stdout)
     assert {e["step"] for e in logged} == {"2 mail", "2 mail-team"}  # and its commits
+
+
+def test_a_step_renamed_with_was_in_an_incremental_plan_ends_as_a_clean_run(
+    workdir: Path, tmp_path: Path
+):
+    ran: list[str] = []
+    sent: list[str] = []
+
+    def body(name: str):
+        def work() -> str:
+            ran.append(name)
+            if name.startswith("mail"):
+                stepstone.effect("send", lambda key: sent.append(key) or {"id": key})
+            return "done"
+
+        return work
+
+    for names in (["load", "mail", "report"], ["load", "mail-team", "report"]):
+        with stepstone.open_run("job") as run:  # no plan given: the steps make it
+            for name in names:
+                run.step(name, body(name), was="mail" if name == "mail-team" else None)
+    assert ran == ["load", "mail", "report"] and len(sent) == 1
+    os.chdir(tmp_path)  # a clean run of the renamed script, for comparison
+    with stepstone.open_run("job") as clean:
+        for name in ["load", "mail-team", "report"]:
+            clean.step(name, body(name))
+    os.chdir(workdir)
+    with stepstone.open_run("job", drive=False) as reader:
+        assert reader.steps.names == clean.steps.names == ["load", "mail-team", "report"]
+        assert {n: r.status for n, r in reader.records.items()} == {
+            n: r.status for n, r in clean.records.items()
+        }
 
 
 def test_a_chain_of_renames_in_one_plan_change_moves_each_record_once(workdir: Path):

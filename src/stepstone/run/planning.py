@@ -145,6 +145,7 @@ class Planner:
             )
         number = existing.number if existing else len(state.steps) + 1
         renamed_from: tuple[str, ...] = ()
+        in_place = False  # renames a step planned under `was`, which leaves the plan
         if existing is not None:
             specs = specs or existing.checks
             inputs = inputs or existing.inputs
@@ -156,6 +157,8 @@ class Planner:
         elif was is not None:
             before = state.planned(was)
             renamed_from = (*before.renamed_from, was) if before is not None else (was,)
+            if before is not None:  # an incremental plan: the step keeps its place
+                number, in_place = before.number, True
         elif name in state.identities():  # a renamed step's effects are keyed by this name
             renamed_from = (_fresh_identity(state, name, set()),)
         wanted = PlannedStep(
@@ -170,19 +173,19 @@ class Planner:
         if existing == wanted:
             return existing
         state.put_step(wanted)
-        if existing is None and name not in state.records:
+        if existing is None and name not in state.records and not in_place:
             # a new step commits nothing yet: its entry rides in the step's first commit
             # (its record, or its effects' intent), so a step costs one commit
             self.ledger.pending[plan_path(number)] = dump(wanted)
             return wanted
-        renaming = existing is not None and renamed_from != existing.renamed_from
+        renaming = in_place or (existing is not None and renamed_from != existing.renamed_from)
         moved = self._moved_records([wanted], list(state.steps)) if renaming else []
         writes: dict[str, bytes | None] = {plan_path(number): dump(wanted)}
         self._apply_moves(moved, writes)
-        if existing is None:
+        if moved or in_place:
+            subject = f"plan: renamed {moved[0][0] if moved else was} -> {name}"
+        elif existing is None:
             subject = f"plan: add step {number} {name}"
-        elif moved:
-            subject = f"plan: renamed {moved[0][0]} -> {name}"
         else:
             subject = f"plan: update step {number} {name}"
             self.notes.append(f"step {number} {name} changed since it was planned")

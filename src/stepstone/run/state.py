@@ -134,6 +134,8 @@ class RunState:
                 self._identities = None  # renamed: its old identity is no longer the plan's
             if (before.name, before.renamed_from) != (step.name, step.renamed_from):
                 self._earlier = None
+            if before.name != step.name:  # renamed in place
+                self.numbers.pop(before.name, None)
             self.steps[step.number - 1] = step
         if self._identities is not None:
             self._identities.add(step.identity)
