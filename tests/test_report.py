@@ -182,6 +182,36 @@ def test_a_step_that_took_a_renamed_steps_old_name_is_credited_only_its_own_atte
     assert [a.status for a in history.attempts_of("clean")] == ["confirmed"]
 
 
+def test_sessions_that_ended_well_are_not_reported_as_interrupted(workdir: Path):
+    from stepstone.report_history import read_commits, read_history
+
+    session = textwrap.dedent(
+        """
+        import sys, stepstone
+        with stepstone.open_run("tidy") as run:  # the steps make the plan
+            for name in sys.argv[1].split(","):
+                was = "write" if name == "save" else None
+                source = sys.argv[2] if name in ("write", "save") else "same"
+                with run.stepping(name, source=source, was=was):
+                    pass
+        """
+    )
+    (workdir / "session.py").write_text(session)
+    for names, source in (
+        ("load,write,report", "v1"),
+        ("load,save,report", "v1"),
+        ("load,save,report", "v2"),
+    ):  # all done; renamed; edited
+        run_python(
+            f"import runpy, sys; sys.argv = ['session.py', '{names}', '{source}']; "
+            "runpy.run_path('session.py', run_name='__main__')",
+            cwd=workdir,
+        )
+    view = _reader(workdir, "tidy")
+    history = read_history(view, *read_commits(view))
+    assert [a.status for a in history.attempts if a.status == "interrupted"] == []
+
+
 def test_a_long_idle_stretch_is_drawn_as_a_narrow_break():
     day = 86_400.0
     found = axis([(0.0, 5.0), (6.0, 9.0), (day, day + 4.0)])

@@ -248,10 +248,17 @@ def _interrupted(
             sessions.append((holder, [commit]))
     found: list[Attempt] = []
     ends = {a.commit: a.finished for a in attempts}
+    done: set[str] = set()  # the steps confirmed before the session
     for index, (holder, session) in enumerate(sessions):
+        before, done = (
+            done,
+            done
+            | {_step_of(c, steps) for c in session if _first(c, message.STATUS) == "confirmed"},
+        )
         if _first(session[0], message.VIA) or not holder:
             continue  # a command's one change, not a driver at work
-        recorded = {_step_of(c, steps) for c in session if _is_record(c)}
+        records = [c for c in session if _is_record(c)]
+        recorded = {_step_of(c, steps) for c in records}
         last = session[-1]
         if _first(last, message.STATUS) in ("failed", "finished"):
             continue
@@ -260,6 +267,12 @@ def _interrupted(
             continue
         step = _step_of(following, steps)
         if step in recorded or (wanted is not None and step not in wanted):
+            continue
+        # a step done before is run by a later driver also when the session ended well
+        # (its steps skipped) and the step was edited or made stale since: only the step
+        # after the session's last record is known to be where it stopped
+        after_last = bool(records) and _number(following) == _number(records[-1]) + 1
+        if step in before and not after_last:
             continue
         effects = [c for c in session if _step_of(c, steps) == step and _first(c, message.KEY)]
         start = max([float(last.time)] + [ends.get(c.id, 0.0) for c in session])
@@ -281,6 +294,12 @@ def _is_record(commit: CommitInfo) -> bool:
         and bool(_first(commit, message.STEP))
         and not _first(commit, message.KEY)
     )
+
+
+def _number(commit: CommitInfo) -> int:
+    """The plan number a commit's step label gives (`N name`), or 0."""
+    number = _first(commit, message.STEP).partition(" ")[0]
+    return int(number) if number.isdigit() else 0
 
 
 def _step_of(commit: CommitInfo, steps: dict[str, str]) -> str:
