@@ -262,10 +262,16 @@ def test_decide_dry_run_names_the_readers_and_records_nothing(ip, workdir: Path,
     capsys.readouterr()
     ip.run_line_magic("decide", 'threshold=110 --why "too many" --revise --dry-run')
     said = capsys.readouterr().out
-    assert "revising threshold: 105 → 110 would run again: report (nothing recorded)" in said
+    # other reads nothing of report's, but is recorded after it: the conservative rule
+    assert "revising threshold: 105 → 110 would run again: report, other (nothing" in said
     assert stepstone.open_run("demo", drive=False).decided("threshold") == "105"
     ip.run_line_magic("decide", 'threshold=110 --why "too many" --revise')
-    assert "revised threshold: 105 → 110 (too many); runs again: report" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "revised threshold: 105 → 110 (too many); runs again: report, other" in said
+    ip.run_cell_magic("step", "report", "import stepstone\nt = stepstone.decided('threshold')")
+    ip.run_cell_magic("step", "other", "u = 1")
+    said = capsys.readouterr().out
+    assert "report" in said and "other" in said and "skipped" not in said  # both ran again
 
 
 def test_decide_dry_run_in_a_notebook_says_what_the_line_would_meet(ip, workdir: Path, capsys):

@@ -147,10 +147,30 @@ class RunView:
 
     def revising(self, key: str, value: str) -> tuple[str | None, list[str]]:
         """Decision `key`'s value now (None: not decided), and the steps that deciding
-        it `value` makes run again (those that read it, when the value changes)."""
-        before = self.state.decisions.get(key)
+        it `value` makes run again, in plan order: those that read it, and the steps
+        recorded after the first of them, as the conservative rule runs them again (a
+        cell that follows its recorded inputs only if it reads one that runs again)."""
+        state = self.state
+        before = state.decisions.get(key)
         was = before.value if before is not None else None
-        return was, self.readers(key) if was is not None and was != str(value) else []
+        readers = set(self.readers(key)) if was is not None and was != str(value) else set()
+        numbers = [state.numbers[name] for name in readers if name in state.numbers]
+        if not numbers:
+            return was, sorted(readers)
+        follows = self._checker.following()
+        again: list[str] = []
+        for name in state.steps.names[min(numbers) - 1 :]:
+            record = state.records.get(name)
+            if record is None or record.status != "confirmed":
+                continue  # it runs anyway
+            reads = {
+                state.now_named(key[len(dependencies.STEP) :], seen)
+                for key, seen in (record.inputs or {}).items()
+                if key.startswith(dependencies.STEP)
+            }
+            if name in readers or name not in follows or reads & set(again):
+                again.append(name)
+        return was, again
 
     def identity_of(self, name: str) -> str:
         """The name step `name`'s effects are keyed by (its first, across renames)."""
