@@ -293,3 +293,30 @@ def test_a_decision_made_outside_before_the_notebook_met_it_stands_over_its_line
     assert "threshold=100 stands: decided outside the notebook (cli) over this line's 105" in said
     again = cli("run", str(nb), "--run", "alt", cwd=workdir)  # and keeps standing
     assert again.returncode == 0 and "[3/3] report: skipped" in again.stderr, again.stderr
+
+
+def test_an_edited_cell_is_stale_in_status_and_finish_refuses_to_leave_it_out(workdir: Path):
+    nb = _quickstart(workdir)
+
+    def edit(old: str, new: str) -> None:
+        book = nbformat.read(str(nb), as_version=4)
+        (cell,) = [c for c in book.cells if c.source.startswith(old)]
+        cell.source = cell.source.replace(old, new) + "\n# edited"
+        nbformat.write(book, str(nb))
+
+    edit("%%step summarise", "%%step summarise")
+    shown = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    states = {s["name"]: (s["state"], s.get("reason")) for s in shown["steps"]}
+    assert states["summarise"] == ("stale", "its cell in the notebook was edited since it ran")
+    assert shown["next_action"].startswith("run step 2 summarise (its cell in the notebook")
+    assert cli("answer", "U1", "USD", "--why", "the feed's README", cwd=workdir).returncode == 0
+    refused = cli("finish", cwd=workdir)
+    assert refused.returncode == 2
+    assert "edited or added since they ran: summarise." in refused.stderr
+    edit("%%step summarise", "%%step summarise-prices")  # renamed and edited: a new step
+    shown = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert shown["next_action"].startswith("run the notebook again: its step(s) summarise-prices")
+    refused = cli("finish", cwd=workdir)
+    assert refused.returncode == 2 and "since they ran: summarise-prices." in refused.stderr
+    assert cli("run", str(nb), cwd=workdir).returncode == 0  # runs it: now it may finish
+    assert cli("finish", cwd=workdir).returncode == 0

@@ -136,9 +136,34 @@ def notebook_changes(run: Run) -> list[str]:
 
 def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
     """`status` with a note of how the run's notebook changed since its plan was
-    committed: the cells the next run of the notebook sees as edited, added, moved."""
+    committed (the cells the next run of the notebook sees as edited, added, moved),
+    and its edited steps stale: the next run of the notebook runs them again."""
     changes = notebook_changes(run)
     if not changes:
         return status
     note = f"the notebook changed since its plan was committed: {'; '.join(changes)}"
-    return dataclasses.replace(status, notes=(*status.notes, note))
+    renamed = [c.removeprefix("renamed ").split(" -> ") for c in changes if c[:8] == "renamed "]
+    was = {new: old for old, new in renamed}  # the run knows the old name until it runs
+    edited = {was.get(name, name) for c in changes if (name := c.removeprefix("changed ")) != c}
+    added = tuple(name for c in changes if (name := c.removeprefix("added ")) != c)
+    steps = tuple(
+        step._replace(state="stale", reason=EDITED)
+        if step.name in edited and step.state == "verified"
+        else step
+        for step in status.steps
+    )
+    notes = (*status.notes, note)
+    return dataclasses.replace(status, steps=steps, notes=notes, added_cells=added)
+
+
+EDITED = "its cell in the notebook was edited since it ran"
+
+
+def unrun_cells(run: Run) -> list[str]:
+    """The notebook's steps that were edited or added since the run's plan was committed
+    (what finishing now would leave out); empty without a notebook."""
+    return [
+        change.split(" ", 1)[1]
+        for change in notebook_changes(run)
+        if change.startswith(("changed ", "added "))
+    ]

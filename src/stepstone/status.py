@@ -62,6 +62,7 @@ class RunStatus:
     effects: tuple[dict[str, Any], ...] = ()
     finished: str | None = None
     notes: tuple[str, ...] = field(default=())
+    added_cells: tuple[str, ...] = ()  # steps of the run's notebook its plan does not have yet
     resting: tuple[tuple[str, str], ...] = ()  # (step, unknown): results on open questions
     inputs: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)  # by step
 
@@ -99,6 +100,11 @@ class RunStatus:
             return f"run step {step.number} {step.name} ({why})"
         if self.finished:
             return "nothing: the run is finished"
+        if self.added_cells:
+            return (
+                f"run the notebook again: its step(s) {', '.join(self.added_cells)} were added "
+                f"since its plan was committed"
+            )
         if not self.steps:
             return "run the first step" + (
                 " (the plan grows as steps are met)" if self.plan_mode == "incremental" else ""

@@ -319,6 +319,11 @@ def plan_changes(old: Sequence[PlanRow], new: Sequence[PlanRow]) -> list[str]:
         if name not in before and was[name] and was[name][-1] in before
     }
     changes = [f"renamed {old_name} -> {name}" for old_name, name in renamed.items()]
+    changes += [  # renamed and edited too: its checks or source differ
+        f"changed {name}"
+        for old_name, name in renamed.items()
+        if before[old_name][1][1:5] != after[name][1][1:5]
+    ]
     changes += [f"added {n}" for n in after if n not in before and n not in renamed.values()]
     changes += [f"removed {n}" for n in before if n not in after and n not in renamed]
     for name, (number, row) in after.items():
