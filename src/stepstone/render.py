@@ -427,7 +427,9 @@ def decision_standing(item: Decision, line_value: str) -> str:
     """What `%decide` says when a revision made outside the notebook stands over it."""
     return (
         f"{item.key}={item.value} stands: decided outside the notebook ({item.by}) over this "
-        f"line's {line_value} ({item.why}); to change it here, edit this line (with --revise)"
+        f"line's {line_value} ({item.why}); to change it here, give this line another value "
+        f"(with --revise), or decide it again outside (`stepstone decide {item.key} VALUE "
+        f"--revise --why ...`)"
     )
 
 
