@@ -611,6 +611,7 @@ def test_a_step_renamed_in_a_python_plan_with_was_is_neither_run_nor_sent_again(
         assert "mail" not in reader.records
     shown = json.loads(cli("show", "mail-team", "--json", cwd=workdir).stdout)
     assert [e["name"] for e in shown["effects"]] == ["send"]  # keyed by its first name
+    assert json.loads(cli("show", "mail", "--json", cwd=workdir).stdout) == shown  # old name
     logged = json.loads(cli("log", "--step", "mail-team", "--json", cwd=workdir).stdout)
     assert {e["step"] for e in logged} == {"2 mail", "2 mail-team"}  # and its commits
 

@@ -35,7 +35,7 @@ _SUFFIXES = {"json": "json", "npy": "npy", "parquet": "parquet", "pickle": "pkl"
 def show(view: RunView, step: str) -> dict[str, Any]:
     """Everything recorded about `step`: state now, record, evidence, what it read,
     outputs described, kept files, the commit that recorded it and its effects."""
-    number = _number(view, step)
+    step, number = _planned(view, step)
     record = view.records.get(step)
     state = next(s for s in view.status().steps if s.name == step)
     shown: dict[str, Any] = {
@@ -79,7 +79,7 @@ def show(view: RunView, step: str) -> dict[str, Any]:
 def outputs(view: RunView, step: str) -> list[dict[str, Any]]:
     """The values `step` saved, each described without loading code: name, format,
     size, sha256, type, shape, and how to get and load it."""
-    _number(view, step)
+    step, _ = _planned(view, step)
     record = view.records.get(step)
     if record is None:
         return []
@@ -89,7 +89,7 @@ def outputs(view: RunView, step: str) -> list[dict[str, Any]]:
 def output_bytes(view: RunView, step: str, var: str) -> tuple[Artifact, Iterator[bytes]]:
     """Output `var` of `step` as its stored bytes (`.npy`, Parquet, JSON, pickle: the
     format its record names), streamed; checked against its sha256 as they go."""
-    _number(view, step)
+    step, _ = _planned(view, step)
     record = view.records.get(step)
     if record is None or var not in record.outputs:
         saved = names.listing(sorted(record.outputs)) if record else "none: it has not run"
@@ -106,11 +106,13 @@ def recording_commit(view: RunView, record: StepRecord) -> dict[str, Any] | None
     return None
 
 
-def _number(view: RunView, step: str) -> int:
-    if step not in view.steps.names:
+def _planned(view: RunView, step: str) -> tuple[str, int]:
+    """Step `step` as the plan names it now (an earlier name finds it too), its number."""
+    name = view.state.now_named(step)
+    if name not in view.steps.names:
         known = names.listing(view.steps.names)
         raise InvalidInput(f"run {view.id!r} has no step {step!r} (steps: {known})")
-    return view.steps.names.index(step) + 1
+    return name, view.steps.names.index(name) + 1
 
 
 def file_name(var: str, art: Artifact) -> str:
