@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -586,11 +586,10 @@ def test_a_script_run_from_another_folder_does_not_start_its_run_again(tmp_path:
     assert not (tmp_path / ".stepstone").exists()
 
 
-def test_a_step_renamed_in_a_python_plan_with_was_is_neither_run_nor_sent_again(workdir: Path):
-    ran: list[str] = []
-    sent: list[str] = []
+def _mail_job(ran: list[str], sent: list[str]) -> Callable[[str], Callable[[], str]]:
+    """Step bodies that log that they ran; those of `mail...` steps send one effect."""
 
-    def body(name: str):
+    def body(name: str) -> Callable[[], str]:
         def work() -> str:
             ran.append(name)
             if name.startswith("mail"):
@@ -599,6 +598,13 @@ def test_a_step_renamed_in_a_python_plan_with_was_is_neither_run_nor_sent_again(
 
         return work
 
+    return body
+
+
+def test_a_step_renamed_in_a_python_plan_with_was_is_neither_run_nor_sent_again(workdir: Path):
+    ran: list[str] = []
+    sent: list[str] = []
+    body = _mail_job(ran, sent)
     for names in (["load", "mail", "report"], ["load", "mail-team", "report"]):
         with stepstone.open_run("job") as run:
             run.set_plan(names)  # the plan already says the new name
@@ -621,16 +627,7 @@ def test_a_step_renamed_with_was_in_an_incremental_plan_ends_as_a_clean_run(
 ):
     ran: list[str] = []
     sent: list[str] = []
-
-    def body(name: str):
-        def work() -> str:
-            ran.append(name)
-            if name.startswith("mail"):
-                stepstone.effect("send", lambda key: sent.append(key) or {"id": key})
-            return "done"
-
-        return work
-
+    body = _mail_job(ran, sent)
     for names in (["load", "mail", "report"], ["load", "mail-team", "report"]):
         with stepstone.open_run("job") as run:  # no plan given: the steps make it
             for name in names:
