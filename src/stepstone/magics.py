@@ -265,7 +265,7 @@ class StepstoneMagics(Magics):
                         changed = self.seen.maybe_changed(
                             {n: v for n, v in unneeded.items() if n not in read}
                         )
-                        attempt.leave_changed(changed, namespace.CHANGED)
+                        attempt.leave_changed(dict.fromkeys(changed, namespace.CHANGED))
                         self.unrestored.bound(shape.binds)
         except StepstoneError as exc:
             if cell_raised:  # recording the cell's failure failed: keep both tracebacks

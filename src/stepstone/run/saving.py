@@ -61,23 +61,6 @@ def saved_outputs(
 Writes = dict[str, bytes | StoredBlob | None]
 
 
-def changed_in_place(
-    left: Mapping[str, tuple[Any, str]],
-    saved: Mapping[str, models.Artifact],
-    state: RunState,
-    number: int,
-) -> dict[str, str]:
-    """Of the values a step left unsaved (name -> (value, why)), those that differ from
-    what a step before step `number` saved: a resume must not give those back."""
-    last = last_saved(state, number)
-    found = {}
-    for var, (value, why) in left.items():
-        before = last(var)
-        if var not in saved and before is not None and not _unchanged(value, before):
-            found[var] = why
-    return found
-
-
 def _unchanged(value: Any, before: models.Artifact) -> bool:
     if before.format == "npy" and bigvalues.is_big(value):
         try:

@@ -22,7 +22,7 @@ from .checking import RETURN, Checker, check_scope
 from .layout import source_hash, step_path
 from .ledger import Ledger
 from .planning import Planner
-from .saving import changed_in_place, saved_outputs
+from .saving import saved_outputs
 from .state import RunState
 
 
@@ -51,7 +51,7 @@ class Attempt:
     kept: dict[str, Any] = field(default_factory=dict)
     offered: dict[str, Any] = field(default_factory=dict)
     touched: dict[str, Any] = field(default_factory=dict)
-    left: dict[str, tuple[Any, str]] = field(default_factory=dict)  # value, why not saved
+    left: dict[str, str] = field(default_factory=dict)  # changed in place, not saved
     facts: Mapping[str, Any] | None = None
 
     @property
@@ -82,11 +82,10 @@ class Attempt:
         names (values the step may have changed in place)."""
         self.touched.update(values)
 
-    def leave_changed(self, values: Mapping[str, Any], why: str) -> None:
-        """Values the step may have changed in place and does not save (`why`): those
-        that differ from what was saved are named in its record, so that a resume does
-        not give back their values from before."""
-        self.left.update({name: (value, why) for name, value in values.items()})
+    def leave_changed(self, names: Mapping[str, str]) -> None:
+        """Names (-> why) the step changed in place and does not save: its record names
+        them, so that a resume does not give back their values from before."""
+        self.left.update(names)
 
 
 class Stepper:
@@ -266,7 +265,7 @@ class Stepper:
         namespace: Mapping[str, Any] | None = None,
         offered: Mapping[str, Any] | None = None,
         touched: Mapping[str, Any] | None = None,
-        left: Mapping[str, tuple[Any, str]] | None = None,
+        left: Mapping[str, str] | None = None,
     ) -> StepRecord:
         """Run the step's checks, then commit its record with evidence and saved outputs.
         A check that does not pass records the step as failed and raises `CheckFailed`."""
@@ -286,7 +285,7 @@ class Stepper:
         namespace: Mapping[str, Any] | None,
         offered: Mapping[str, Any],
         touched: Mapping[str, Any],
-        left: Mapping[str, tuple[Any, str]],
+        left: Mapping[str, str],
     ) -> StepRecord:
         planned = start.planned
         missing = [var for var in planned.outputs if var not in values]
@@ -315,7 +314,7 @@ class Stepper:
             writes, saved, unsaved = saved_outputs(
                 values, offered, touched, self.state, planned.number
             )
-            unsaved.update(changed_in_place(left, saved, self.state, planned.number))
+            unsaved.update({name: why for name, why in left.items() if name not in saved})
             kept_writes, kept = keeping.keep(planned.checks, self.checker.workdir, self.state)
         except InvalidInput as exc:
             self._fail(start, str(exc))
