@@ -261,11 +261,6 @@ class StepstoneMagics(Magics):
                         attempt.offer(namespace.offered(shape, ns, parsed.outputs, needed))
                         read = namespace.touched(shape, ns, self.kept, needed)
                         attempt.offer_changed(self.seen.maybe_changed(read))
-                        unneeded = namespace.touched(shape, ns, self.kept)
-                        changed = self.seen.maybe_changed(
-                            {n: v for n, v in unneeded.items() if n not in read}
-                        )
-                        attempt.leave_changed(dict.fromkeys(changed, namespace.CHANGED))
                         self.unrestored.bound(shape.binds)
         except StepstoneError as exc:
             if cell_raised:  # recording the cell's failure failed: keep both tracebacks
@@ -292,10 +287,7 @@ class StepstoneMagics(Magics):
             self.unrestored.skipped(parsed.name, lost, unread)
             said = render.kernel_names(attempt.values, remade, lost, skipped=True)
         else:
-            left = [n for n, kind in record.unsaved.items() if kind == namespace.CHANGED]
-            unsaved = {n: k for n, k in record.unsaved.items() if n not in left}
-            told = render.kernel_names((), (), unsaved, skipped=False)
-            said = "\n".join(filter(None, [told, render.changed_unsaved(left)]))
+            said = render.kernel_names((), (), record.unsaved, skipped=False)
         why = attempt.start.reason if again else ""
         rows = evidence_rows(record)
         _show_outcome(render_cells.of(number, parsed.name, outcome, rows, why=why, kernel=said))

@@ -239,9 +239,6 @@ def define_first(cell: Cell, namespace: dict[str, Any]) -> bool:
     return True
 
 
-CHANGED = "changed in place"  # a record's unsaved name the step changed and did not save
-
-
 class Unrestored:
     """The names skipped steps could not give back (`unsaved` in their records), until
     a cell that runs binds them again."""
@@ -271,13 +268,6 @@ class Unrestored:
                 f"value is a pickle written by someone else, and loading a pickle runs its "
                 f"code. If you trust who wrote this store, run `stepstone trust` (once) and "
                 f"run the notebook again"
-            )
-        if kind == CHANGED:
-            return (
-                f"{name!r} was changed in place by step {step!r}, which was skipped on "
-                f"resume; the change was not saved, as no later cell read {name!r} when the "
-                f"step ran, and its value from before the step is not given back. Run "
-                f"{step!r} again (%%step {step} --rerun 'REASON'), or give it --out {name}"
             )
         why = (
             f"its value ({kind}) cannot be saved. Re-create it in the step that uses it (or "

@@ -412,17 +412,6 @@ def kernel_names(
     return f"  kernel: {'; '.join(parts)}" if parts else ""
 
 
-def changed_unsaved(names: Iterable[str]) -> str:
-    """What a confirmed cell says of the values it changed in place and did not save."""
-    listed = ", ".join(names)
-    return (
-        f"  will not survive a resume: {listed} (changed in place; not saved, as no later "
-        f"cell reads it: --out NAME saves it)"
-        if listed
-        else ""
-    )
-
-
 def decision(item: Decision, *, was: str | None = None, readers: Iterable[str] = ()) -> str:
     """A decision recorded by `%decide`, in one line; revised just now from `was`, it
     names the steps that read the old value and so run again."""

@@ -51,7 +51,6 @@ class Attempt:
     kept: dict[str, Any] = field(default_factory=dict)
     offered: dict[str, Any] = field(default_factory=dict)
     touched: dict[str, Any] = field(default_factory=dict)
-    left: dict[str, str] = field(default_factory=dict)  # changed in place, not saved
     facts: Mapping[str, Any] | None = None
 
     @property
@@ -81,11 +80,6 @@ class Attempt:
         """Save those of `values` that differ from what an earlier step saved under their
         names (values the step may have changed in place)."""
         self.touched.update(values)
-
-    def leave_changed(self, names: Mapping[str, str]) -> None:
-        """Names (-> why) the step changed in place and does not save: its record names
-        them, so that a resume does not give back their values from before."""
-        self.left.update(names)
 
 
 class Stepper:
@@ -136,7 +130,6 @@ class Stepper:
             namespace=attempt.namespace,
             offered=attempt.offered,
             touched=attempt.touched,
-            left=attempt.left,
         )
 
     @contextmanager
@@ -265,15 +258,14 @@ class Stepper:
         namespace: Mapping[str, Any] | None = None,
         offered: Mapping[str, Any] | None = None,
         touched: Mapping[str, Any] | None = None,
-        left: Mapping[str, str] | None = None,
     ) -> StepRecord:
         """Run the step's checks, then commit its record with evidence and saved outputs.
         A check that does not pass records the step as failed and raises `CheckFailed`."""
         try:
             with self.ledger.guard:
-                kept = dict(values or {})
-                found = (offered or {}, touched or {}, left or {})
-                return self._confirm(start, kept, facts, namespace, *found)
+                return self._confirm(
+                    start, dict(values or {}), facts, namespace, offered or {}, touched or {}
+                )
         finally:
             self._end(start.planned.name)
 
@@ -285,7 +277,6 @@ class Stepper:
         namespace: Mapping[str, Any] | None,
         offered: Mapping[str, Any],
         touched: Mapping[str, Any],
-        left: Mapping[str, str],
     ) -> StepRecord:
         planned = start.planned
         missing = [var for var in planned.outputs if var not in values]
@@ -314,7 +305,6 @@ class Stepper:
             writes, saved, unsaved = saved_outputs(
                 values, offered, touched, self.state, planned.number
             )
-            unsaved.update({name: why for name, why in left.items() if name not in saved})
             kept_writes, kept = keeping.keep(planned.checks, self.checker.workdir, self.state)
         except InvalidInput as exc:
             self._fail(start, str(exc))
