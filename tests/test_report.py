@@ -182,34 +182,47 @@ def test_a_step_that_took_a_renamed_steps_old_name_is_credited_only_its_own_atte
     assert [a.status for a in history.attempts_of("clean")] == ["confirmed"]
 
 
-def test_sessions_that_ended_well_are_not_reported_as_interrupted(workdir: Path):
+def test_only_sessions_that_stopped_in_a_step_are_reported_as_interrupted(workdir: Path):
     from stepstone.report_history import read_commits, read_history
 
     session = textwrap.dedent(
         """
-        import sys, stepstone
+        import os, sys, stepstone
         with stepstone.open_run("tidy") as run:  # the steps make the plan
             for name in sys.argv[1].split(","):
                 was = "write" if name == "save" else None
                 source = sys.argv[2] if name in ("write", "save") else "same"
-                with run.stepping(name, source=source, was=was):
-                    pass
+                with run.stepping(name, source=source, was=was) as attempt:
+                    if name == "save" and not attempt.skipped:
+                        stepstone.effect(f"post-{sys.argv[2]}", lambda k: {"id": k}, new=True)
+                        if sys.argv[2] == "v3":
+                            os._exit(9)  # killed after its effect, before its record
         """
     )
     (workdir / "session.py").write_text(session)
-    for names, source in (
-        ("load,write,report", "v1"),
-        ("load,save,report", "v1"),
-        ("load,save,report", "v2"),
-    ):  # all done; renamed; edited
-        run_python(
+
+    def interrupted() -> list[str]:
+        view = _reader(workdir, "tidy")
+        history = read_history(view, *read_commits(view))
+        return [a.step for a in history.attempts if a.status == "interrupted"]
+
+    for names, source, code in (
+        ("load,write,report", "v1", 0),
+        ("load,save,report", "v1", 0),
+        ("load,save,report", "v2", 0),
+        ("load,save,report", "v3", 9),
+        ("load,save,report", "v4", 0),
+    ):  # all done; renamed; edited; edited and killed in it; edited and done
+        done = run_python(
             f"import runpy, sys; sys.argv = ['session.py', '{names}', '{source}']; "
             "runpy.run_path('session.py', run_name='__main__')",
             cwd=workdir,
+            check=False,
         )
-    view = _reader(workdir, "tidy")
-    history = read_history(view, *read_commits(view))
-    assert [a.status for a in history.attempts if a.status == "interrupted"] == []
+        assert done.returncode == code, done.stderr
+        if source == "v2":
+            assert interrupted() == []
+    assert interrupted() == ["save"]  # the session killed after save's effect
 
 
 def test_a_long_idle_stretch_is_drawn_as_a_narrow_break():

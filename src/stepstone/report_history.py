@@ -268,13 +268,14 @@ def _interrupted(
         step = _step_of(following, steps)
         if step in recorded or (wanted is not None and step not in wanted):
             continue
-        # a step done before is run by a later driver also when the session ended well
-        # (its steps skipped) and the step was edited or made stale since: only the step
-        # after the session's last record is known to be where it stopped
-        after_last = bool(records) and _number(following) == _number(records[-1]) + 1
-        if step in before and not after_last:
-            continue
         effects = [c for c in session if _step_of(c, steps) == step and _first(c, message.KEY)]
+        # a step done before is run by a later driver also when the session ended well
+        # (its steps skipped) and the step was edited or made stale since: only effect
+        # commits for it, or its being the step after the session's last record, show
+        # that the session stopped in it
+        after_last = bool(records) and _number(following) == _number(records[-1]) + 1
+        if step in before and not after_last and not effects:
+            continue
         start = max([float(last.time)] + [ends.get(c.id, 0.0) for c in session])
         if effects:
             start = min(start, float(effects[0].time))
