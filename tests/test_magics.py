@@ -274,6 +274,29 @@ def test_decide_dry_run_names_the_readers_and_records_nothing(ip, workdir: Path,
     assert "report" in said and "other" in said and "skipped" not in said  # both ran again
 
 
+def test_decide_previews_follow_the_values_the_readers_saw(ip, workdir: Path, capsys):
+    ip.run_line_magic("resume", "--run demo")
+    reader = "import stepstone\nv = stepstone.decided('k', '1')"  # a default, not decided
+    ip.run_cell_magic("step", "a", reader)
+    ip.run_cell_magic("step", "b", "w = 1")
+    capsys.readouterr()
+    ip.run_line_magic("decide", 'k=2 --why "first" --dry-run')
+    assert "deciding k=2 runs again: a, b (nothing recorded)" in capsys.readouterr().out
+    ip.run_line_magic("decide", 'k=2 --why "first"')
+    assert "decided k=2 (first); runs again: a, b" in capsys.readouterr().out
+    ip.run_cell_magic("step", "a", reader)
+    ip.run_cell_magic("step", "b", "w = 1")
+    assert "skipped" not in capsys.readouterr().out  # both ran, as said
+    ip.run_line_magic("decide", 'k=3 --why "second" --revise')
+    capsys.readouterr()  # and back before anything ran: a saw 2
+    ip.run_line_magic("decide", 'k=2 --why "back" --revise --dry-run')
+    assert "would run again: no recorded step" in capsys.readouterr().out
+    ip.run_line_magic("decide", 'k=2 --why "back" --revise')
+    ip.run_cell_magic("step", "a", reader)
+    ip.run_cell_magic("step", "b", "w = 1")
+    assert capsys.readouterr().out.count("skipped") == 2
+
+
 def test_decide_dry_run_in_a_notebook_says_what_the_line_would_meet(ip, workdir: Path, capsys):
     ip.run_line_magic("resume", "--run demo")
     ip.run_line_magic("decide", 'threshold=105 --why "first guess"')

@@ -415,9 +415,10 @@ def kernel_names(
 def decision(item: Decision, *, was: str | None = None, readers: Iterable[str] = ()) -> str:
     """A decision recorded by `%decide`, in one line; revised just now from `was`, it
     names the steps that read the old value and so run again."""
-    if was is None or was == item.value:
-        return f"decided {item.key}={item.value} ({item.why})"
     again = ", ".join(readers)
+    if was is None or was == item.value:
+        said = f"decided {item.key}={item.value} ({item.why})"
+        return f"{said}; runs again: {again}" if again else said
     return f"revised {item.key}: {was} → {item.value} ({item.why}); " + (
         f"runs again: {again}" if again else "no recorded step read it"
     )
@@ -435,11 +436,13 @@ def decision_standing(item: Decision, line_value: str) -> str:
 
 def decision_preview(key: str, was: str | None, value: str, readers: Iterable[str]) -> str:
     """What `%decide ... --dry-run` says: which steps revising `key` would run again."""
+    again = ", ".join(readers)
     if was is None:
-        return f"{key} is not decided yet: deciding {key}={value} makes no step run again"
-    if was == value:
+        runs = f"runs again: {again}" if again else "makes no step run again"
+        return f"{key} is not decided yet: deciding {key}={value} {runs} (nothing recorded)"
+    if was == value and not again:
         return f"{key} is already {value}: nothing changes"
-    again = ", ".join(readers) or "no recorded step (none read it)"
+    again = again or "no recorded step (none read it)"
     return f"revising {key}: {was} → {value} would run again: {again} (nothing recorded)"
 
 

@@ -147,13 +147,18 @@ class RunView:
 
     def revising(self, key: str, value: str) -> tuple[str | None, list[str]]:
         """Decision `key`'s value now (None: not decided), and the steps that deciding
-        it `value` makes run again, in plan order: those that read it, and the steps
+        it `value` makes run again, in plan order: those that read another value, and the steps
         recorded after the first of them, as the conservative rule runs them again (a
         cell that follows its recorded inputs only if it reads one that runs again)."""
         state = self.state
         before = state.decisions.get(key)
         was = before.value if before is not None else None
-        readers = set(self.readers(key)) if was is not None and was != str(value) else set()
+        read = f"{dependencies.DECISION}{key}"
+        readers = {  # those that saw another value (a default before it was decided)
+            name
+            for name in self.readers(key)
+            if (state.records[name].inputs or {}).get(read) != str(value)
+        }
         numbers = [state.numbers[name] for name in readers if name in state.numbers]
         if not numbers:
             return was, sorted(readers)
