@@ -298,17 +298,26 @@ def test_a_decision_made_outside_before_the_notebook_met_it_stands_over_its_line
 def test_an_edited_cell_is_stale_in_status_and_finish_refuses_to_leave_it_out(workdir: Path):
     nb = _quickstart(workdir)
 
-    def edit(old: str, new: str) -> None:
+    def edit(old: str, new: str, body: str = "\n# edited") -> None:
         book = nbformat.read(str(nb), as_version=4)
         (cell,) = [c for c in book.cells if c.source.startswith(old)]
-        cell.source = cell.source.replace(old, new) + "\n# edited"
+        cell.source = cell.source.replace(old, new) + body
         nbformat.write(book, str(nb))
 
-    edit("%%step summarise", "%%step summarise")
+    def states() -> dict[str, tuple[str, str]]:
+        shown = json.loads(cli("status", "--json", cwd=workdir).stdout)
+        return {s["name"]: (s["state"], s["reason"]) for s in shown["steps"]}
+
+    edit("%%step summarise", "%%step summarise --out summary", "")  # an option: no rerun
+    assert {state for state, _ in states().values()} == {"verified"}
+    edit("%%step summarise --out summary", "%%step summarise")
+    assert states() == {
+        "make-data": ("verified", ""),
+        "summarise": ("stale", "its source changed since it ran (its cell in the notebook)"),
+        "report": ("stale", "it runs again after step summarise"),
+    }
     shown = json.loads(cli("status", "--json", cwd=workdir).stdout)
-    states = {s["name"]: (s["state"], s.get("reason")) for s in shown["steps"]}
-    assert states["summarise"] == ("stale", "its cell in the notebook was edited since it ran")
-    assert shown["next_action"].startswith("run step 2 summarise (its cell in the notebook")
+    assert shown["next_action"].startswith("run step 2 summarise (its source changed")
     assert cli("answer", "U1", "USD", "--why", "the feed's README", cwd=workdir).returncode == 0
     refused = cli("finish", cwd=workdir)
     assert refused.returncode == 2

@@ -117,53 +117,87 @@ def plan_from_notebook(path: Path, *, validate: bool = True) -> list[PlannedStep
     return steps
 
 
-def notebook_changes(run: Run) -> list[str]:
-    """How the run's notebook, as it is on disk now, differs from the plan the run last
-    committed (`changed s1`, `added t4`, `moved s3 3->2`...): what the next run of the
-    notebook will see. Empty when the run has no notebook or it cannot be read."""
+def _notebook_steps(run: Run) -> list[PlannedStep] | None:
+    """The steps of the run's notebook as it is on disk now, with the earlier names the
+    run knows them by; None when the run has no notebook or it cannot be read."""
     if not run.info.notebook:
-        return []
+        return None
     path = Path(run.info.notebook)
     path = path if path.is_absolute() else run.workdir / path
     try:
         plan = plan_from_notebook(path, validate=False)
     except (InvalidInput, OSError):
-        return []
+        return None
+    from .run.planning import carry_renames
+
+    return carry_renames(run.state, plan)
+
+
+def notebook_changes(run: Run) -> list[str]:
+    """How the run's notebook, as it is on disk now, differs from the plan the run last
+    committed (`changed s1`, `added t4`, `moved s3 3->2`...): what the next run of the
+    notebook will see. Empty when the run has no notebook or it cannot be read."""
     from .run.planning import changes_from
 
-    return changes_from(run.state, plan)
+    steps = _notebook_steps(run)
+    return [] if steps is None else changes_from(run.state, steps)
+
+
+def _unrun(run: Run, steps: list[PlannedStep]) -> tuple[dict[str, str], list[str]]:
+    """The run's steps whose notebook cell the next run will run again, as the run names
+    them, with why (their source or checks differ from their records'); and the
+    notebook's steps the run has no record of."""
+    from .verdicts import plan_changed
+
+    edited: dict[str, str] = {}
+    added: list[str] = []
+    for step in steps:
+        name = step.name
+        if name not in run.steps.names and step.renamed_from:
+            name = step.renamed_from[-1]  # the run knows it by its old name until it runs
+        record = run.records.get(name)
+        if record is None:
+            added.append(step.name)
+            continue
+        why = plan_changed(step.checks, step.source_hash, record.checks, record.source_hash)
+        if why is not None:
+            edited[name] = f"{why} (its cell in the notebook)"
+    return edited, added
 
 
 def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
     """`status` with a note of how the run's notebook changed since its plan was
-    committed (the cells the next run of the notebook sees as edited, added, moved),
-    and its edited steps stale: the next run of the notebook runs them again."""
-    changes = notebook_changes(run)
-    if not changes:
+    committed (the cells the next run of the notebook sees as edited, added, moved);
+    its edited steps stale, and the steps after them as the conservative rule has it
+    (the next run of the notebook runs them again)."""
+    steps = _notebook_steps(run)
+    changes = [] if steps is None else notebook_changes(run)
+    if steps is None or not changes:
         return status
     note = f"the notebook changed since its plan was committed: {'; '.join(changes)}"
-    renamed = [c.removeprefix("renamed ").split(" -> ") for c in changes if c[:8] == "renamed "]
-    was = {new: old for old, new in renamed}  # the run knows the old name until it runs
-    edited = {was.get(name, name) for c in changes if (name := c.removeprefix("changed ")) != c}
-    added = tuple(name for c in changes if (name := c.removeprefix("added ")) != c)
-    steps = tuple(
-        step._replace(state="stale", reason=EDITED)
-        if step.name in edited and step.state == "verified"
-        else step
-        for step in status.steps
-    )
+    edited, added = _unrun(run, steps)
+    from .verdicts import runs_after
+
+    first = next((s.name for s in status.steps if s.name in edited), None)
+    after = False
+    marked = []
+    for step in status.steps:
+        if step.name in edited and step.state == "verified":
+            step = step._replace(state="stale", reason=edited[step.name])
+        elif after and step.state == "verified" and not run.settings.follow_inputs:
+            step = step._replace(state="stale", reason=runs_after(first or ""))
+        after = after or step.name == first
+        marked.append(step)
     notes = (*status.notes, note)
-    return dataclasses.replace(status, steps=steps, notes=notes, added_cells=added)
-
-
-EDITED = "its cell in the notebook was edited since it ran"
+    return dataclasses.replace(status, steps=tuple(marked), notes=notes, added_cells=tuple(added))
 
 
 def unrun_cells(run: Run) -> list[str]:
-    """The notebook's steps that were edited or added since the run's plan was committed
-    (what finishing now would leave out); empty without a notebook."""
-    return [
-        change.split(" ", 1)[1]
-        for change in notebook_changes(run)
-        if change.startswith(("changed ", "added "))
-    ]
+    """The notebook's steps whose cells were edited or added since they ran (what
+    finishing now would leave out), as the notebook names them; empty without one."""
+    steps = _notebook_steps(run)
+    if steps is None:
+        return []
+    edited, added = _unrun(run, steps)
+    renamed = {s.renamed_from[-1]: s.name for s in steps if s.renamed_from}
+    return [renamed.get(name, name) for name in edited] + added
