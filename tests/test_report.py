@@ -33,6 +33,17 @@ def _reader(workdir: Path, run: str) -> stepstone.Run:
     return stepstone.open_run(run, repo=workdir / ".stepstone", drive=False, create=False)
 
 
+def _session(workdir: Path, code: int, *args: str) -> None:
+    """Run `session.py ARGS` in `workdir` as a new process; it exits with `code`."""
+    done = run_python(
+        f"import runpy, sys; sys.argv = ['session.py', *{list(args)!r}]; "
+        "runpy.run_path('session.py', run_name='__main__')",
+        cwd=workdir,
+        check=False,
+    )
+    assert done.returncode == code, done.stderr
+
+
 def _bars(html: str, kind: str) -> list[float]:
     """The left edges (percent) of the timeline's bars of `kind`, in page order."""
     return [float(x) for x in re.findall(rf'class="bar {kind}" style="left:([0-9.]+)%', html)]
@@ -130,13 +141,7 @@ def test_the_timeline_shows_failed_and_interrupted_attempts_before_the_confirmed
     )
     (workdir / "session.py").write_text(session)
     for number, code in ((1, 1), (2, 9), (3, 0)):
-        done = run_python(
-            f"import runpy, sys; sys.argv = ['session.py', '{number}']; "
-            "runpy.run_path('session.py', run_name='__main__')",
-            cwd=workdir,
-            check=False,
-        )
-        assert done.returncode == code, done.stderr
+        _session(workdir, code, str(number))
     (workdir / "model.bin").write_text("changed by hand")  # train is stale now
 
     html = html_report(_reader(workdir, "flaky"))
@@ -213,13 +218,7 @@ def test_only_sessions_that_stopped_in_a_step_are_reported_as_interrupted(workdi
         ("load,save,report", "v3", 9),
         ("load,save,report", "v4", 0),
     ):  # all done; renamed; edited; edited and killed in it; edited and done
-        done = run_python(
-            f"import runpy, sys; sys.argv = ['session.py', '{names}', '{source}']; "
-            "runpy.run_path('session.py', run_name='__main__')",
-            cwd=workdir,
-            check=False,
-        )
-        assert done.returncode == code, done.stderr
+        _session(workdir, code, names, source)
         if source == "v2":
             assert interrupted() == []
     assert interrupted() == ["save"]  # the session killed after save's effect
