@@ -143,13 +143,13 @@ def notebook_changes(run: Run) -> list[str]:
     return [] if steps is None else changes_from(run.state, steps)
 
 
-def _unrun(run: Run, steps: list[PlannedStep]) -> tuple[dict[str, str], list[str]]:
+def _unrun(run: Run, steps: list[PlannedStep]) -> tuple[dict[str, tuple[str, str]], list[str]]:
     """The run's steps whose notebook cell the next run will run again, as the run names
-    them, with why (their source or checks differ from their records'); and the
-    notebook's steps the run has no record of."""
+    them, with the notebook's name and why (their source or checks differ from their
+    records'); and the notebook's steps the run has no record of."""
     from .verdicts import plan_changed
 
-    edited: dict[str, str] = {}
+    edited: dict[str, tuple[str, str]] = {}
     added: list[str] = []
     for step in steps:
         name = step.name
@@ -161,7 +161,7 @@ def _unrun(run: Run, steps: list[PlannedStep]) -> tuple[dict[str, str], list[str
             continue
         why = plan_changed(step.checks, step.source_hash, record.checks, record.source_hash)
         if why is not None:
-            edited[name] = f"{why} (its cell in the notebook)"
+            edited[name] = (step.name, f"{why} (its cell in the notebook)")
     return edited, added
 
 
@@ -170,20 +170,21 @@ def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
     committed (the cells the next run of the notebook sees as edited, added, moved);
     its edited steps stale, and the steps after them as the conservative rule has it
     (the next run of the notebook runs them again)."""
+    from .run.planning import changes_from
+    from .verdicts import runs_after
+
     steps = _notebook_steps(run)
-    changes = [] if steps is None else notebook_changes(run)
+    changes = [] if steps is None else changes_from(run.state, steps)
     if steps is None or not changes:
         return status
     note = f"the notebook changed since its plan was committed: {'; '.join(changes)}"
     edited, added = _unrun(run, steps)
-    from .verdicts import runs_after
-
     first = next((s.name for s in status.steps if s.name in edited), None)
     after = False
     marked = []
     for step in status.steps:
         if step.name in edited and step.state == "verified":
-            step = step._replace(state="stale", reason=edited[step.name])
+            step = step._replace(state="stale", reason=edited[step.name][1])
         elif after and step.state == "verified" and not run.settings.follow_inputs:
             step = step._replace(state="stale", reason=runs_after(first or ""))
         after = after or step.name == first
@@ -199,5 +200,4 @@ def unrun_cells(run: Run) -> list[str]:
     if steps is None:
         return []
     edited, added = _unrun(run, steps)
-    renamed = {s.renamed_from[-1]: s.name for s in steps if s.renamed_from}
-    return [renamed.get(name, name) for name in edited] + added
+    return [name for name, _ in edited.values()] + added

@@ -415,11 +415,17 @@ def kernel_names(
 def decision(item: Decision, *, was: str | None = None, readers: Iterable[str] = ()) -> str:
     """A decision recorded by `%decide`, in one line; revised just now from `was`, it
     names the steps that read the old value and so run again."""
+    return decision_text(item.key, item.value, item.why, was, readers)
+
+
+def decision_text(key: str, value: str, why: str, was: str | None, readers: Iterable[str]) -> str:
+    """A decision of `key`=`value` recorded just now (by `%decide` or `stepstone
+    decide`), over `was`, and the steps that run again for it, in one line."""
     again = ", ".join(readers)
-    if was is None or was == item.value:
-        said = f"decided {item.key}={item.value} ({item.why})"
+    if was is None or was == value:
+        said = f"decided {key}={value} ({why})"
         return f"{said}; runs again: {again}" if again else said
-    return f"revised {item.key}: {was} → {item.value} ({item.why}); " + (
+    return f"revised {key}: {was} → {value} ({why}); " + (
         f"runs again: {again}" if again else "no recorded step read it"
     )
 

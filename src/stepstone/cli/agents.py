@@ -73,18 +73,13 @@ def decide(
 ) -> None:
     """Decide KEY=VALUE with its reason. A revision stands over the notebook's `%decide`
     line for KEY until that line is edited; the steps that read KEY run again."""
+    from .. import render
+
     done = actions.decide(run_id, repo, key, value, why, revise=revise, dry_run=dry_run, via="cli")
     if dry_run:
-        from .. import render
-
-        preview = render.decision_preview(key, done["was"], value, done["runs_again"])
-        _echo(as_json, done, f"run {done['run']}: {preview}")
-        return
-    if done["was"] is None or done["was"] == value:
-        text = f"decided {key}={value} ({why})"
+        text = render.decision_preview(key, done["was"], value, done["runs_again"])
     else:
-        again = ", ".join(done["runs_again"]) or "no recorded step read it"
-        text = f"revised {key}: {done['was']} → {value} ({why}); runs again: {again}"
+        text = render.decision_text(key, value, why, done["was"], done["runs_again"])
     _echo(as_json, done, f"run {done['run']}: {text}")
 
 

@@ -57,11 +57,12 @@ COMMAND_MODULES = {
     "report": "report",
     "run": "running",
     **dict.fromkeys(
-        ["brief", "clone", "finish", "handoff", "log", "pull", "push", "reopen", "repair"],
+        [
+            *("brief", "clone", "finish", "handoff", "log", "pull", "push", "reopen"),
+            *("repair", "rerun", "resolve", "runs", "schema", "status", "trust", "verify"),
+        ],
         "commands",
     ),
-    **dict.fromkeys(["rerun", "resolve", "runs", "schema", "status", "trust"], "commands"),
-    "verify": "commands",
 }
 
 

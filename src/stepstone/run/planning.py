@@ -239,10 +239,11 @@ def _validated(steps: Sequence[PlannedStep | Mapping[str, Any] | str]) -> list[P
     return new
 
 
-def changes_from(state: RunState, steps: list[PlannedStep]) -> list[str]:
-    """What committing `steps` as the plan would change (`renamed a -> b`, ...)."""
+def changes_from(state: RunState, carried: list[PlannedStep]) -> list[str]:
+    """What committing `carried` (steps with their earlier names: `carry_renames`) as
+    the plan would change (`renamed a -> b`, ...)."""
     old = [state.steps.row(i) for i in range(len(state.steps))]
-    return plan_changes(old, [plan_row(step) for step in carry_renames(state, steps)])
+    return plan_changes(old, [plan_row(step) for step in carried])
 
 
 def carry_renames(state: RunState, new: list[PlannedStep]) -> list[PlannedStep]:

@@ -4,7 +4,7 @@ Effects it confirmed are not performed again: their keys and receipts stand."""
 
 from __future__ import annotations
 
-from .. import dependencies, message, names
+from .. import message, names
 from ..errors import InvalidInput
 from ..models import StepRecord, dump
 from ..verdicts import Verdicts
@@ -67,11 +67,7 @@ def _dependents(ledger: Ledger, number: int) -> list[str]:
         record = state.records.get(later)
         if record is None:
             continue
-        reads = {
-            state.now_named(key[len(dependencies.STEP) :], seen)
-            for key, seen in (record.inputs or {}).items()
-            if key.startswith(dependencies.STEP)
-        }
+        reads = state.steps_read(record.inputs)
         if record.inputs is None or record.source_hash is None or reads & upstream:
             upstream.add(later)
             found.append(later)

@@ -189,6 +189,15 @@ class RunState:
             for key, seen in inputs.items()
         }
 
+    def steps_read(self, inputs: dict[str, str | None] | None) -> set[str]:
+        """The steps a record's inputs say it used, as the plan names them now."""
+        step = dependencies.STEP
+        return {
+            self.now_named(key[len(step) :], seen)
+            for key, seen in (inputs or {}).items()
+            if key.startswith(step)
+        }
+
     def identities(self) -> set[str]:
         """The names the plan's steps key their effects by."""
         if self._identities is None:

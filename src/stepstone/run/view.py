@@ -168,12 +168,8 @@ class RunView:
             record = state.records.get(name)
             if record is None or record.status != "confirmed":
                 continue  # it runs anyway
-            reads = {
-                state.now_named(key[len(dependencies.STEP) :], seen)
-                for key, seen in (record.inputs or {}).items()
-                if key.startswith(dependencies.STEP)
-            }
-            if name in readers or name not in follows or reads & set(again):
+            uses_again = not state.steps_read(record.inputs).isdisjoint(again)
+            if name in readers or name not in follows or uses_again:
                 again.append(name)
         return was, again
 
