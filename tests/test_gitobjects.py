@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from stepstone.store import gitobjects, packs
 from stepstone.store.gitobjects import BLOB_MODE, TREE_MODE, ObjectWriter
+from stepstone.store.packs import read_index
 
 names = st.text(alphabet=st.sampled_from("ab.-_/0"), min_size=1, max_size=4).filter(
     lambda n: "/" not in n and n not in (".", "..")
@@ -152,3 +153,27 @@ def test_a_file_replaced_by_a_folder_of_the_same_name_leaves_one_entry():
     assert tree.order == [b"a.b", b"a/"]  # git's order: "a/" sorts after "a.b"
     tree.remove(b"a")
     assert tree.get(b"a") is None and len(tree) == 1
+
+
+def test_a_commit_writes_no_copy_of_a_tree_or_blob_it_leaves_as_stored(tmp_path: Path):
+    repo = pygit2.init_repository(tmp_path / "repo", bare=True)
+    writer = _writer(repo)
+    kept = writer.write(b"blob", b"kept\n")
+    first = writer.apply(None, {(b"steps", b"ab", b"a.json"): kept, (b"run.json",): kept})
+    assert first is not None
+    writer.finish()
+    pack_dir = Path(repo.path) / "objects" / "pack"
+    before = set(pack_dir.glob("*.idx"))
+    again = writer.write(b"blob", b"kept\n")  # the same value saved again, at the same path
+    new = writer.write(b"blob", b"new\n")
+    second = writer.apply(first, {(b"steps", b"ab", b"a.json"): again, (b"other", b"b.json"): new})
+    assert second is not None
+    writer.finish()
+    (index,) = set(pack_dir.glob("*.idx")) - before
+    written = {oid for oid, _, _ in read_index(index.read_bytes())}
+    tree = repo.get(pygit2.Oid(raw=second))
+    steps = tree["steps"]
+    assert written == {second, new, tree["other"].id.raw}
+    assert {kept, steps.id.raw, steps["ab"].id.raw}.isdisjoint(written)
+    assert (tree / "steps/ab/a.json").data == b"kept\n"
+    git("fsck", "--strict", cwd=repo.path)

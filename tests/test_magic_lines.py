@@ -9,6 +9,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import clean_env, stepstone_cli
+from hypothesis import given
+from hypothesis import strategies as st
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from nbformat.v4 import new_code_cell, new_notebook
@@ -161,3 +163,22 @@ def test_step_names_the_unknown_option_and_a_really_missing_name(shell, workdir:
         shell.run_cell_magic("step", "--force", "pass")
     question = "-x is odd; is -5 too?"
     assert cellargs.parse_unknown_line(f"-- {question}") == (None, question)
+
+
+@given(
+    st.one_of(
+        st.text(min_size=1, max_size=30),
+        st.text(alphabet="ab-_.:/\"' \\\t\n\u00a0\x0b", min_size=1, max_size=12),
+    )
+)
+def test_a_step_line_of_one_word_reads_as_the_option_parser_reads_it(line: str):
+    def by_the_parser() -> cellargs.StepLine:
+        return cellargs._parse_step_args(cellargs._parser("step").parse_args(cellargs.split(line)))
+
+    try:
+        expected = by_the_parser()
+    except stepstone.StepstoneError:
+        with pytest.raises(stepstone.StepstoneError):
+            cellargs.parse_step_line(line)
+    else:
+        assert cellargs.parse_step_line(line) == expected

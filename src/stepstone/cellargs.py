@@ -255,7 +255,16 @@ def split(line: str) -> list[str]:
 def parse_step_line(line: str) -> StepLine:
     """Parse `NAME [--check CHECK]... [--keep [PATH]]... [--out VAR]... [--in VAR]...
     [--uses U]... [--note] [--force] [--was OLD] [--rerun REASON]`."""
-    args = _parser("step").parse_args(split(line))
+    word = line.strip(" \t\r\n")  # shlex's white space
+    if word[:1] not in ("", "-") and _SHELL_QUOTING.isdisjoint(word) and [word] == word.split():
+        return StepLine(name=word, checks=(), outputs=(), inputs=(), force=False)
+    return _parse_step_args(_parser("step").parse_args(split(line)))
+
+
+_SHELL_QUOTING = frozenset("\"'\\")  # a word without them is what shlex.split makes of it
+
+
+def _parse_step_args(args: argparse.Namespace) -> StepLine:
     given = list(args.check)
     if "" in args.keep:  # a bare --keep: keep what the file: checks name
         given = [f"keep:{c[5:]}" if c.startswith("file:") else c for c in given]

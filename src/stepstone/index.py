@@ -90,6 +90,8 @@ class RecordTable:
         if not len(self.names) == len(self.seqs) == len(self.finished) == len(self.kinds):
             raise ValueError("columns of different lengths")
         self._shape_ids = {shape: i for i, shape in enumerate(self.shapes)}
+        self._checked_files: set[str] = set()
+        self._checked_upto = 0  # shapes before it are in `_checked_files`
         self.at: dict[str | None, int] = dict(zip(self.names, range(len(self.names)), strict=True))
         self.at.pop(None, None)
 
@@ -137,6 +139,15 @@ class RecordTable:
         """For each shape: confirmed, recorded without checks, its evidence only
         "completed" (nothing in the world to re-check)."""
         return [s[0] == "confirmed" and not s[1] and not s[5] for s in self.shapes]
+
+    def checked_files(self) -> set[str]:
+        """The paths the `file:` (or `keep:`) checks of any shape name: read from the
+        shapes added since the last call only (a cell's shape is its own, so there are
+        as many as records)."""
+        for shape in self.shapes[self._checked_upto :]:
+            self._checked_files.update(filter(None, map(dependencies.checked_file, shape[1])))
+        self._checked_upto = len(self.shapes)
+        return self._checked_files
 
     def cells_with_inputs(self) -> set[str]:
         """The steps whose records are a cell's and say what it read: the only ones

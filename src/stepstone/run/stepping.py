@@ -400,15 +400,9 @@ def _recorded_inputs(
 
 
 def _names_a_checked_file(state: RunState, source: str) -> bool:
-    """Whether `source` holds a path some record's `file:` check names: from the few
-    distinct check lists of the records' table, not every record (a step's cost stays
-    flat as the run grows)."""
-    for shape in state.records.table.shapes:
-        for check in shape[1]:
-            path = dependencies.checked_file(check)
-            if path and path in source:
-                return True
-    return False
+    """Whether `source` holds a path some record's `file:` check names (a step's cost
+    stays flat as the run grows: the table keeps those paths)."""
+    return any(path in source for path in state.records.table.checked_files())
 
 
 def _out_names(outputs: Iterable[str]) -> tuple[str, ...]:

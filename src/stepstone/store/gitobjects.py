@@ -109,6 +109,15 @@ def format_commit(
     return ("\n".join(head) + "\n\n" + message).encode()
 
 
+def _object_id(kind: bytes, content: bytes) -> bytes:
+    return hashlib.sha1(kind + b" " + str(len(content)).encode() + b"\0" + content).digest()
+
+
+def _packed(oid: bytes, kind: bytes, content: bytes) -> PackedObject:
+    entry = pack_entry(kind, content)
+    return PackedObject(oid, zlib.crc32(entry), entry)
+
+
 class ObjectWriter:
     """Gathers a commit's objects; `finish` writes them to `<git dir>/objects/pack`."""
 
@@ -124,10 +133,9 @@ class ObjectWriter:
 
     def write(self, kind: bytes, content: bytes) -> bytes:
         """Add one object (`kind` is b"blob", b"tree" or b"commit"); its 20-byte id."""
-        oid = hashlib.sha1(kind + b" " + str(len(content)).encode() + b"\0" + content).digest()
+        oid = _object_id(kind, content)
         if oid not in self._pending:
-            entry = pack_entry(kind, content)
-            self._pending[oid] = PackedObject(oid, zlib.crc32(entry), entry)
+            self._pending[oid] = _packed(oid, kind, content)
         return oid
 
     def finish(self) -> None:
@@ -153,8 +161,13 @@ class ObjectWriter:
             return Tree.parse(raw)
         return Tree.parse(self._read_tree(oid))
 
-    def write_tree(self, tree: Tree) -> bytes:
-        oid = self.write(b"tree", tree.format())
+    def write_tree(self, tree: Tree, *, stored: bytes | None = None) -> bytes:
+        """Add `tree`; its id. `stored`: the id of the stored tree it was changed from,
+        not written again when the changes left it as it was."""
+        content = tree.format()
+        oid = _object_id(b"tree", content)
+        if oid != stored and oid not in self._pending:
+            self._pending[oid] = _packed(oid, b"tree", content)
         self._keep(oid, tree)
         return oid
 
@@ -181,6 +194,8 @@ class ObjectWriter:
             if len(parts) == 1:
                 if blob is None:
                     entries.remove(parts[0])
+                elif entries.get(parts[0]) == (BLOB_MODE, blob):
+                    self._pending.pop(blob, None)  # stored already: the tree holds it
                 else:
                     entries.set(parts[0], BLOB_MODE, blob)
             else:
@@ -193,4 +208,6 @@ class ObjectWriter:
                 entries.remove(name)
             else:
                 entries.set(name, TREE_MODE, new)
-        return None if not entries and tree is not None else self.write_tree(entries)
+        if not entries and tree is not None:
+            return None
+        return self.write_tree(entries, stored=tree)

@@ -23,6 +23,7 @@ let `git gc --auto` start every few thousand steps).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import mmap
@@ -32,8 +33,6 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
-from typing import IO, Any
 
 from .durable import Unflushed
 
@@ -112,26 +111,24 @@ def format_pack(entries: Sequence[bytes]) -> tuple[bytes, list[int]]:
 def format_index(objects: Iterable[tuple[bytes, int, int]], pack_sha: bytes) -> bytes:
     """A version 2 index of (id, crc32, offset) triples for the pack named by `pack_sha`."""
     ordered = sorted(objects)
-    counts = [0] * 256
-    for oid, _, _ in ordered:
-        counts[oid[0]] += 1
-    fanout = list(accumulate(counts))
-    small: list[int] = []
+    oids = b"".join([oid for oid, _, _ in ordered])
+    first_bytes = oids[::20]  # sorted, so the fan-out table is a bisection per byte value
+    fanout = [bisect.bisect_right(first_bytes, byte) for byte in range(256)]
+    offsets = [offset for _, _, offset in ordered]
     large: list[int] = []
-    for _, _, offset in ordered:
-        if offset < 0x80000000:
-            small.append(offset)
-        else:
-            small.append(0x80000000 | len(large))
-            large.append(offset)
+    if offsets and max(offsets) >= 0x80000000:
+        for i, offset in enumerate(offsets):
+            if offset >= 0x80000000:
+                offsets[i] = 0x80000000 | len(large)
+                large.append(offset)
     body = b"".join(
         [
             _INDEX_MAGIC,
             struct.pack(">I", 2),
             struct.pack(">256I", *fanout),
-            b"".join(oid for oid, _, _ in ordered),
-            struct.pack(f">{len(ordered)}I", *(crc for _, crc, _ in ordered)),
-            struct.pack(f">{len(small)}I", *small),
+            oids,
+            struct.pack(f">{len(ordered)}I", *[crc for _, crc, _ in ordered]),
+            struct.pack(f">{len(offsets)}I", *offsets),
             struct.pack(f">{len(large)}Q", *large),
             pack_sha,
         ]
@@ -141,20 +138,26 @@ def format_index(objects: Iterable[tuple[bytes, int, int]], pack_sha: bytes) -> 
 
 def read_index(raw: bytes) -> list[tuple[bytes, int, int]]:
     """The (id, crc32, offset) triples of a version 2 index."""
+    return list(zip(*index_columns(raw), strict=True))
+
+
+def index_columns(raw: bytes) -> tuple[list[bytes], tuple[int, ...], list[int]]:
+    """The ids, crc32s and offsets of a version 2 index, in the index's (id) order."""
     if raw[:4] != _INDEX_MAGIC or struct.unpack(">I", raw[4:8])[0] != 2:
         raise ValueError("not a version 2 pack index")
     count = struct.unpack(">I", raw[8 + 255 * 4 : 8 + 256 * 4])[0]
     at = 8 + 256 * 4
-    oids = [raw[at + 20 * i : at + 20 * i + 20] for i in range(count)]
+    oids = [raw[i : i + 20] for i in range(at, at + 20 * count, 20)]
     at += 20 * count
-    crcs = struct.unpack(f">{count}I", raw[at : at + 4 * count])
+    crcs = struct.unpack_from(f">{count}I", raw, at)
     at += 4 * count
-    offsets = list(struct.unpack(f">{count}I", raw[at : at + 4 * count]))
+    offsets = list(struct.unpack_from(f">{count}I", raw, at))
     at += 4 * count
-    for i, offset in enumerate(offsets):
-        if offset & 0x80000000:
-            (offsets[i],) = struct.unpack(">Q", raw[at + 8 * (offset & 0x7FFFFFFF) :][:8])
-    return list(zip(oids, crcs, offsets, strict=True))
+    if offsets and max(offsets) & 0x80000000:
+        for i, offset in enumerate(offsets):
+            if offset & 0x80000000:
+                (offsets[i],) = struct.unpack_from(">Q", raw, at + 8 * (offset & 0x7FFFFFFF))
+    return oids, crcs, offsets
 
 
 class PackWriter:
@@ -176,6 +179,7 @@ class PackWriter:
         self.total_packs = 0  # every pack in the folder at the last scan, large ones too
         self._packs: dict[str, int] | None = None  # small pack -> size in bytes, as last seen
         self._unmergeable: set[str] = set()
+        self._undeltified: set[str] = set()  # packs known to hold no delta
 
     def write(self, objects: Sequence[PackedObject]) -> str:
         """Write `objects` as one pack and its index; the pack's name (`pack-<sha>`)."""
@@ -188,6 +192,7 @@ class PackWriter:
         # the .pack before its .idx: readers find a pack through its index
         self._install(f"{name}.pack", pack)
         self._install(f"{name}.idx", index)
+        self._undeltified.add(name)
         if self._packs is not None:
             self._packs[name] = len(pack)
             self.total_packs += 1
@@ -280,48 +285,60 @@ class PackWriter:
             self.total_packs -= 1
         return merged
 
-    def _copy(
-        self, name: str, pack: mmap.mmap, spans: list[tuple[int, int]], sha: Any, out: IO[bytes]
-    ) -> None:
-        for start, end in spans:
-            if (pack[start] >> 4) & 7 not in (1, 2, 3, 4):
-                self._unmergeable.add(name)  # deltas point at offsets: left as is
-                raise ValueError(f"{name} holds deltas")
-            entry = pack[start:end]
-            sha.update(entry)
-            out.write(entry)
+    def _deltas_checked(self, name: str, pack: mmap.mmap, offsets: list[int]) -> None:
+        """Refuse a pack holding deltas (they point at offsets): checked once a pack."""
+        if name in self._undeltified:
+            return
+        if any((pack[offset] >> 4) & 7 not in (1, 2, 3, 4) for offset in offsets):
+            self._unmergeable.add(name)  # left as is, to git
+            raise ValueError(f"{name} holds deltas")
+        self._undeltified.add(name)
 
     def _merge(self, names: Sequence[str]) -> str:
-        """Copy the entries of `names` into one new pack, each object once."""
-        plan: list[tuple[str, list[tuple[int, int]]]] = []  # pack -> (start, end) to copy
+        """Copy the entries of `names` into one new pack, each object once: a pack none of
+        whose objects came before is copied in one piece, its offsets shifted."""
+        plan: list[tuple[str, list[int], list[tuple[int, int]]]] = []  # pack, offsets, spans
         triples: list[tuple[bytes, int, int]] = []
         seen: set[bytes] = set()
         at = 12
         for name in names:
             with open(f"{self.pack_dir}/{name}.idx", "rb") as handle:
-                index = sorted(read_index(handle.read()), key=lambda t: t[2])
+                oids, crcs, offsets = index_columns(handle.read())
             end_of_entries = os.path.getsize(f"{self.pack_dir}/{name}.pack") - 20
-            spans = []
-            for k, (oid, crc, offset) in enumerate(index):
-                end = index[k + 1][2] if k + 1 < len(index) else end_of_entries
-                if oid in seen:
-                    continue
-                seen.add(oid)
-                spans.append((offset, end))
-                triples.append((oid, crc, at))
-                at += end - offset
-            plan.append((name, spans))
+            if seen.isdisjoint(oids):
+                start = min(offsets, default=end_of_entries)
+                spans = [(start, end_of_entries)]
+                shifted = [offset - start + at for offset in offsets]
+                triples.extend(zip(oids, crcs, shifted, strict=True))
+                at += end_of_entries - start
+                seen.update(oids)
+            else:  # entry by entry, leaving out the objects already taken
+                spans = []
+                index = sorted(zip(oids, crcs, offsets, strict=True), key=lambda t: t[2])
+                for k, (oid, crc, offset) in enumerate(index):
+                    end = index[k + 1][2] if k + 1 < len(index) else end_of_entries
+                    if oid in seen:
+                        continue
+                    seen.add(oid)
+                    spans.append((offset, end))
+                    triples.append((oid, crc, at))
+                    at += end - offset
+            plan.append((name, offsets, spans))
         fd, tmp = self._create_tmp()
         with os.fdopen(fd, "wb") as out:
             head = b"PACK" + struct.pack(">II", 2, len(triples))
             sha = hashlib.sha1(head)
             out.write(head)
-            for name, spans in plan:
+            for name, offsets, spans in plan:
                 with (
                     open(f"{self.pack_dir}/{name}.pack", "rb") as handle,
                     mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as pack,
                 ):
-                    self._copy(name, pack, spans, sha, out)
+                    self._deltas_checked(name, pack, offsets)
+                    for start, end in spans:
+                        entries = pack[start:end]
+                        sha.update(entries)
+                        out.write(entries)
             digest = sha.digest()
             out.write(digest)
         name = f"pack-{digest.hex()}"
@@ -331,6 +348,7 @@ class PackWriter:
         self._install(f"{name}.idx", format_index(triples, digest))
         assert self._packs is not None
         self._packs[name] = at + 20  # header and entries, then the checksum
+        self._undeltified.add(name)
         self.total_packs += 1
         return name
 
