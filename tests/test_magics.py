@@ -1,5 +1,7 @@
 """The magics on a real IPython shell."""
 
+import __future__
+
 from pathlib import Path
 
 import pytest
@@ -400,3 +402,19 @@ def test_a_reader_of_a_renamed_step_is_not_tied_to_a_new_step_that_took_its_old_
         states = {s.name: (s.state, s.reason) for s in reader.status().steps}
     assert states["clean"] == ("verified", ""), states  # it read fetch's a.txt, not load's
     assert (workdir / "ran.log").read_text() == "clean "  # and was skipped
+
+
+def test_a_step_cell_compiles_as_a_plain_cell_does(ip, workdir: Path):
+    ip.run_line_magic("resume", "--run compiled")
+    ip.run_cell("%%step typed\ndef f(x: int): pass\nstep_hints = f.__annotations__")
+    ip.run_cell("def g(x: int): pass\nplain_hints = g.__annotations__")
+    # stepstone's own `from __future__ import annotations` must not reach the cell
+    assert ip.user_ns["step_hints"] == ip.user_ns["plain_hints"] == {"x": int}
+    ip.run_cell("%%step postponed\nfrom __future__ import annotations\ndef h(x: int): pass")
+    ip.run_cell("def k(x: int): pass\nlater_hints = k.__annotations__")
+    assert ip.user_ns["later_hints"] == {"x": "int"}  # as after a plain cell's import
+    broken = ip.run_cell("%%step broken\nx = (")
+    assert isinstance(broken.error_in_exec, SyntaxError)
+    for name in ("f", "g", "h", "k", "step_hints", "plain_hints", "later_hints"):
+        ip.user_ns.pop(name, None)
+    ip.compile.flags &= ~__future__.annotations.compiler_flag  # the shell is shared by tests

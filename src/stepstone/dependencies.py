@@ -164,8 +164,9 @@ def _reads_of(node: ast.AST, reads: set[str], bound: set[str]) -> None:
     outside the scopes of its own functions, lambdas, classes and comprehensions, and
     the free names inside them; names its nested statements bind do not count as
     bound. `x += 1` reads x."""
-    local = _scoped_names(node)
-    for n in ast.walk(node):
+    nodes = list(ast.walk(node))
+    local = _scoped_names(nodes)
+    for n in nodes:
         if isinstance(n, (ast.Global, ast.Nonlocal)):
             reads.add(DYNAMIC)
         elif isinstance(n, ast.AugAssign):
@@ -177,12 +178,13 @@ def _reads_of(node: ast.AST, reads: set[str], bound: set[str]) -> None:
                 reads.add(n.id)
 
 
-def _scoped_names(tree: ast.AST) -> set[int]:
-    """The Name nodes that are local to a comprehension, a lambda, a function or a class
-    body, and the loads of a loop's, a `with`'s or an `except`'s variable inside its
-    block (their own variables, not the cell's)."""
+def _scoped_names(nodes: list[ast.AST]) -> set[int]:
+    """Of a tree's `nodes` (all of them, as `ast.walk` gives them), the Name nodes that
+    are local to a comprehension, a lambda, a function or a class body, and the loads
+    of a loop's, a `with`'s or an `except`'s variable inside its block (their own
+    variables, not the cell's)."""
     local: set[int] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         scope: list[ast.AST]
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             scope = [node]

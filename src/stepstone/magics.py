@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import Markdown, display
 
-from . import cellargs, clients, names, namespace, parameters, render, render_cells
+from . import cellargs, clients, dependencies, names, namespace, parameters, render, render_cells
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
@@ -252,8 +252,16 @@ class StepstoneMagics(Magics):
                 else:
                     cell_raised = True
                     filename = self.ip.compile.cache(code)
+                    tree = dependencies.parsed(code)  # parsed already, by read_cell
+                    # IPython's compiler, as a plain cell's: the cell's own __future__
+                    # imports hold for later cells, and none of this module's apply
+                    compiled = (
+                        self.ip.compile(tree, filename, "exec")
+                        if tree is not None
+                        else compile(code, filename, "exec", dont_inherit=True)
+                    )
                     with _cell_code():
-                        exec(compile(code, filename, "exec"), ns)
+                        exec(compiled, ns)
                     cell_raised = False
                     attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
                     if shape is not None:

@@ -56,13 +56,14 @@ def read_cell(code: str) -> Cell | None:
     rest = ast.Module(
         body=[s for s in tree.body if not isinstance(s, _DEFINITIONS)], type_ignores=[]
     )
+    nodes = list(ast.walk(tree))
     found = tree_reads(tree)
-    reads = None if DYNAMIC in found or _evaluates_text(tree) else found
+    reads = None if DYNAMIC in found or _evaluates_text(nodes) else found
     if reads is not None:  # `del x` needs x
-        reads = reads | _names(tree, ast.Del)
+        reads = reads | _names_in(nodes, ast.Del)
     return Cell(
         reads=reads,
-        deferred=frozenset(_read_in_functions(tree)),
+        deferred=frozenset(_read_in_functions(nodes)),
         remade_reads=frozenset(_names(definitions, ast.Load)),
         binds=tuple(may_bind(tree)),
         definitions=definitions,
@@ -71,17 +72,21 @@ def read_cell(code: str) -> Cell | None:
     )
 
 
-def _evaluates_text(tree: ast.Module) -> bool:
+def _evaluates_text(nodes: list[ast.AST]) -> bool:
     """Whether the code evaluates names in text (`df.query("v > @cutoff")`, `df.eval`)."""
     return any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _TEXT_EVAL
-        for n in ast.walk(tree)
+        for n in nodes
     )
 
 
 def _names(tree: ast.AST, context: type[ast.expr_context]) -> set[str]:
     """The names `tree` uses in `context` (`ast.Load`: reads, `ast.Del`: `del x`)."""
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
+    return _names_in(ast.walk(tree), context)
+
+
+def _names_in(nodes: Iterable[ast.AST], context: type[ast.expr_context]) -> set[str]:
+    return {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
 
 
 def offered(
@@ -167,13 +172,12 @@ def later_reads(
     return result
 
 
-def _read_in_functions(tree: ast.Module) -> set[str]:
-    """The names read inside the functions (and lambdas) `tree` defines: globals they
-    read when called."""
+def _read_in_functions(nodes: list[ast.AST]) -> set[str]:
+    """The names read inside the functions (and lambdas) among a tree's `nodes`: globals
+    they read when called."""
     functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-    return set().union(
-        *(_names(scope, ast.Load) for scope in ast.walk(tree) if isinstance(scope, functions))
-    )
+    scopes = [node for node in nodes if isinstance(node, functions)]
+    return set().union(*(_names(scope, ast.Load) for scope in scopes))
 
 
 def notebook_cells(
