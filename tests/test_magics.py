@@ -418,3 +418,15 @@ def test_a_step_cell_compiles_as_a_plain_cell_does(ip, workdir: Path):
     for name in ("f", "g", "h", "k", "step_hints", "plain_hints", "later_hints"):
         ip.user_ns.pop(name, None)
     ip.compile.flags &= ~__future__.annotations.compiler_flag  # the shell is shared by tests
+
+
+def test_a_step_line_is_read_as_written_without_kernel_variables(ip, workdir: Path):
+    # as the plan read from the saved notebook has it: `{n}` is a set, not the text 5
+    ip.user_ns["n"] = 5
+    ip.run_line_magic("resume", "--run literal")
+    result = ip.run_cell("%%step part --check 'expr:{n} == {5}'\ny = 1")
+    assert result.error_in_exec is None
+    run = ip.magics_manager.registry["StepstoneMagics"].run
+    assert [ev.check for ev in run.records["part"].evidence] == ["expr:{n} == {5}"]
+    for name in ("n", "y"):
+        ip.user_ns.pop(name, None)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.display import Markdown, display
 
 from . import cellargs, clients, dependencies, names, namespace, parameters, render, render_cells
@@ -212,6 +212,7 @@ class StepstoneMagics(Magics):
         self._show(status)
 
     @cell_magic
+    @no_var_expand  # the line as the saved notebook has it, which gives the plan its names
     @_usage_errors
     @_options("step")
     def step(self, line: str, cell: str) -> None:

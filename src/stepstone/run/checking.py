@@ -69,7 +69,7 @@ class Checker:
                 return self.untrusted(var)
         if withheld:
             self.withheld[planned.name] = withheld
-        scope = dict(namespace or {})
+        scope = namespace  # only `expr:` checks read it, and they read a copy
         if any(ev.kind == "expr" for ev in record.evidence):
             read = checks.names_read(ev.check for ev in record.evidence)
             if read is not None and "result" in read:

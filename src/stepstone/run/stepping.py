@@ -284,7 +284,10 @@ class Stepper:
             problem = f"--out {', '.join(missing)} not defined by step {planned.name!r}"
             self._fail(start, problem)
             raise InvalidInput(problem + "; define it in the step or drop --out")
-        scope = check_scope(namespace, values)
+        # a cell's namespace grows with every cell IPython runs (`_i1`, `_i2`, ...):
+        # copied only for the `expr:` checks that read it
+        expr = any(spec.kind == "expr" for spec in start.check_specs)
+        scope = check_scope(namespace, values) if expr else None
         evidence: list[models.Evidence] = []
         timeout = self.ledger.settings.now().check_timeout
         for spec in start.check_specs:
