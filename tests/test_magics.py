@@ -410,6 +410,11 @@ def test_a_step_cell_compiles_as_a_plain_cell_does(ip, workdir: Path):
     ip.run_cell("def g(x: int): pass\nplain_hints = g.__annotations__")
     # stepstone's own `from __future__ import annotations` must not reach the cell
     assert ip.user_ns["step_hints"] == ip.user_ns["plain_hints"] == {"x": int}
+    for name in ("f", "step_hints"):
+        ip.user_ns.pop(name)
+    ip.run_line_magic("resume", "--run compiled")
+    ip.run_cell("%%step typed\ndef f(x: int): pass\nstep_hints = f.__annotations__")
+    assert ip.user_ns["f"].__annotations__ == {"x": int}  # made again on skip, the same
     ip.run_cell("%%step postponed\nfrom __future__ import annotations\ndef h(x: int): pass")
     ip.run_cell("def k(x: int): pass\nlater_hints = k.__annotations__")
     assert ip.user_ns["later_hints"] == {"x": "int"}  # as after a plain cell's import

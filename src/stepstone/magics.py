@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import atexit
 import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import CodeType
 from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
@@ -99,6 +101,11 @@ class StepstoneMagics(Magics):
 
     def _notebook_path(self) -> Path | None:
         return clients.notebook_of(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
+
+    def _compile(self, tree: ast.Module, filename: str) -> CodeType:
+        """A cell's code compiled as IPython compiles a plain cell's: the cell's own
+        `__future__` imports hold for later cells, and none of this module's apply."""
+        return self.ip.compile(tree, filename, "exec")  # type: ignore[no-any-return]
 
     def _require_run(self) -> Run:
         if self.run is None or not self.run.driving:
@@ -232,7 +239,7 @@ class StepstoneMagics(Magics):
         shape = namespace.read_cell(code)
         before = run.records.get(parsed.name)
         pickled = before is not None and any(a.format == "pickle" for a in before.outputs.values())
-        defined = shape is not None and pickled and namespace.define_first(shape, ns)
+        defined = shape is not None and pickled and namespace.define_first(shape, ns, self._compile)
         cell_raised = False
         try:
             with run.stepping(
@@ -254,10 +261,8 @@ class StepstoneMagics(Magics):
                     cell_raised = True
                     filename = self.ip.compile.cache(code)
                     tree = dependencies.parsed(code)  # parsed already, by read_cell
-                    # IPython's compiler, as a plain cell's: the cell's own __future__
-                    # imports hold for later cells, and none of this module's apply
                     compiled = (
-                        self.ip.compile(tree, filename, "exec")
+                        self._compile(tree, filename)
                         if tree is not None
                         else compile(code, filename, "exec", dont_inherit=True)
                     )
@@ -319,7 +324,9 @@ class StepstoneMagics(Magics):
                 del ns[name]
         if shape is None:
             return []
-        remade = sorted(shape.defined) if defined else namespace.remake(shape, ns, step)
+        remade = (
+            sorted(shape.defined) if defined else namespace.remake(shape, ns, step, self._compile)
+        )
         for name in shape.defined & shape.others:  # rebound after: its definition is not it
             if name in values:
                 ns[name] = values[name]

@@ -16,6 +16,7 @@ import types
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 from . import bigvalues
@@ -215,13 +216,24 @@ def _without_our_magics(source: str) -> str:
     )
 
 
-def remake(cell: Cell, namespace: dict[str, Any], step: str) -> list[str]:
-    """Run `cell`'s top-level imports, defs and classes again in `namespace`; the names
-    they bound. Raises `StepstoneError` saying how to go on when one fails."""
+Compiler = Callable[[ast.Module, str], CodeType]
+
+
+def plain_compiler(tree: ast.Module, filename: str) -> CodeType:
+    """Compile as a module of its own: no `__future__` import of this module applies."""
+    return compile(tree, filename, "exec", dont_inherit=True)
+
+
+def remake(
+    cell: Cell, namespace: dict[str, Any], step: str, compiler: Compiler = plain_compiler
+) -> list[str]:
+    """Run `cell`'s top-level imports, defs and classes again in `namespace` (compiled
+    by `compiler`, as the cell itself is); the names they bound. Raises
+    `StepstoneError` saying how to go on when one fails."""
     if not cell.definitions.body:
         return []
     try:
-        exec(compile(cell.definitions, f"<step {step}: definitions>", "exec"), namespace)
+        exec(compiler(cell.definitions, f"<step {step}: definitions>"), namespace)
     except Exception as exc:
         raise StepstoneError(
             f"step {step!r} is verified and was skipped, but its imports, functions and "
@@ -232,12 +244,14 @@ def remake(cell: Cell, namespace: dict[str, Any], step: str) -> list[str]:
     return sorted(cell.defined)
 
 
-def define_first(cell: Cell, namespace: dict[str, Any]) -> bool:
+def define_first(
+    cell: Cell, namespace: dict[str, Any], compiler: Compiler = plain_compiler
+) -> bool:
     """Run `cell`'s definitions before its saved values load: a pickled value may name
     a function or class the cell defines (`ops = {"add": add}`, an instance). Whether
     they ran; a failure is left to `remake`, after the values are back."""
     try:
-        exec(compile(cell.definitions, "<definitions>", "exec"), namespace)
+        exec(compiler(cell.definitions, "<definitions>"), namespace)
     except Exception:
         return False
     return True

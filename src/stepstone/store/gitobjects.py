@@ -121,9 +121,19 @@ def _packed(oid: bytes, kind: bytes, content: bytes) -> PackedObject:
 class ObjectWriter:
     """Gathers a commit's objects; `finish` writes them to `<git dir>/objects/pack`."""
 
-    def __init__(self, git_dir: Path, read_tree: TreeReader, *, unflushed: Unflushed | None = None):
+    def __init__(
+        self,
+        git_dir: Path,
+        read_tree: TreeReader,
+        *,
+        holds: Callable[[bytes], bool] = lambda oid: False,
+        unflushed: Unflushed | None = None,
+    ):
         self.packs = PackWriter(str(git_dir / "objects" / "pack"), unflushed=unflushed)
         self._read_tree = read_tree
+        # whether the store has an object: a blob a tree names may be missing (a run
+        # repaired back to a commit whose saved values were lost), and is then written
+        self._holds = holds
         self._trees: OrderedDict[bytes, Tree] = OrderedDict()
         # trees evicted from `_trees`, as stored; an OrderedDict because removing the
         # oldest from a plain dict makes finding the next oldest slower each time
@@ -194,8 +204,8 @@ class ObjectWriter:
             if len(parts) == 1:
                 if blob is None:
                     entries.remove(parts[0])
-                elif entries.get(parts[0]) == (BLOB_MODE, blob):
-                    self._pending.pop(blob, None)  # stored already: the tree holds it
+                elif entries.get(parts[0]) == (BLOB_MODE, blob) and self._holds(blob):
+                    self._pending.pop(blob, None)  # stored already, where the tree has it
                 else:
                     entries.set(parts[0], BLOB_MODE, blob)
             else:

@@ -76,6 +76,10 @@ class Objects:
             raise KeyError(f"{oid} is not a blob")
         return bytes(data)
 
+    def holds(self, oid: bytes) -> bool:
+        """Whether the store has the object `oid` (20 bytes)."""
+        return pygit2.Oid(raw=oid) in self._repo.odb
+
     def raw_tree(self, oid: bytes) -> bytes:
         """The stored content of the tree with the 20-byte id `oid`."""
         kind, data = self._repo.odb.read(self._bounded(pygit2.Oid(raw=oid)))

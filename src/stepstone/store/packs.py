@@ -282,6 +282,7 @@ class PackWriter:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{self.pack_dir}/{name}{ext}")
             packs.pop(name, None)
+            self._undeltified.discard(name)
             self.total_packs -= 1
         return merged
 

@@ -55,6 +55,7 @@ class Writer:
             self._object_writer = gitobjects.ObjectWriter(
                 self._refs.git_dir,
                 self._objects.raw_tree,
+                holds=self._objects.holds,
                 unflushed=None if batch_sync(self._settings()) else self.unflushed,
             )
         return self._object_writer
