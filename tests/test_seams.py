@@ -177,6 +177,14 @@ def test_a_renamed_and_edited_step_is_refused_until_it_says_what_it_was(
     assert "--was notify" in refused.stderr
     assert list(receiver.applied("blind").values()) == [1]
 
+    misspelled = dict(notify_name="notify-team", notify_body="\nprint('edited')")
+    write_job(a, **misspelled, notify_options=" --was notfy")
+    refused = run_job(a, receiver)
+    assert refused.returncode == 1
+    assert "'notfy' (--was), which names no step with effects" in refused.stderr
+    assert "--was notify" in refused.stderr
+    assert list(receiver.applied("blind").values()) == [1]
+
     write_job(
         a,
         notify_name="notify-team",

@@ -309,12 +309,17 @@ def _refuse_a_second_name(run: Run, step: str, identity: str, name: str) -> None
         other = book.unmet_named(name, identity)
         where = "which this process has not run"
     if other is not None:
+        said = (  # a --was that names no step the store knows: a misspelling, most likely
+            f"; the step says it was {identity!r} (--was), which names no step with effects"
+            if identity != step and not book.of_step(identity)
+            else ""
+        )
         raise EffectRenamed(
             step,
             name,
             other.key,
             f"an effect of that name was {other.state} at {other.intent} by step "
-            f"{other.step!r}, {where}",
+            f"{other.step!r}, {where}{said}",
             f"If {step!r} is {other.step!r} renamed, say so (`%%step {step} --was "
             f"{other.step}`, or run.step(..., was={other.step!r})) and it is not sent "
             f"again; if this is another effect, give it a name of its own, or pass new=True",
