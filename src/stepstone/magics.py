@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import atexit
 import functools
 import os
@@ -68,6 +67,21 @@ def _options(magic: str) -> Callable[[M], M]:
     return document
 
 
+def _compiler(ip: Any) -> namespace.Compiler:
+    """IPython's compiler, as it compiles a plain cell: the cell's own `__future__`
+    imports hold for later cells, and none of this module's apply."""
+    return lambda tree, filename: ip.compile(tree, filename, "exec")
+
+
+def _compiled(ip: Any, code: str) -> CodeType:
+    """A cell's code compiled by `_compiler`, from the tree `read_cell` parsed."""
+    filename = ip.compile.cache(code)
+    tree = dependencies.parsed(code)
+    if tree is None:  # raises the cell's SyntaxError
+        return compile(code, filename, "exec", dont_inherit=True)
+    return _compiler(ip)(tree, filename)
+
+
 @contextmanager
 def _cell_code() -> Iterator[None]:
     """Around the user's code of a cell: a `StepstoneError` it raises (a failed
@@ -101,11 +115,6 @@ class StepstoneMagics(Magics):
 
     def _notebook_path(self) -> Path | None:
         return clients.notebook_of(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
-
-    def _compile(self, tree: ast.Module, filename: str) -> CodeType:
-        """A cell's code compiled as IPython compiles a plain cell's: the cell's own
-        `__future__` imports hold for later cells, and none of this module's apply."""
-        return self.ip.compile(tree, filename, "exec")  # type: ignore[no-any-return]
 
     def _require_run(self) -> Run:
         if self.run is None or not self.run.driving:
@@ -239,7 +248,9 @@ class StepstoneMagics(Magics):
         shape = namespace.read_cell(code)
         before = run.records.get(parsed.name)
         pickled = before is not None and any(a.format == "pickle" for a in before.outputs.values())
-        defined = shape is not None and pickled and namespace.define_first(shape, ns, self._compile)
+        defined = (
+            shape is not None and pickled and namespace.define_first(shape, ns, _compiler(self.ip))
+        )
         cell_raised = False
         try:
             with run.stepping(
@@ -259,13 +270,7 @@ class StepstoneMagics(Magics):
                     remade = self._give_back(parsed.name, attempt.values, unsaved, shape, defined)
                 else:
                     cell_raised = True
-                    filename = self.ip.compile.cache(code)
-                    tree = dependencies.parsed(code)  # parsed already, by read_cell
-                    compiled = (
-                        self._compile(tree, filename)
-                        if tree is not None
-                        else compile(code, filename, "exec", dont_inherit=True)
-                    )
+                    compiled = _compiled(self.ip, code)
                     with _cell_code():
                         exec(compiled, ns)
                     cell_raised = False
@@ -325,7 +330,9 @@ class StepstoneMagics(Magics):
         if shape is None:
             return []
         remade = (
-            sorted(shape.defined) if defined else namespace.remake(shape, ns, step, self._compile)
+            sorted(shape.defined)
+            if defined
+            else namespace.remake(shape, ns, step, _compiler(self.ip))
         )
         for name in shape.defined & shape.others:  # rebound after: its definition is not it
             if name in values:

@@ -284,10 +284,7 @@ class Stepper:
             problem = f"--out {', '.join(missing)} not defined by step {planned.name!r}"
             self._fail(start, problem)
             raise InvalidInput(problem + "; define it in the step or drop --out")
-        # a cell's namespace grows with every cell IPython runs (`_i1`, `_i2`, ...):
-        # copied only for the `expr:` checks that read it
-        expr = any(spec.kind == "expr" for spec in start.check_specs)
-        scope = check_scope(namespace, values) if expr else None
+        scope = _expr_scope(start, namespace, values)
         evidence: list[models.Evidence] = []
         timeout = self.ledger.settings.now().check_timeout
         for spec in start.check_specs:
@@ -406,6 +403,16 @@ def _names_a_checked_file(state: RunState, source: str) -> bool:
     """Whether `source` holds a path some record's `file:` check names (a step's cost
     stays flat as the run grows: the table keeps those paths)."""
     return any(path in source for path in state.records.table.checked_files())
+
+
+def _expr_scope(
+    start: StepStart, namespace: Mapping[str, Any] | None, values: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """What the step's `expr:` checks see; None when it has none (a kernel's namespace
+    grows with every cell IPython runs, `_i1`, `_i2`...: it is copied only when read)."""
+    if not any(spec.kind == "expr" for spec in start.check_specs):
+        return None
+    return check_scope(namespace, values)
 
 
 def _out_names(outputs: Iterable[str]) -> tuple[str, ...]:
