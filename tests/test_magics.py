@@ -435,3 +435,24 @@ def test_a_step_line_is_read_as_written_without_kernel_variables(ip, workdir: Pa
     assert [ev.check for ev in run.records["part"].evidence] == ["expr:{n} == {5}"]
     for name in ("n", "y"):
         ip.user_ns.pop(name, None)
+
+
+def test_a_new_reason_for_the_same_decision_is_recorded_and_an_outside_one_stands(
+    ip, workdir: Path, capsys
+):
+    ip.run_line_magic("resume", "--run reasons")
+    ip.run_line_magic("decide", 'threshold=105 --why "first guess"')
+    ip.run_line_magic("decide", 'threshold=105 --why "mean of the feed"')  # the line edited
+    assert "decided threshold=105 (mean of the feed)" in capsys.readouterr().out
+    assert "reason for threshold" in git("log", "-1", "--format=%s", cwd=workdir / ".stepstone")
+    ip.magics_manager.registry["StepstoneMagics"].close()
+    with stepstone.open_run("reasons") as run:  # the same value, reasoned outside
+        run.decide("threshold", "105", "the desk confirmed it")
+    ip.run_line_magic("resume", "--run reasons")
+    ip.run_line_magic("decide", 'threshold=105 --why "mean of the feed"')  # run again
+    reader = stepstone.open_run("reasons", drive=False)
+    (decision,) = [d for d in reader.decisions.values() if d.key == "threshold"]
+    assert (decision.value, decision.why, decision.by) == ("105", "the desk confirmed it", "python")
+    ip.run_line_magic("decide", 'threshold=110 --why "too many" --revise')  # the line's own
+    reader = stepstone.open_run("reasons", drive=False)
+    assert reader.decided("threshold") == "110"

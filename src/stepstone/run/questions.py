@@ -65,9 +65,20 @@ def decide(
     else:
         refuse_decision(state.decisions, key, value, why, revise=revise)
     old = state.decisions.get(key)
-    if old is not None and old.value == value:
-        return old
     outside = None if line else (ledger.settings.via or "python")
+    if old is not None and old.value == value:
+        if old.why == why or (line and old.by is not None):
+            return old  # a line does not reword what was decided outside over it
+        # a new reason for the same value, kept by whoever gave it (from outside, it
+        # stands over the line from now on, so the line's old words do not come back)
+        reworded = old.model_copy(
+            update={
+                "why": why,
+                "by": outside,
+                "over": None if line else (old.over if old.by else old.value),
+            }
+        )
+        return _commit(ledger, reworded, f"reason for {key}: {one_line(why)[:60]}")
     decision = Decision(
         key=key,
         value=value,
