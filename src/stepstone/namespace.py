@@ -216,17 +216,10 @@ def _without_our_magics(source: str) -> str:
     )
 
 
-Compiler = Callable[[ast.Module, str], CodeType]
+Compiler = Callable[[ast.Module, str], CodeType]  # as the kernel compiles a cell
 
 
-def plain_compiler(tree: ast.Module, filename: str) -> CodeType:
-    """Compile as a module of its own: no `__future__` import of this module applies."""
-    return compile(tree, filename, "exec", dont_inherit=True)
-
-
-def remake(
-    cell: Cell, namespace: dict[str, Any], step: str, compiler: Compiler = plain_compiler
-) -> list[str]:
+def remake(cell: Cell, namespace: dict[str, Any], step: str, compiler: Compiler) -> list[str]:
     """Run `cell`'s top-level imports, defs and classes again in `namespace` (compiled
     by `compiler`, as the cell itself is); the names they bound. Raises
     `StepstoneError` saying how to go on when one fails."""
@@ -244,9 +237,7 @@ def remake(
     return sorted(cell.defined)
 
 
-def define_first(
-    cell: Cell, namespace: dict[str, Any], compiler: Compiler = plain_compiler
-) -> bool:
+def define_first(cell: Cell, namespace: dict[str, Any], compiler: Compiler) -> bool:
     """Run `cell`'s definitions before its saved values load: a pickled value may name
     a function or class the cell defines (`ops = {"add": add}`, an instance). Whether
     they ran; a failure is left to `remake`, after the values are back."""

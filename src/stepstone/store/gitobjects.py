@@ -109,15 +109,6 @@ def format_commit(
     return ("\n".join(head) + "\n\n" + message).encode()
 
 
-def _object_id(kind: bytes, content: bytes) -> bytes:
-    return hashlib.sha1(kind + b" " + str(len(content)).encode() + b"\0" + content).digest()
-
-
-def _packed(oid: bytes, kind: bytes, content: bytes) -> PackedObject:
-    entry = pack_entry(kind, content)
-    return PackedObject(oid, zlib.crc32(entry), entry)
-
-
 class ObjectWriter:
     """Gathers a commit's objects; `finish` writes them to `<git dir>/objects/pack`."""
 
@@ -141,11 +132,13 @@ class ObjectWriter:
         self._formatted_size = 0
         self._pending: dict[bytes, PackedObject] = {}
 
-    def write(self, kind: bytes, content: bytes) -> bytes:
-        """Add one object (`kind` is b"blob", b"tree" or b"commit"); its 20-byte id."""
-        oid = _object_id(kind, content)
-        if oid not in self._pending:
-            self._pending[oid] = _packed(oid, kind, content)
+    def write(self, kind: bytes, content: bytes, *, stored: bytes | None = None) -> bytes:
+        """Add one object (`kind` is b"blob", b"tree" or b"commit"); its 20-byte id.
+        `stored`: the id of an object the store has, not written again if it is this."""
+        oid = hashlib.sha1(kind + b" " + str(len(content)).encode() + b"\0" + content).digest()
+        if oid != stored and oid not in self._pending:
+            entry = pack_entry(kind, content)
+            self._pending[oid] = PackedObject(oid, zlib.crc32(entry), entry)
         return oid
 
     def finish(self) -> None:
@@ -174,10 +167,7 @@ class ObjectWriter:
     def write_tree(self, tree: Tree, *, stored: bytes | None = None) -> bytes:
         """Add `tree`; its id. `stored`: the id of the stored tree it was changed from,
         not written again when the changes left it as it was."""
-        content = tree.format()
-        oid = _object_id(b"tree", content)
-        if oid != stored and oid not in self._pending:
-            self._pending[oid] = _packed(oid, b"tree", content)
+        oid = self.write(b"tree", tree.format(), stored=stored)
         self._keep(oid, tree)
         return oid
 
