@@ -114,6 +114,29 @@ def test_verify_reports_what_went_stale(workdir: Path):
     assert states["s3"][0] == "stale"
 
 
+def test_repo_and_run_given_before_the_command_apply_to_it(workdir: Path):
+    _make_run(workdir, run_id="alpha")
+    _make_run(workdir, run_id="beta")
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    store = str(workdir / ".stepstone")
+    before = cli("--repo", store, "--run", "beta", "status", "--json", cwd=elsewhere)
+    after = cli("status", "--json", "--repo", store, "--run", "beta", cwd=elsewhere)
+    assert before.returncode == after.returncode == 0, before.stderr
+    assert json.loads(before.stdout)["run"] == json.loads(after.stdout)["run"] == "beta"
+    assert json.loads(before.stdout)["steps"] == json.loads(after.stdout)["steps"]
+    # the command's own option wins over the one before it, as the nearer one
+    done = cli(
+        "--run", "alpha", "--repo", store, "status", "--json", "--run", "beta", cwd=elsewhere
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["run"] == "beta"
+    refused = cli("--repo", store, "schema", cwd=elsewhere)
+    assert refused.returncode == 2
+    assert "stepstone schema takes no --repo" in refused.stderr, refused.stderr
+    assert "--repo" in cli("--help", cwd=elsewhere).stdout
+
+
 def test_runs_lists_each_run_with_its_state(workdir: Path):
     _make_run(workdir, run_id="alpha")
     _make_run(workdir, run_id="beta")

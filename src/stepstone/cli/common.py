@@ -83,9 +83,22 @@ class _Commands(click.Group):
 
 
 @click.group(cls=_Commands)
+@click.option("--repo", help="Store, for the command that follows (as if given after it).")
+@click.option("--run", "run_id", help="Run id, for the command that follows (likewise).")
 @click.version_option(package_name="stepstone")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context, repo: str | None, run_id: str | None) -> None:
     """Resumable notebook tasks: steps with verified evidence, committed to Git."""
+    given = {name: value for name, value in (("repo", repo), ("run_id", run_id)) if value}
+    name, group = ctx.invoked_subcommand, ctx.command
+    if not given or name is None or not isinstance(group, click.Group):
+        return
+    command = group.get_command(ctx, name)
+    takes = {param.name for param in command.params} if command else set()
+    refused = [f"--{'run' if key == 'run_id' else key}" for key in given if key not in takes]
+    if refused:
+        raise click.UsageError(f"stepstone {name} takes no {' or '.join(refused)}")
+    ctx.default_map = {name: given}  # the command's own option, if given too, wins
 
 
 def open_driver(run_id: str | None, repo: str | None) -> Run:
