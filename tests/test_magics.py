@@ -5,7 +5,7 @@ import __future__
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import git, stepstone_cli
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -456,3 +456,56 @@ def test_a_new_reason_for_the_same_decision_is_recorded_and_an_outside_one_stand
     ip.run_line_magic("decide", 'threshold=110 --why "too many" --revise')  # the line's own
     reader = stepstone.open_run("reasons", drive=False)
     assert reader.decided("threshold") == "110"
+
+
+def test_finish_in_the_notebook_refuses_to_leave_out_a_step_edited_since_it_ran(
+    ip, workdir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import nbformat
+
+    def save(b_body: str) -> None:
+        book = nbformat.v4.new_notebook()
+        book.cells = [
+            nbformat.v4.new_code_cell("%load_ext stepstone\n%resume"),
+            nbformat.v4.new_code_cell("%%step a\nx = 1"),
+            nbformat.v4.new_code_cell(f"%%step b\n{b_body}"),
+            nbformat.v4.new_code_cell("%finish"),
+        ]
+        nbformat.write(book, str(workdir / "job.ipynb"))
+
+    save("y = x + 1")
+    monkeypatch.setenv("STEPSTONE_NOTEBOOK", str(workdir / "job.ipynb"))
+    ip.run_line_magic("resume", "--run job")
+    ip.run_cell_magic("step", "a", "x = 1")
+    ip.run_cell_magic("step", "b", "y = x + 1")
+    save("y = x + 2")  # edited and saved in the browser, not run
+    with pytest.raises(UsageError, match=r"edited or added since they ran: b\. Run them first"):
+        ip.run_line_magic("finish", "")
+    assert "finish" not in git("log", "--format=%s", cwd=workdir / ".stepstone")
+    ip.run_cell_magic("step", "b", "y = x + 2")
+    ip.run_line_magic("finish", "")
+    assert "finish: 2 steps" in git("log", "--format=%s", cwd=workdir / ".stepstone")
+
+
+def test_decide_dry_run_of_the_same_value_says_whether_its_new_reason_would_be_recorded(
+    ip, workdir: Path, capsys
+):
+    ip.run_line_magic("resume", "--run reasons")
+    ip.run_line_magic("decide", 'threshold=105 --why "first guess"')
+    capsys.readouterr()
+    ip.run_line_magic("decide", 'threshold=105 --why "mean of the feed" --dry-run')
+    said = capsys.readouterr().out
+    assert "threshold is already 105: its reason would become 'mean of the feed'" in said
+    assert "no step runs again (nothing recorded)" in said
+    assert stepstone.open_run("reasons", drive=False).decisions["threshold"].why == "first guess"
+    ip.run_line_magic("decide", 'threshold=105 --why "first guess" --dry-run')
+    assert "threshold is already 105: nothing changes" in capsys.readouterr().out
+    ip.magics_manager.registry["StepstoneMagics"].close()
+    cli = stepstone_cli("decide", "threshold", "105", "--why", "desk", "--dry-run", cwd=workdir)
+    assert "its reason would become 'desk'" in cli.stdout, cli.stderr
+    with stepstone.open_run("reasons") as run:  # reasoned outside: the line rewords it no more
+        run.decide("threshold", "105", "the desk confirmed it")
+    ip.run_line_magic("resume", "--run reasons")
+    capsys.readouterr()
+    ip.run_line_magic("decide", 'threshold=105 --why "mean of the feed" --dry-run')
+    assert "threshold is already 105: nothing changes" in capsys.readouterr().out

@@ -20,9 +20,9 @@ from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
 from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, note_opened
-from .notebook_plan import plan_from_notebook
+from .notebook_plan import plan_from_notebook, refuse_to_leave_out
 from .run import Run, open_run
-from .run.questions import standing_over_line
+from .run.questions import rewords, standing_over_line
 from .settings import STEAL_ENV
 from .status import RunStatus, StepStatus
 from .store import RUN_ENV, STORE_ENV, resolve_store_path
@@ -355,7 +355,9 @@ class StepstoneMagics(Magics):
             if standing is not None:
                 print(render.decision_standing(standing, value))
             else:
-                print(render.decision_preview(key, was, value, readers))
+                old = run.decisions.get(key)
+                reason = why if rewords(old, value, why, line=True) else None
+                print(render.decision_preview(key, was, value, readers, reason))
             return
         decided = run.decide(key, value, why, revise=revise, line=True)
         if decided.value != value:  # revised outside the notebook over this very line
@@ -381,7 +383,10 @@ class StepstoneMagics(Magics):
     def finish(self, line: str) -> None:
         """Write the run's summary from its records and archive it."""
         run = self._require_run()
-        display(Markdown(run.finish(force=cellargs.parse_finish_line(line))))
+        force = cellargs.parse_finish_line(line)
+        if not force:
+            refuse_to_leave_out(run)
+        display(Markdown(run.finish(force=force)))
 
     def close(self) -> None:
         """Let go of the run."""

@@ -193,6 +193,18 @@ def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
     return dataclasses.replace(status, steps=tuple(marked), notes=notes, added_cells=tuple(added))
 
 
+def refuse_to_leave_out(run: Run) -> None:
+    """Raise `InvalidInput` while the run's notebook, as saved, has steps edited or added
+    since they ran: finishing now would leave them out. A finished run is not asked."""
+    unrun = [] if run.info.finished else unrun_cells(run)
+    if unrun:
+        raise InvalidInput(
+            f"the notebook {run.info.notebook} has steps edited or added since they "
+            f"ran: {', '.join(unrun)}. Run them first (their cells, or `stepstone run "
+            f"{run.info.notebook}`), or finish with --force to leave them out"
+        )
+
+
 def unrun_cells(run: Run) -> list[str]:
     """The notebook's steps whose cells were edited or added since they ran (what
     finishing now would leave out), as the notebook names them; empty without one."""

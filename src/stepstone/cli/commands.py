@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from .. import notebook_plan, render
-from ..errors import InvalidInput, NothingToRepair, StoreError
+from ..errors import NothingToRepair, StoreError
 from ..run import holding, open_run, problems_at
 from ..settings import AUTOPUSH_KEY
 from ..store import DEFAULT_STORE, GitStore, holder_identity
@@ -149,13 +149,8 @@ def runs(repo: str | None, as_json: bool) -> None:
 def finish(run_id: str | None, repo: str | None, force: bool) -> None:
     """Write the run's summary from its records and archive it (tag stepstone/<run>)."""
     with open_driver(run_id, repo) as run:
-        unrun = [] if force else notebook_plan.unrun_cells(run)
-        if unrun:
-            raise InvalidInput(
-                f"the notebook {run.info.notebook} has steps edited or added since they "
-                f"ran: {', '.join(unrun)}. Run it first (`stepstone run "
-                f"{run.info.notebook}`), or finish with --force to leave them out"
-            )
+        if not force:
+            notebook_plan.refuse_to_leave_out(run)
         click.echo(run.finish(force=force), nl=False)
 
 
