@@ -181,14 +181,23 @@ def decide(
 ) -> dict[str, Any]:
     """Decide `key`; a revision stands over the notebook's unchanged `%decide` line.
     `was` is the value before, `runs_again` the steps that read it and run again;
-    `dry_run` records nothing and says what would run again."""
+    `dry_run` records nothing and says what would run again, and as `new_reason` the
+    reason it would record for the same value (None when it would record none)."""
     if dry_run:
-        from .run.questions import refuse_decision
+        from .run.questions import refuse_decision, rewords
 
         view = reader(run, repo)
         refuse_decision(view.decisions, key, str(value), why, revise=revise)
         was, again = view.revising(key, value)
-        return {"run": view.id, "key": key, "value": str(value), "was": was, "runs_again": again}
+        reason = why if rewords(view.decisions.get(key), str(value), why, line=False) else None
+        return {
+            "run": view.id,
+            "key": key,
+            "value": str(value),
+            "was": was,
+            "runs_again": again,
+            "new_reason": reason,
+        }
     with driver(run, repo, via) as held:
         was, readers = held.revising(key, value)
         made = held.decide(key, value, why, revise=revise)

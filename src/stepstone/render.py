@@ -440,13 +440,21 @@ def decision_standing(item: Decision, line_value: str) -> str:
     )
 
 
-def decision_preview(key: str, was: str | None, value: str, readers: Iterable[str]) -> str:
-    """What `%decide ... --dry-run` says: which steps revising `key` would run again."""
+def decision_preview(
+    key: str, was: str | None, value: str, readers: Iterable[str], new_reason: str | None = None
+) -> str:
+    """What `%decide ... --dry-run` says: which steps revising `key` would run again, or
+    the `new_reason` that deciding the same value again would record."""
     again = ", ".join(readers)
     if was is None:
         runs = f"runs again: {again}" if again else "makes no step run again"
         return f"{key} is not decided yet: deciding {key}={value} {runs} (nothing recorded)"
     if was == value and not again:
+        if new_reason is not None:
+            return (
+                f"{key} is already {value}: its reason would become {new_reason!r}, and no "
+                "step runs again (nothing recorded)"
+            )
         return f"{key} is already {value}: nothing changes"
     again = again or "no recorded step (none read it)"
     return f"revising {key}: {was} → {value} would run again: {again} (nothing recorded)"

@@ -77,7 +77,9 @@ def decide(
 
     done = actions.decide(run_id, repo, key, value, why, revise=revise, dry_run=dry_run, via="cli")
     if dry_run:
-        text = render.decision_preview(key, done["was"], value, done["runs_again"])
+        text = render.decision_preview(
+            key, done["was"], value, done["runs_again"], done["new_reason"]
+        )
     else:
         text = render.decision_text(key, value, why, done["was"], done["runs_again"])
     _echo(as_json, done, f"run {done['run']}: {text}")

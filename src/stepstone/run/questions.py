@@ -44,6 +44,17 @@ def standing_over_line(
     return None
 
 
+def rewords(old: Decision | None, value: str, why: str, *, line: bool) -> bool:
+    """Whether deciding `value` for `why` over `old` records only a new reason: the same
+    value, other words, and not from a line over what was decided outside."""
+    return (
+        old is not None
+        and old.value == value
+        and old.why != why
+        and not (line and old.by is not None)  # a line does not reword the outside's
+    )
+
+
 def decide(
     ledger: Ledger, key: str, value: str, why: str, *, revise: bool = False, line: bool = False
 ) -> Decision:
@@ -67,8 +78,8 @@ def decide(
     old = state.decisions.get(key)
     outside = None if line else (ledger.settings.via or "python")
     if old is not None and old.value == value:
-        if old.why == why or (line and old.by is not None):
-            return old  # a line does not reword what was decided outside over it
+        if not rewords(old, value, why, line=line):
+            return old
         # a new reason for the same value, kept by whoever gave it (from outside, it
         # stands over the line from now on, so the line's old words do not come back)
         reworded = old.model_copy(
