@@ -2,6 +2,7 @@
 
 import __future__
 
+import json
 from pathlib import Path
 
 import pytest
@@ -402,6 +403,19 @@ def test_a_reader_of_a_renamed_step_is_not_tied_to_a_new_step_that_took_its_old_
         states = {s.name: (s.state, s.reason) for s in reader.status().steps}
     assert states["clean"] == ("verified", ""), states  # it read fetch's a.txt, not load's
     assert (workdir / "ran.log").read_text() == "clean "  # and was skipped
+
+    def logged(step: str) -> list[str]:
+        done = stepstone_cli("log", "--step", step, "--json", cwd=workdir)
+        assert done.returncode == 0, done.stderr
+        return [entry["subject"] for entry in json.loads(done.stdout)]
+
+    # each step's log has its own commits: fetch's under its old name, not the new load's
+    assert logged("load") == ["step 3 load: confirmed", "plan: update step 3 load"]
+    assert logged("fetch") == [
+        "plan: update step 1 fetch",
+        "step 1 load: confirmed",
+        "plan: update step 1 load",
+    ]
 
 
 def test_a_step_cell_compiles_as_a_plain_cell_does(ip, workdir: Path):

@@ -69,14 +69,16 @@ def log(run: str | None, repo: str | None, step: str | None = None) -> list[dict
     if step is not None and step not in view.steps.names:
         known = names.listing(view.steps.names)
         raise InvalidInput(f"run {view.id!r} has no step {step!r} (steps: {known})")
-    # a renamed step's commits under its earlier names too, unless a step now bears one
-    planned = view.state.planned(step) if step is not None else None
-    earlier = planned.renamed_from if planned is not None else ()
-    wanted = {step, *(name for name in earlier if name not in view.steps.names)}
+    from .report_history import steps_named
+
+    commits = list(view.store.history(view.id))
+    # a renamed step's commits under its earlier names too, not those of a step that
+    # took one of its earlier names after it
+    steps = steps_named(view, commits) if step is not None else {}
     entries = []
-    for commit in view.store.history(view.id):
+    for commit in commits:
         named = (commit.trailers.get(message.STEP) or [""])[0]
-        if step is not None and named.partition(" ")[2] not in wanted:
+        if step is not None and steps.get(commit.id) != step:
             continue
         when = datetime.fromtimestamp(commit.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         entries.append(

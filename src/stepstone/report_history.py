@@ -125,7 +125,7 @@ def _read(
     view: RunView, commits: list[CommitInfo], complete: bool, wanted: Collection[str] | None
 ) -> History:
     history = History(commits, complete)
-    steps = _steps_named(view, commits)
+    steps = steps_named(view, commits)
     legacy = view.state.legacy_layout
     for commit in reversed(commits):  # oldest first
         status = _first(commit, message.STATUS)
@@ -150,7 +150,7 @@ def _read(
     return history
 
 
-def _steps_named(view: RunView, commits: list[CommitInfo]) -> dict[str, str]:
+def steps_named(view: RunView, commits: list[CommitInfo]) -> dict[str, str]:
     """The step each commit that names one is of, by its name in the plan now: a step's
     earlier name means it until the plan commit that renamed it away, and after that
     the step that took the name, if one did."""
