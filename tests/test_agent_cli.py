@@ -69,6 +69,11 @@ def test_a_decision_revised_from_the_command_line_stands_over_the_unchanged_cell
     assert "105 → 110 would run again: report (nothing recorded)" in preview.stdout
     refused = cli("decide", "threshold", "110", "--why", "too many flagged", cwd=workdir)
     assert refused.returncode == 2 and "--revise" in refused.stderr  # the preview decided nothing
+    for dry in ((), ("--dry-run",)):  # a misspelled key is not a new decision
+        typo = cli("decide", "treshold", "110", "--why", "x", "--revise", *dry, cwd=workdir)
+        assert typo.returncode == 2, typo.stdout
+        assert "no decision 'treshold' to revise (decisions: threshold)" in typo.stderr
+    assert "treshold" not in cli("status", cwd=workdir).stdout
     done = cli("decide", "threshold", "110", "--why", "too many flagged", "--revise", cwd=workdir)
     assert done.returncode == 0, done.stderr
     assert "105 → 110" in done.stdout and "runs again: report" in done.stdout

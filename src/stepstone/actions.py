@@ -186,10 +186,11 @@ def decide(
     `dry_run` records nothing and says what would run again, and as `new_reason` the
     reason it would record for the same value (None when it would record none)."""
     if dry_run:
-        from .run.questions import refuse_decision, rewords
+        from .run.questions import TYPED, refuse_decision, rewords
 
         view = reader(run, repo)
-        refuse_decision(view.decisions, key, str(value), why, revise=revise)
+        typed = via in TYPED
+        refuse_decision(view.decisions, key, str(value), why, revise=revise, typed=typed)
         was, again = view.revising(key, value)
         reason = why if rewords(view.decisions.get(key), str(value), why, line=False) else None
         return {
