@@ -323,6 +323,11 @@ def test_an_edited_cell_is_stale_in_status_and_finish_refuses_to_leave_it_out(wo
     }
     shown = json.loads(cli("status", "--json", cwd=workdir).stdout)
     assert shown["next_action"].startswith("run step 2 summarise (its source changed")
+    checked = cli("verify", cwd=workdir)  # says what status says, and exits 1 for it
+    assert checked.returncode == 1, checked.stdout
+    assert "2 summarise: stale - its source changed since it ran" in checked.stdout
+    checked = json.loads(cli("verify", "--json", cwd=workdir).stdout)
+    assert not checked["ok"] and checked["steps"][1]["state"] == "stale"
     assert cli("answer", "U1", "USD", "--why", "the feed's README", cwd=workdir).returncode == 0
     refused = cli("finish", cwd=workdir)
     assert refused.returncode == 2

@@ -98,7 +98,7 @@ def log(run: str | None, repo: str | None, step: str | None = None) -> list[dict
 def verify(run: str | None, repo: str | None, *, recheck: bool = True) -> dict[str, Any]:
     """Every recorded step's evidence checked again now, every record read from Git."""
     view = reader(run, repo, cached=False)
-    state = view.status(recheck=recheck)
+    state = notebook_plan.seeing_the_notebook(view, view.status(recheck=recheck))
     ok = not any(s.state in ("stale", "failed") for s in state.steps)
     return {"run": state.run, "ok": ok, "steps": json.loads(state.steps_json())}
 

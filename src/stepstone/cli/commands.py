@@ -68,6 +68,8 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
             state = reader.status(progress=bar.update, recheck=True)
     else:
         state = reader.status(recheck=True)
+    recorded = len(state.notes)
+    state = notebook_plan.seeing_the_notebook(reader, state)  # edited cells stale, as status
     bad = [s for s in state.steps if s.state in ("stale", "failed")]
     if as_json:
         head = json.dumps({"run": state.run, "ok": not bad})
@@ -75,7 +77,7 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
     else:
         for line in render.verify_lines(state):
             click.echo(line)
-        for note in notebook_plan.seeing_the_notebook(reader, state).notes[len(state.notes) :]:
+        for note in state.notes[recorded:]:
             click.echo(f"note: {note}")
     sys.exit(1 if bad else 0)
 
