@@ -48,6 +48,17 @@ def test_an_unknown_answered_from_the_command_line_is_not_asked_again_by_its_cel
     assert answered["why"] == "the vendor's sheet says EUR"
     (message,) = _trailers(workdir, 1)
     assert "Stepstone-Unknown: U1" in message and "Stepstone-Via: cli" in message
+    again = cli("answer", "U1", "EUR", cwd=workdir)  # the same answer: nothing changes
+    assert again.returncode == 0, again.stderr
+    other = cli("answer", "U1", "USD", cwd=workdir)  # another: only on purpose
+    assert other.returncode == 2
+    assert "U1 is already answered: 'EUR' (the vendor's sheet says EUR)" in other.stderr
+    assert "--revise" in other.stderr
+    subject = git("log", "-1", "--format=%s", "quickstart", cwd=workdir / ".stepstone")
+    assert subject.strip() == "resolve U1: EUR"  # nothing recorded
+    for text in ("USD", "EUR"):  # changed on purpose, and back
+        assert cli("answer", "U1", text, "--revise", cwd=workdir).returncode == 0
+    assert "resolve U1: USD" in git("log", "-2", "--format=%s", cwd=workdir / ".stepstone")
 
     again = cli("run", str(nb), cwd=workdir)
     assert again.returncode == 0, again.stderr

@@ -156,11 +156,26 @@ def diff(run_a: str, run_b: str, repo: str | None) -> dict[str, Any]:
 
 
 def answer(
-    run: str | None, repo: str | None, unknown: str, text: str, why: str = "", *, via: str
+    run: str | None,
+    repo: str | None,
+    unknown: str,
+    text: str,
+    why: str = "",
+    *,
+    revise: bool = False,
+    via: str,
 ) -> dict[str, Any]:
     """Close an open unknown with its answer; the `%unknown` line asking it is then
-    not asked again."""
+    not asked again. Another answer to an answered unknown needs `revise`, as another
+    value of a decision does."""
     with driver(run, repo, via) as held:
+        old = held.unknowns.get(unknown)
+        if old is not None and old.state == "resolved" and old.answer != text and not revise:
+            said = f" ({old.why})" if old.why else ""
+            raise InvalidInput(
+                f"unknown {unknown} is already answered: {old.answer!r}{said}. To change "
+                f"the answer, pass revise=True (--revise): the steps that rest on it run again"
+            )
         return _data(held.resolve_unknown(unknown, text, why or None), held.id)
 
 

@@ -98,10 +98,13 @@ def make_server(repo: str | None = None) -> Any:
 
     @server.tool()
     @_told
-    def answer(unknown: str, answer: str, why: str = "", run: str | None = None) -> dict[str, Any]:
+    def answer(
+        unknown: str, answer: str, why: str = "", revise: bool = False, run: str | None = None
+    ) -> dict[str, Any]:
         """Close the open unknown `unknown` (U1...) with `answer`; the notebook's
-        `%unknown` line that asked it is then not asked again."""
-        return actions.answer(run, repo, unknown, answer, why, via="mcp")
+        `%unknown` line that asked it is then not asked again. Another answer to an
+        answered unknown needs `revise`."""
+        return actions.answer(run, repo, unknown, answer, why, revise=revise, via="mcp")
 
     @server.tool()
     @_told

@@ -25,16 +25,23 @@ def _echo(as_json: bool, data: Any, text: str) -> None:
 @click.argument("unknown_id", metavar="UNKNOWN")
 @click.argument("text", metavar="ANSWER")
 @click.option("--why", default="", help="How you know (recorded with the answer).")
+@click.option("--revise", is_flag=True, help="Change the answer of an answered unknown.")
 @run_option
 @repo_option
 @json_option
 @errors_as_exit_codes
 def answer(
-    unknown_id: str, text: str, why: str, run_id: str | None, repo: str | None, as_json: bool
+    unknown_id: str,
+    text: str,
+    why: str,
+    revise: bool,
+    run_id: str | None,
+    repo: str | None,
+    as_json: bool,
 ) -> None:
     """Close the open unknown UNKNOWN (U1...) with ANSWER. The notebook's `%unknown`
-    line that asked it is then not asked again."""
-    done = actions.answer(run_id, repo, unknown_id, text, why, via="cli")
+    line that asked it is then not asked again; another answer later needs --revise."""
+    done = actions.answer(run_id, repo, unknown_id, text, why, revise=revise, via="cli")
     _echo(as_json, done, f"run {done['run']}: unknown {done['id']} answered: {text}")
 
 
