@@ -523,3 +523,78 @@ def test_decide_dry_run_of_the_same_value_says_whether_its_new_reason_would_be_r
     capsys.readouterr()
     ip.run_line_magic("decide", 'threshold=105 --why "mean of the feed" --dry-run')
     assert "threshold is already 105: nothing changes" in capsys.readouterr().out
+
+
+def test_a_step_run_again_after_a_failed_attempt_starts_from_what_the_attempt_found(
+    ip, workdir: Path, capsys
+):
+    import pandas as pd
+
+    stop = workdir / "stop"
+    load = "%%step load\nimport pandas as pd\ndf = pd.DataFrame({'price': [10.0, 20.0]})"
+    clean = (
+        "%%step clean\nimport pathlib\ndf['price'] = df['price'] * 1.1\n"
+        "if pathlib.Path('stop').exists():\n    raise KeyboardInterrupt\nn = len(df)"
+    )
+    ip.run_line_magic("resume", "--run retry")
+    assert ip.run_cell(load, store_history=True).success
+    stop.touch()  # interrupted after its in-place change
+    assert not ip.run_cell(clean, store_history=True).success
+    said = capsys.readouterr().out
+    assert "it changed df in place, which the cell's next run first puts back" in said
+    assert not ip.run_cell(clean, store_history=True).success  # Ctrl-C again
+    assert "df (saved by step load)" in capsys.readouterr().out
+    stop.unlink()
+    assert ip.run_cell(clean, store_history=True).success  # run again, as the card says
+    assert "put back as the failed attempt found them: df (saved by step load)" in (
+        capsys.readouterr().out
+    )
+    assert list(ip.user_ns["df"]["price"]) == [11.0, 22.0]  # as one run top to bottom
+    pd.testing.assert_frame_equal(
+        stepstone.open_run("retry", drive=False).saved_values("clean", ["df"])["df"],
+        ip.user_ns["df"],
+    )
+
+    # another cell ran in between: the change may be its own, so it is only named
+    assert ip.run_cell("x = 1", store_history=True).success
+    stop.touch()
+    again = clean.replace("%%step clean", "%%step again")
+    assert not ip.run_cell(again, store_history=True).success
+    assert "df differ from what the steps before saved" in capsys.readouterr().out
+    stop.unlink()
+    assert ip.run_cell(again, store_history=True).success
+    assert "put back" not in capsys.readouterr().out
+    assert list(ip.user_ns["df"]["price"]) == pytest.approx([13.31, 26.62])  # as warned
+    for name in ("df", "pd", "n", "x"):
+        ip.user_ns.pop(name, None)
+
+
+def test_a_step_whose_check_failed_runs_again_from_what_its_attempt_found(
+    ip, workdir: Path, capsys
+):
+    load = "%%step load\nimport numpy as np\nprices = np.array([10.0, 20.0])"
+    scale = "prices *= 2\nn = int(prices.sum())"
+    ip.run_line_magic("resume", "--run checked")
+    assert ip.run_cell(load, store_history=True).success
+    assert not ip.run_cell(f'%%step scale --check "expr:n == 61"\n{scale}').success
+    assert "step scale: it changed prices in place" in capsys.readouterr().out
+    assert ip.run_cell(f'%%step scale --check "expr:n == 60"\n{scale}').success  # fixed
+    assert list(ip.user_ns["prices"]) == [20.0, 40.0]
+    for name in ("np", "prices", "n"):
+        ip.user_ns.pop(name, None)
+
+
+def test_a_failed_attempt_does_not_put_back_a_value_a_step_before_changed_through_an_alias(
+    ip, workdir: Path, capsys
+):
+    ip.run_line_magic("resume", "--run alias")
+    assert ip.run_cell("%%step load\nimport numpy as np\na = np.arange(3.0)\nb = a").success
+    assert ip.run_cell("%%step double\nb *= 2").success  # a changed too: the same array
+    assert not ip.run_cell("%%step total\nt = a.sum()\nraise KeyboardInterrupt").success
+    said = capsys.readouterr().out
+    assert "a differ from what the steps before saved" in said and "put back" not in said
+    assert ip.run_cell("%%step total\nt = a.sum()").success
+    assert "put back" not in capsys.readouterr().out
+    assert ip.user_ns["t"] == 6.0  # as one run top to bottom: double's change stands
+    for name in ("np", "a", "b", "t"):
+        ip.user_ns.pop(name, None)

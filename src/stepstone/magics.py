@@ -15,7 +15,17 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.display import Markdown, display
 
-from . import cellargs, clients, dependencies, names, namespace, parameters, render, render_cells
+from . import (
+    cellargs,
+    clients,
+    dependencies,
+    names,
+    namespace,
+    parameters,
+    render,
+    render_cells,
+    retrying,
+)
 from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
@@ -105,6 +115,7 @@ class StepstoneMagics(Magics):
         self.seen = namespace.Seen()  # large values as last saved or restored
         self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
         self.kept: set[str] = set()  # the names the steps met so far saved
+        self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
 
     # -- helpers ----------------------------------------------------------------
 
@@ -188,6 +199,7 @@ class StepstoneMagics(Magics):
     ) -> RunStatus:
         """Claim the run for the notebook and commit the notebook's plan; the status."""
         self.later, self.kept = {}, set()
+        self.retries = retrying.Retries(self.seen)
         if notebook is not None and plan is not None:
             self.later = namespace.later_reads(
                 namespace.notebook_cells(notebook, self.ip.transform_cell)
@@ -251,7 +263,7 @@ class StepstoneMagics(Magics):
         defined = (
             shape is not None and pickled and namespace.define_first(shape, ns, _compiler(self.ip))
         )
-        cell_raised = False
+        cell_raised = ran = False  # ran: the cell's code started, and may have changed values
         try:
             with run.stepping(
                 parsed.name,
@@ -267,9 +279,10 @@ class StepstoneMagics(Magics):
                 again = not attempt.skipped and before is not None and before.status == "confirmed"
                 if attempt.skipped:
                     unsaved = attempt.record.unsaved if attempt.record else {}
-                    remade = self._give_back(parsed.name, attempt.values, unsaved, shape, defined)
+                    remade = _give_back(self, parsed.name, attempt.values, unsaved, shape, defined)
                 else:
-                    cell_raised = True
+                    _put_back(self, parsed.name, run)
+                    cell_raised = ran = True
                     compiled = _compiled(self.ip, code)
                     with _cell_code():
                         exec(compiled, ns)
@@ -281,21 +294,27 @@ class StepstoneMagics(Magics):
                         read = namespace.touched(shape, ns, self.kept, needed)
                         attempt.offer_changed(self.seen.maybe_changed(read))
                         self.unrestored.bound(shape.binds)
-        except StepstoneError as exc:
-            if cell_raised:  # recording the cell's failure failed: keep both tracebacks
-                setattr(exc, _FROM_CELL, True)
-            raise
         except BaseException as exc:
-            if cell_raised:
+            left = _left_changed(self, parsed.name, shape) if ran else ""
+            if cell_raised and not isinstance(exc, StepstoneError):
                 number = attempt.start.planned.number
                 why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-                _show_outcome(render_cells.of(number, parsed.name, "failed", why=why))
+                failed = render_cells.of(number, parsed.name, "failed", why=why)
+                failed.notes += [left] if left else []
+                _show_outcome(failed)
+            else:  # the cell raised stepstone's error, a check failed, a commit was cut short
+                if cell_raised:  # shown with its traceback, and recording's own if any
+                    setattr(exc, _FROM_CELL, True)
+                if left:
+                    print(f"step {parsed.name}: {left}")
             raise
         record = attempt.record
         assert record is not None
         npy = {n: a.sha256 for n, a in record.outputs.items() if a.format == "npy"}
         self.seen.saw({n: ns[n] for n in {*record.outputs, *attempt.touched} if n in ns}, npy)
         self.kept.update(record.outputs)
+        seen = {*record.outputs, *attempt.touched} & ns.keys()
+        self.retries.stepped(parsed.name, record.outputs, seen, self.ip.execution_count)
         number = attempt.start.planned.number
         outcome = "skipped" if attempt.skipped else "again" if again else "confirmed"
         if attempt.skipped:
@@ -310,37 +329,6 @@ class StepstoneMagics(Magics):
         why = attempt.start.reason if again else ""
         rows = evidence_rows(record)
         _show_outcome(render_cells.of(number, parsed.name, outcome, rows, why=why, kernel=said))
-
-    def _give_back(
-        self,
-        step: str,
-        values: dict[str, Any],
-        unsaved: Iterable[str],
-        shape: namespace.Cell | None,
-        defined: bool,
-    ) -> list[str]:
-        """Put a skipped step's saved values and definitions back in the kernel; the
-        names its definitions made again."""
-        ns = self.ip.user_ns
-        ns.update(values)
-        self.given.update({name: id(value) for name, value in values.items()})
-        for name in unsaved:  # as given back by an earlier step: from before this one ran
-            if name in ns and self.given.get(name) == id(ns[name]):
-                del ns[name]
-        if shape is None:
-            return []
-        remade = (
-            sorted(shape.defined)
-            if defined
-            else namespace.remake(shape, ns, step, _compiler(self.ip))
-        )
-        for name in shape.defined & shape.others:  # rebound after: its definition is not it
-            if name in values:
-                ns[name] = values[name]
-            else:
-                ns.pop(name, None)
-                remade.remove(name)
-        return [name for name in remade if name not in values]
 
     @line_magic
     @_usage_errors
@@ -393,6 +381,66 @@ class StepstoneMagics(Magics):
         if self.run is not None:
             self.run.close()
             self.run = None
+
+
+def _give_back(
+    magics: StepstoneMagics,
+    step: str,
+    values: dict[str, Any],
+    unsaved: Iterable[str],
+    shape: namespace.Cell | None,
+    defined: bool,
+) -> list[str]:
+    """Put a skipped step's saved values and definitions back in the kernel; the
+    names its definitions made again."""
+    ns = magics.ip.user_ns
+    ns.update(values)
+    magics.given.update({name: id(value) for name, value in values.items()})
+    for name in unsaved:  # as given back by an earlier step: from before this one ran
+        if name in ns and magics.given.get(name) == id(ns[name]):
+            del ns[name]
+    if shape is None:
+        return []
+    remade = (
+        sorted(shape.defined)
+        if defined
+        else namespace.remake(shape, ns, step, _compiler(magics.ip))
+    )
+    for name in shape.defined & shape.others:  # rebound after: its definition is not it
+        if name in values:
+            ns[name] = values[name]
+        else:
+            ns.pop(name, None)
+            remade.remove(name)
+    return [name for name in remade if name not in values]
+
+
+def _left_changed(magics: StepstoneMagics, step: str, shape: namespace.Cell | None) -> str:
+    """What a failed attempt of `step` changed of the values earlier steps saved, said
+    in a sentence ('' when nothing, or when telling failed: it must not hide the failure)."""
+    ns = magics.ip.user_ns
+    if shape is not None:
+        read = namespace.touched(shape, ns, magics.kept)
+        reads = shape.reads if shape.reads is not None else magics.kept
+        read.update({n: ns[n] for n in shape.binds if n in reads and n in magics.kept and n in ns})
+    else:
+        read = {name: ns[name] for name in magics.kept if name in ns}
+    try:
+        return magics.retries.failed(step, read, magics.ip.execution_count)
+    except Exception:
+        return ""
+
+
+def _put_back(magics: StepstoneMagics, step: str, run: Run) -> None:
+    """Before `step`'s cell runs again, undo what its failed attempt changed in place."""
+    done, missed = magics.retries.put_back(step, magics.ip.user_ns, run.saved_values)
+    if done:
+        print(f"put back as the failed attempt found them: {', '.join(done)}")
+    if missed:
+        print(
+            f"not put back: {'; '.join(missed)}. The cell starts from them as the failed "
+            "attempt left them: restart the kernel and run all to start from the saved values"
+        )
 
 
 def _show_outcome(cell: render_cells.CellOutcome) -> None:

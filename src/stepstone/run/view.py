@@ -120,6 +120,12 @@ class RunView:
         """The run's recorded work folder, if it exists on this machine."""
         return self.state.recorded_workdir()
 
+    def saved_values(self, step: str, wanted: list[str]) -> dict[str, Any]:
+        """The values of `wanted` that step `step`'s record saved, loaded (raises when one
+        cannot be, or is a pickle from a store this user does not trust)."""
+        record = self.records.get(step)
+        return {} if record is None else self._checker.load_outputs(record, only=wanted)
+
     def decided(self, key: str, default: Any = None) -> Any:
         """The value decided for `key`, or `default`. Read by a running step, the value
         is one of its inputs: revising the decision makes the step stale."""
