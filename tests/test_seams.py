@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -263,6 +264,12 @@ def test_a_notebook_moved_away_from_its_store_is_pointed_back_to_it(
     assert refused.returncode == 2
     assert "--run job --repo" in refused.stderr
     assert not (a / "notebooks" / ".stepstone").exists()
+    assert list(receiver.applied("blind").values()) == [1]
+    suggested = re.search(r"`stepstone (run [^`]*)`", refused.stderr)
+    assert suggested is not None, refused.stderr
+    done = cli(*shlex.split(suggested.group(1)), cwd=a, RECEIVER=receiver.url)  # as it says
+    assert done.returncode == 0, done.stderr
+    assert executions(a) == ["make", "total", "notify"]
     assert list(receiver.applied("blind").values()) == [1]
 
 

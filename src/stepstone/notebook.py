@@ -146,13 +146,14 @@ def _refuse_renamed(
         repo = (
             "" if place.resolve() == store_path.resolve() else f" --repo {shlex.quote(str(place))}"
         )
+        typed = shlex.quote(os.path.relpath(notebook))  # as it is reached from here
         raise InvalidInput(
             f"{notebook.name} would start a new run {run_id!r}, but run {reader.id!r} in "
             f"{place} was made by the notebook {reader.info.notebook}, which is gone, and has "
             f"its steps ({names.listing(sorted(shared), 5)}). If this is that notebook "
-            f"renamed or moved, continue its run: `stepstone run "
-            f"{shlex.quote(notebook.name)} --run {reader.id}{repo}` (or `%resume --run "
-            f"{reader.id}{repo}`); to start a new run on purpose, name it: --run {run_id}"
+            f"renamed or moved, continue its run: `stepstone run {typed} --run "
+            f"{reader.id}{repo}` (or `%resume --run {reader.id}{repo}`); to start a new run "
+            f"in {store_path} on purpose, name it: --run NAME"
         )
 
 
