@@ -7,12 +7,13 @@ same name returns. Reading runs no notebook code; each change is one commit whos
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 from . import message, names, notebook_plan
 from .errors import InvalidInput
-from .models import Record
+from .models import Decision, Record
 from .run import Run, open_run
 from .settings import Settings
 
@@ -201,11 +202,11 @@ def decide(
     `dry_run` records nothing and says what would run again, and as `new_reason` the
     reason it would record for the same value (None when it would record none)."""
     if dry_run:
-        from .run.questions import TYPED, refuse_decision, rewords
+        from .run.questions import refuse_decision, rewords
 
         view = reader(run, repo)
-        typed = via in TYPED
-        refuse_decision(view.decisions, key, str(value), why, revise=revise, typed=typed)
+        refuse_decision(view.decisions, key, str(value), why, revise=revise)
+        _refuse_revising_nothing(view.decisions, key, revise)
         was, again = view.revising(key, value)
         reason = why if rewords(view.decisions.get(key), str(value), why, line=False) else None
         return {
@@ -217,9 +218,20 @@ def decide(
             "new_reason": reason,
         }
     with driver(run, repo, via) as held:
+        _refuse_revising_nothing(held.decisions, key, revise)
         was, readers = held.revising(key, value)
         made = held.decide(key, value, why, revise=revise)
         return {**_data(made, held.id), "was": was, "runs_again": readers}
+
+
+def _refuse_revising_nothing(decisions: Mapping[str, Decision], key: str, revise: bool) -> None:
+    """A typed key that `revise`s no decision is misspelled most likely (a notebook's
+    line or a script may keep `revise` on a new run: they are not asked)."""
+    if revise and key not in decisions:
+        raise InvalidInput(
+            f"no decision {key!r} to revise (decisions: {names.listing(sorted(decisions))}); "
+            "to decide it for the first time, drop --revise"
+        )
 
 
 def resolve(

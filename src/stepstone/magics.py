@@ -311,9 +311,9 @@ class StepstoneMagics(Magics):
         record = attempt.record
         assert record is not None
         npy = {n: a.sha256 for n, a in record.outputs.items() if a.format == "npy"}
-        self.seen.saw({n: ns[n] for n in {*record.outputs, *attempt.touched} if n in ns}, npy)
-        self.kept.update(record.outputs)
         seen = {*record.outputs, *attempt.touched} & ns.keys()
+        self.seen.saw({n: ns[n] for n in seen}, npy)
+        self.kept.update(record.outputs)
         self.retries.stepped(parsed.name, record.outputs, seen, self.ip.execution_count)
         number = attempt.start.planned.number
         outcome = "skipped" if attempt.skipped else "again" if again else "confirmed"
@@ -420,9 +420,7 @@ def _left_changed(magics: StepstoneMagics, step: str, shape: namespace.Cell | No
     in a sentence ('' when nothing, or when telling failed: it must not hide the failure)."""
     ns = magics.ip.user_ns
     if shape is not None:
-        read = namespace.touched(shape, ns, magics.kept)
-        reads = shape.reads if shape.reads is not None else magics.kept
-        read.update({n: ns[n] for n in shape.binds if n in reads and n in magics.kept and n in ns})
+        read = namespace.touched(shape, ns, magics.kept, bound=True)
     else:
         read = {name: ns[name] for name in magics.kept if name in ns}
     try:

@@ -115,10 +115,14 @@ def touched(
     namespace: Mapping[str, Any],
     kept: Collection[str],
     needed: frozenset[str] | None = None,
+    *,
+    bound: bool = False,
 ) -> dict[str, Any]:
     """The values earlier steps saved (`kept`) that `cell` may have changed in place
     (`rows.append(x)`, or a function of the notebook it called), that a later cell may
-    read: saved again when they differ from what was saved."""
+    read: saved again when they differ from what was saved. `bound`: those it binds
+    and reads too (`prices *= 2`, `df = df.dropna()`), as a failed attempt may have
+    left them."""
     reads = cell.reads
     if reads is None or any(_notebook_code(namespace.get(n)) for n in reads):
         names: Iterable[str] = kept
@@ -128,7 +132,7 @@ def touched(
         n: namespace[n]
         for n in names
         if n in namespace
-        and n not in cell.binds
+        and (n not in cell.binds or (bound and (reads is None or n in reads)))
         and (needed is None or n in needed)
         and not isinstance(namespace[n], _DEFINED)
         and not _closed(namespace[n])

@@ -12,31 +12,16 @@ from ..models import Decision, Unknown, dump, now
 from .layout import decision_path, unknown_path
 from .ledger import Ledger
 
-TYPED = ("cli", "mcp")  # where a decision's key is typed by hand, misspelled perhaps
-
 
 def refuse_decision(
-    decisions: Mapping[str, Decision],
-    key: str,
-    value: str,
-    why: str,
-    *,
-    revise: bool,
-    typed: bool = False,
+    decisions: Mapping[str, Decision], key: str, value: str, why: str, *, revise: bool
 ) -> None:
     """Raise what deciding `key`=`value` would be refused with (a bad key, no reason,
-    a change without `revise`, and for a key `typed` at the command line or over MCP
-    a revision of nothing, a misspelled key most likely); a preview says the same as the
-    decision would."""
+    a change without `revise`); a preview says the same as the decision would."""
     names.step_name(key, "decision key")
     if not why.strip():
         raise InvalidInput(f"decision {key!r} needs a reason (--why REASON)")
     old = decisions.get(key)
-    if typed and revise and old is None:  # a line or a script may keep revise on a new run
-        raise InvalidInput(
-            f"no decision {key!r} to revise (decisions: {names.listing(sorted(decisions))}); "
-            "to decide it for the first time, drop --revise"
-        )
     if old is not None and old.value != value and not revise:
         raise DecisionConflict(key, old.value, value, old.why)
 
@@ -89,8 +74,7 @@ def decide(
         if standing is not None:  # noted what the line said
             return standing
     else:
-        typed = ledger.settings.via in TYPED
-        refuse_decision(state.decisions, key, value, why, revise=revise, typed=typed)
+        refuse_decision(state.decisions, key, value, why, revise=revise)
     old = state.decisions.get(key)
     outside = None if line else (ledger.settings.via or "python")
     if old is not None and old.value == value:
