@@ -151,3 +151,14 @@ def soak_kills(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def everything_kills(request: pytest.FixtureRequest) -> int:
     return int(request.config.getoption("--everything-kills"))
+
+
+SLOW_KINDS = ("kernel", "browser", "soak", "fault")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A kernel, browser, soak or fault test is slow: the inner loop (-m "not slow")
+    leaves it out."""
+    for item in items:
+        if any(item.get_closest_marker(kind) for kind in SLOW_KINDS):
+            item.add_marker(pytest.mark.slow)

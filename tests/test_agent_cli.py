@@ -8,6 +8,7 @@ from pathlib import Path
 
 import nbformat
 import numpy as np
+import pytest
 from conftest import git
 from conftest import stepstone_cli as cli
 
@@ -35,6 +36,7 @@ def _trailers(workdir: Path, count: int) -> list[str]:
     return [entry.strip() for entry in log.split("\0") if entry.strip()]
 
 
+@pytest.mark.kernel
 def test_an_unknown_answered_from_the_command_line_is_not_asked_again_by_its_cell(
     workdir: Path,
 ):
@@ -67,6 +69,7 @@ def test_an_unknown_answered_from_the_command_line_is_not_asked_again_by_its_cel
     assert [(u["id"], u["state"]) for u in status["unknowns"]] == [("U1", "resolved")]
 
 
+@pytest.mark.kernel
 def test_a_decision_revised_from_the_command_line_stands_over_the_unchanged_cell(
     workdir: Path,
 ):
@@ -107,6 +110,7 @@ def test_a_decision_revised_from_the_command_line_stands_over_the_unchanged_cell
     assert decided == [{"key": "threshold", "value": "120", "why": "back to the notebook"}]
 
 
+@pytest.mark.kernel
 def test_ask_records_an_unknown_once(workdir: Path):
     _quickstart(workdir)
     first = json.loads(cli("ask", "Which desk owns GLOBEX?", "--json", cwd=workdir).stdout)
@@ -115,6 +119,7 @@ def test_ask_records_an_unknown_once(workdir: Path):
     assert "Stepstone-Via: cli" in _trailers(workdir, 1)[0]
 
 
+@pytest.mark.kernel
 def test_show_gives_a_steps_record_evidence_inputs_outputs_and_commit(workdir: Path):
     _quickstart(workdir)
     done = cli("show", "summarise", "--json", cwd=workdir)
@@ -136,6 +141,7 @@ def test_show_gives_a_steps_record_evidence_inputs_outputs_and_commit(workdir: P
     assert unknown.returncode == 2 and "steps: make-data, summarise, report" in unknown.stderr
 
 
+@pytest.mark.kernel
 def test_outputs_describes_arrays_without_loading_them_and_get_writes_the_stored_bytes(
     workdir: Path,
 ):
@@ -166,6 +172,7 @@ def test_a_pickled_output_is_named_by_its_class_and_not_loaded(workdir: Path):
     assert row["loaded"] is False
 
 
+@pytest.mark.kernel
 def test_a_fork_shares_the_history_up_to_its_step_and_runs_apart_from_it(workdir: Path):
     nb = _quickstart(workdir)
     shown = json.loads(cli("show", "summarise", "--json", cwd=workdir).stdout)
@@ -201,6 +208,7 @@ def test_a_fork_shares_the_history_up_to_its_step_and_runs_apart_from_it(workdir
     assert nowhere.returncode == 2 and "no step 'nosuch'" in nowhere.stderr
 
 
+@pytest.mark.kernel
 def test_diff_names_what_two_runs_recorded_differently(workdir: Path):
     nb = _quickstart(workdir)
     forked = cli("fork", "quickstart", "--at", "summarise", "--as", "alt", cwd=workdir)
@@ -258,6 +266,7 @@ def test_the_docs_name_every_command_and_every_mcp_tool():
         assert f"`{tool.name}(" in agents, tool.name
 
 
+@pytest.mark.kernel
 def test_agent_b_picks_up_the_run_with_only_the_command_line(workdir: Path):
     nb = _quickstart(workdir)  # agent A ran the notebook; B starts from the folder
     brief = cli("brief", "--json", cwd=workdir)
@@ -292,6 +301,7 @@ def test_agent_b_picks_up_the_run_with_only_the_command_line(workdir: Path):
     assert by_b[0].startswith("finish")
 
 
+@pytest.mark.kernel
 def test_a_decision_made_outside_before_the_notebook_met_it_stands_over_its_line(
     workdir: Path,
 ):
@@ -311,6 +321,7 @@ def test_a_decision_made_outside_before_the_notebook_met_it_stands_over_its_line
     assert again.returncode == 0 and "[3/3] report: skipped" in again.stderr, again.stderr
 
 
+@pytest.mark.kernel
 def test_an_edited_cell_is_stale_in_status_and_finish_refuses_to_leave_it_out(workdir: Path):
     nb = _quickstart(workdir)
 

@@ -54,6 +54,7 @@ run.step("make", lambda: value)
     return again, made
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "value_code",
     [
@@ -99,6 +100,7 @@ def test_the_saved_bytes_are_exactly_np_save_s(workdir):
     assert art.sha256 == artifacts.sha256(raw)
 
 
+@pytest.mark.slow
 def test_a_big_frame_is_parquet_and_one_parquet_would_change_is_pickled(workdir):
     rng = np.random.default_rng(2)
     frame = pd.DataFrame({"x": rng.random(800_000), "n": np.arange(800_000)})
@@ -196,6 +198,7 @@ _NUMBER_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64"
 _NUMBER_DTYPES += ["float32", "float64", "bool"]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
@@ -268,6 +271,7 @@ def test_frames_read_a_column_at_a_time_or_plainly_load_as_pandas_reads_them():
         _assert_loads_as_pandas_reads(out.getvalue())
 
 
+@pytest.mark.slow
 def test_restoring_a_big_frame_holds_little_more_than_the_frame(workdir):
     save = """
 import numpy as np, pandas as pd, stepstone

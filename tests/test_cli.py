@@ -114,6 +114,7 @@ def test_verify_reports_what_went_stale(workdir: Path):
     assert states["s3"][0] == "stale"
 
 
+@pytest.mark.kernel
 def test_repo_and_run_given_before_the_command_apply_to_it(workdir: Path):
     _make_run(workdir, run_id="alpha")
     _make_run(workdir, run_id="beta")

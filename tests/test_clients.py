@@ -13,6 +13,8 @@ from conftest import stepstone_cli as cli
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+pytestmark = pytest.mark.kernel
+
 FILES = Path(__file__).resolve().parent / "files" / "nbclient"
 NOTEBOOKS = sorted(p.name for p in FILES.glob("*.ipynb"))
 OPENING = "%load_ext stepstone\n%resume --run t"

@@ -12,6 +12,7 @@ import sys
 import zlib
 from pathlib import Path
 
+import pytest
 from conftest import clean_env, git
 from conftest import stepstone_cli as cli
 
@@ -80,6 +81,7 @@ def _status_with_peak_memory(workdir: Path) -> tuple[subprocess.CompletedProcess
     return subprocess.CompletedProcess([], code, out, err), peak
 
 
+@pytest.mark.slow
 def test_a_record_that_inflates_past_the_bound_is_refused_in_bounded_memory(workdir: Path):
     store = _three_steps(workdir)
     good = git("rev-parse", "job", cwd=store).strip()

@@ -14,6 +14,8 @@ from conftest import fsck, git
 
 import stepstone
 
+pytestmark = pytest.mark.fault
+
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 FIVE_STEPS = str(DRIVERS / "five_steps.py")
 LOOPS = str(DRIVERS / "crash_loops.py")
@@ -50,7 +52,7 @@ def test_kill_during_step_3_repeats_only_step_3(workdir: Path):
     fsck(workdir / ".stepstone")
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_kill_at_random_instants_during_commits_never_damages_the_store(workdir: Path):
     rng = random.Random(1234)
     tips = []
@@ -127,7 +129,7 @@ def test_a_kill_between_writing_a_merged_pack_and_removing_the_old_ones_loses_no
         assert {k: v for k, v in reader.decisions.items() if k in before} == before
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_kill_at_random_instants_during_pack_merges_never_loses_an_object(workdir: Path):
     rng = random.Random(99)
     for _ in range(10):

@@ -108,6 +108,7 @@ def first_run(workdir: Path) -> Path:
     return nb
 
 
+@pytest.mark.kernel
 def test_status_json_shows_what_each_step_read(first_run: Path):
     steps = {s["name"]: s for s in _status(first_run.parent)["steps"]}
     assert steps["report"]["inputs"] == {"decision:threshold": "105"}
@@ -118,6 +119,7 @@ def test_status_json_shows_what_each_step_read(first_run: Path):
     assert "[reads decision threshold]" in table and "[reads clean.csv, step load]" in table
 
 
+@pytest.mark.kernel
 def test_a_changed_input_file_reruns_only_the_cells_that_read_it(first_run: Path):
     workdir = first_run.parent
     (workdir / "input.csv").write_text("a\nb\nc\n")
@@ -129,6 +131,7 @@ def test_a_changed_input_file_reruns_only_the_cells_that_read_it(first_run: Path
     assert (workdir / "count.txt").read_text() == "3"
 
 
+@pytest.mark.kernel
 def test_a_revised_decision_reruns_only_its_readers(first_run: Path):
     workdir = first_run.parent
     _notebook(workdir, decide=REVISED)
@@ -138,6 +141,7 @@ def test_a_revised_decision_reruns_only_its_readers(first_run: Path):
     assert report["state"] == "verified"
 
 
+@pytest.mark.kernel
 def test_an_upstream_that_ran_again_with_the_same_results_leaves_its_readers_verified(
     first_run: Path,
 ):
@@ -146,6 +150,7 @@ def test_an_upstream_that_ran_again_with_the_same_results_leaves_its_readers_ver
     assert _run(first_run) == ["load"]  # it makes the same clean.csv: count stays verified
 
 
+@pytest.mark.kernel
 def test_moving_two_independent_cells_reruns_neither(first_run: Path):
     workdir = first_run.parent
     nb = nbformat.read(str(first_run), as_version=4)
@@ -155,6 +160,7 @@ def test_moving_two_independent_cells_reruns_neither(first_run: Path):
     assert all(s["state"] == "verified" for s in _status(workdir)["steps"])
 
 
+@pytest.mark.kernel
 def test_a_renamed_step_leaves_the_cells_that_read_it_verified(first_run: Path):
     workdir = first_run.parent
     nb = nbformat.read(str(first_run), as_version=4)
@@ -172,6 +178,7 @@ def test_a_renamed_step_leaves_the_cells_that_read_it_verified(first_run: Path):
     assert _run(first_run) == ["load", "count"]  # count still reads it under its new name
 
 
+@pytest.mark.kernel
 def test_by_default_every_cell_keeps_the_conservative_rule(workdir: Path):
     (workdir / "input.csv").write_text("a\nb\n")
     nb = _notebook(workdir)
@@ -206,6 +213,7 @@ def test_a_step_with_no_recorded_inputs_keeps_the_conservative_rule(workdir: Pat
     assert (workdir / "executions.log").read_text().split() == ["a", "b", "a", "b"]
 
 
+@pytest.mark.fault
 def test_a_kill_in_the_middle_then_a_revised_decision_reruns_only_what_it_must(
     workdir: Path,
 ):
@@ -261,6 +269,7 @@ def test_a_cells_reads_are_what_it_uses_before_it_binds_them():
     assert "<dynamic>" in (cell_names("words = globals()['w']") or ((),))[0]
 
 
+@pytest.mark.kernel
 def test_revising_a_decision_names_the_steps_that_run_again(first_run: Path):
     workdir = first_run.parent
     _notebook(workdir, decide=REVISED)
@@ -270,6 +279,7 @@ def test_revising_a_decision_names_the_steps_that_run_again(first_run: Path):
     assert "revised threshold: 105 → 110 (105 flagged too many); runs again: report" in said
 
 
+@pytest.mark.kernel
 def test_rerun_downstream_marks_a_step_and_what_reads_it(first_run: Path):
     workdir = first_run.parent
     marked = cli("rerun", "load", "--downstream", "--why", "the feed was re-issued", cwd=workdir)
@@ -284,6 +294,7 @@ def test_rerun_downstream_marks_a_step_and_what_reads_it(first_run: Path):
     assert b"rerun load, count: the feed was re-issued" in log.stdout
 
 
+@pytest.mark.kernel
 def test_rerun_of_one_step_leaves_readers_verified_when_it_makes_the_same(first_run: Path):
     workdir = first_run.parent
     assert cli("rerun", "load", "--why", "check it", cwd=workdir).returncode == 0
@@ -312,6 +323,7 @@ def test_a_rerun_step_does_not_perform_its_confirmed_effects_again(workdir: Path
     assert len(sent.read_text().split()) == 1
 
 
+@pytest.mark.kernel
 def test_status_verify_and_brief_see_an_edited_notebook_before_it_runs(first_run: Path):
     workdir = first_run.parent
     nb = nbformat.read(str(first_run), as_version=4)
@@ -419,6 +431,7 @@ def _plain_notebook(folder: Path, cells: list[str]) -> Path:
     return path
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("case", sorted(KERNEL_CASES))
 def test_cells_that_pass_values_through_the_kernel_end_as_a_clean_run_does(
     workdir: Path, case: str

@@ -17,6 +17,7 @@ def test_the_effects_doc_has_its_four_recipes():
     assert len(BLOCKS) == 4
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_an_effects_recipe_runs_and_applies_once(workdir: Path, index: int):
     with Receiver(workdir / "receiver.db") as receiver:

@@ -55,6 +55,7 @@ def _effect_records(workdir: Path) -> list[dict]:
     return [json.loads(git("show", f"fx:{p}", cwd=store)) for p in paths]
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("point", POINTS)
 @pytest.mark.parametrize("kind", ["keyed", "lookup", "blind"])
 def test_kill_at_each_boundary_never_duplicates_an_effect(workdir: Path, kind, point):

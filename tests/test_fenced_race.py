@@ -32,6 +32,8 @@ import stepstone
 from stepstone import remote
 from stepstone.store import GitStore
 
+pytestmark = pytest.mark.soak
+
 AGENT = Path(__file__).parent / "drivers" / "fenced_agent.py"
 AGENTS = 8
 STEPS = 16

@@ -60,6 +60,7 @@ def _notebook(folder: Path) -> Path:
     return path
 
 
+@pytest.mark.kernel
 def test_round_trip_agent_a_hands_off_and_agent_b_finishes(tmp_path: Path, origin: str):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
@@ -155,6 +156,7 @@ def test_a_second_agent_is_refused_with_the_holders_name_and_expiry(tmp_path, or
         holder.wait()
 
 
+@pytest.mark.kernel
 def test_an_expired_lease_can_be_taken(tmp_path, origin):
     a, b = _two_copies(tmp_path, origin, lease_seconds=2)
     # an agent on another machine takes the lease, then its machine goes away

@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 from conftest import clean_env
 from conftest import stepstone_cli as _stepstone
 from nbformat.v4 import new_code_cell, new_notebook
+
+pytestmark = pytest.mark.kernel
 
 STEPSTONE = [sys.executable, "-m", "stepstone"]
 RESUME_HINT = "run the same command again to resume"

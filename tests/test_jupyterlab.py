@@ -33,6 +33,8 @@ from browser import chromium
 from conftest import clean_env
 from conftest import stepstone_cli as cli
 
+pytestmark = pytest.mark.browser
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "quickstart.ipynb"
 STEPS = ("make-data", "pause", "summarise", "report")

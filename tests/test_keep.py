@@ -134,6 +134,7 @@ def _notebook(folder: Path) -> Path:
     return path
 
 
+@pytest.mark.kernel
 def test_a_clone_with_only_the_notebook_resumes_without_running_a_step(workdir: Path, tmp_path):
     _notebook(workdir)
     first = cli("run", "job.ipynb", cwd=workdir)

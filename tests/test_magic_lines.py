@@ -99,6 +99,7 @@ def test_an_ipy_file_records_its_question_lines(workdir: Path):
     assert _recorded(workdir) == ([QUESTION, "Is EUR right?"], {"currency": "maybe?"})
 
 
+@pytest.mark.kernel
 def test_a_notebook_records_its_question_lines(workdir: Path):
     cells = [
         "%load_ext stepstone\n%resume\n%decide currency=EUR --why maybe?",

@@ -146,6 +146,7 @@ def test_an_output_that_cannot_be_saved_fails_the_step(ip, workdir: Path):
     assert "step 1 a: failed" in git("log", "-1", "--format=%s", cwd=workdir / ".stepstone")
 
 
+@pytest.mark.kernel
 def test_the_quickstart_resumes_in_a_shell_after_a_headless_run(ip, workdir: Path, monkeypatch):
     import shutil
     import subprocess

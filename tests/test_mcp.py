@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import pytest
 from conftest import clean_env, git
 from conftest import stepstone_cli as cli
 from mcp import Client
@@ -50,6 +51,7 @@ def _session(workdir: Path, script: Any) -> Any:
     return asyncio.run(main())
 
 
+@pytest.mark.kernel
 def test_an_agent_with_only_mcp_tools_picks_up_the_run_and_the_notebook_agrees(workdir: Path):
     nb = _quickstart(workdir)
 
@@ -98,6 +100,7 @@ def test_an_agent_with_only_mcp_tools_picks_up_the_run_and_the_notebook_agrees(w
     assert "U1 was answered: EUR (not asked again)" in said and "threshold=110 stands" in said
 
 
+@pytest.mark.kernel
 def test_each_reading_tool_returns_the_json_the_command_line_prints(workdir: Path):
     _quickstart(workdir)
 

@@ -11,6 +11,8 @@ import pytest
 from conftest import stepstone_cli
 from nbformat.v4 import new_code_cell, new_notebook
 
+pytestmark = pytest.mark.kernel
+
 STEPS = {
     "setup": """\
 import json

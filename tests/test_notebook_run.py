@@ -9,9 +9,12 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 from conftest import git
 from conftest import stepstone_cli as _stepstone
 from nbformat.v4 import new_code_cell, new_notebook
+
+pytestmark = pytest.mark.kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPSTONE = [sys.executable, "-m", "stepstone"]

@@ -21,6 +21,8 @@ import pytest
 from conftest import clean_env
 from powerloss import check, states, trace
 
+pytestmark = pytest.mark.fault
+
 DRIVER = Path(__file__).parent / "drivers" / "power_driver.py"
 
 

@@ -7,6 +7,7 @@ import pytest
 from racer import race
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("processes", [2, 8])
 def test_exactly_one_process_drives_each_round(tmp_path: Path, processes: int):
     rounds = 100

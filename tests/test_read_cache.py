@@ -53,6 +53,7 @@ def test_reads_through_the_caches_equal_full_reads(workdir: Path):
     assert [s["state"] for s in full[3]["steps"]] == ["verified"] * 100 + ["pending"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["torn", "garbage", "empty", "other tree"])
 def test_a_damaged_cache_means_a_full_read(workdir: Path, damage: str):
     _big_run(steps=120, planned=120)

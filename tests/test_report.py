@@ -187,6 +187,7 @@ def test_a_step_that_took_a_renamed_steps_old_name_is_credited_only_its_own_atte
     assert [a.status for a in history.attempts_of("clean")] == ["confirmed"]
 
 
+@pytest.mark.fault
 def test_only_sessions_that_stopped_in_a_step_are_reported_as_interrupted(workdir: Path):
     from stepstone.report_history import read_commits, read_history
 
@@ -253,6 +254,7 @@ def _quickstart_with_a_failure_and_a_stale_step(workdir: Path) -> None:
     report.write_text(report.read_text() + "\nedited by hand\n")
 
 
+@pytest.mark.browser
 def test_a_person_sees_the_quickstart_report_in_a_browser(workdir: Path, tmp_path: Path):
     chromium()  # skip early without a browser
     _quickstart_with_a_failure_and_a_stale_step(workdir)

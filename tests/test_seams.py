@@ -79,6 +79,7 @@ def _hand_over(how: str, a: Path, b: Path) -> None:
             assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize(
     "how", ["git clone --bare", "git clone", "cp -r", "tar", "stepstone clone"]
 )
@@ -100,6 +101,7 @@ def test_a_finished_run_handed_over_by_any_copy_executes_nothing_again(
     assert "step 3 notify: confirmed" in log
 
 
+@pytest.mark.kernel
 def test_a_store_whose_settings_were_lost_still_holds_its_runs(tmp_path: Path, receiver):
     a = tmp_path / "a"
     _finished_job(a, receiver)
@@ -110,6 +112,7 @@ def test_a_store_whose_settings_were_lost_still_holds_its_runs(tmp_path: Path, r
     assert_nothing_repeated(a, receiver)
 
 
+@pytest.mark.kernel
 def test_a_damaged_ref_stops_the_run_and_names_the_repair(tmp_path: Path, receiver):
     a = tmp_path / "a"
     _finished_job(a, receiver)
@@ -133,6 +136,7 @@ def test_a_damaged_ref_stops_the_run_and_names_the_repair(tmp_path: Path, receiv
     fsck(store)
 
 
+@pytest.mark.kernel
 def test_a_run_whose_ref_is_gone_but_whose_archive_tag_remains_is_not_started_afresh(
     tmp_path: Path, receiver
 ):
@@ -149,6 +153,7 @@ def test_a_run_whose_ref_is_gone_but_whose_archive_tag_remains_is_not_started_af
     assert_nothing_repeated(a, receiver)
 
 
+@pytest.mark.kernel
 def test_a_renamed_step_is_neither_run_nor_sent_again(tmp_path: Path, receiver: Receiver):
     a = tmp_path / "a"
     _finished_job(a, receiver)
@@ -167,6 +172,7 @@ def test_a_renamed_step_is_neither_run_nor_sent_again(tmp_path: Path, receiver: 
     assert [(s["name"], s["state"]) for s in steps][-1] == ("notify-all", "verified")
 
 
+@pytest.mark.kernel
 def test_a_renamed_and_edited_step_is_refused_until_it_says_what_it_was(
     tmp_path: Path, receiver: Receiver
 ):
@@ -198,6 +204,7 @@ def test_a_renamed_and_edited_step_is_refused_until_it_says_what_it_was(
     assert run_job(a, receiver).returncode == 0  # --was stays in the line: nothing changes
 
 
+@pytest.mark.kernel
 def test_a_renamed_effect_is_refused_until_it_says_what_it_was(tmp_path: Path, receiver):
     a = tmp_path / "a"
     _finished_job(a, receiver)
@@ -212,6 +219,7 @@ def test_a_renamed_effect_is_refused_until_it_says_what_it_was(tmp_path: Path, r
     assert list(receiver.applied("blind").values()) == [1]
 
 
+@pytest.mark.kernel
 def test_two_notebooks_with_one_name_and_one_store_never_share_a_run(
     tmp_path: Path, receiver: Receiver
 ):
@@ -234,6 +242,7 @@ def test_two_notebooks_with_one_name_and_one_store_never_share_a_run(
     assert executions(tmp_path / "dirA") == ["make", "total", "notify"]
 
 
+@pytest.mark.kernel
 def test_a_renamed_notebook_does_not_start_its_run_again(tmp_path: Path, receiver: Receiver):
     a = tmp_path / "a"
     _finished_job(a, receiver)
@@ -253,6 +262,7 @@ def test_a_renamed_notebook_does_not_start_its_run_again(tmp_path: Path, receive
     assert list(receiver.applied("blind").values()) == [1]
 
 
+@pytest.mark.kernel
 def test_a_notebook_moved_away_from_its_store_is_pointed_back_to_it(
     tmp_path: Path, receiver: Receiver
 ):
@@ -273,6 +283,7 @@ def test_a_notebook_moved_away_from_its_store_is_pointed_back_to_it(
     assert list(receiver.applied("blind").values()) == [1]
 
 
+@pytest.mark.kernel
 def test_every_command_resolves_files_in_the_runs_work_folder(tmp_path: Path, receiver):
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     project.mkdir()
@@ -286,6 +297,7 @@ def test_every_command_resolves_files_in_the_runs_work_folder(tmp_path: Path, re
         assert "does not exist" not in done.stdout
 
 
+@pytest.mark.kernel
 def test_the_briefs_command_works_in_a_shell_with_spaces_and_parentheses(
     tmp_path: Path, receiver: Receiver
 ):
@@ -327,6 +339,7 @@ def test_the_brief_of_a_python_run_names_its_script_and_not_a_notebook(tmp_path:
     assert "so far" in data["next_action"] and "run it again" in data["next_action"]
 
 
+@pytest.mark.kernel
 def test_a_cloned_store_with_pickled_outputs_finishes_and_says_how_to_trust_them(
     tmp_path: Path, receiver: Receiver
 ):
@@ -395,6 +408,7 @@ def test_a_step_killed_after_its_effects_says_so(workdir: Path):
     assert "interrupted partway" in status["next_action"]
 
 
+@pytest.mark.kernel
 def test_a_finished_notebook_changes_no_more_until_it_is_reopened(
     tmp_path: Path, receiver: Receiver
 ):
@@ -469,6 +483,7 @@ def test_a_read_only_folder_is_named_as_the_cause(read_only_folder: Path, receiv
     assert "executed notebook" not in done.stderr
 
 
+@pytest.mark.kernel
 def test_a_run_whose_ref_file_was_deleted_is_not_started_afresh(tmp_path: Path, receiver):
     a = tmp_path / "a"
     _finished_job(a, receiver)
@@ -482,6 +497,7 @@ def test_a_run_whose_ref_file_was_deleted_is_not_started_afresh(tmp_path: Path, 
     assert_nothing_repeated(a, receiver)
 
 
+@pytest.mark.kernel
 def test_a_step_renamed_while_a_new_step_takes_its_old_name_sends_each_once(
     tmp_path: Path, receiver: Receiver
 ):
@@ -510,6 +526,7 @@ def test_finishing_again_restores_an_archive_tag_a_kill_lost(workdir: Path):
     assert git("tag", cwd=workdir / ".stepstone").split() == ["stepstone/job"]
 
 
+@pytest.mark.kernel
 def test_a_value_whose_class_is_defined_in_its_step_comes_back_in_a_new_kernel(
     tmp_path: Path, receiver: Receiver
 ):
@@ -534,6 +551,7 @@ def test_a_torn_head_of_the_store_is_written_again(workdir: Path):
     assert "step 2 b: confirmed" in git("log", "--format=%s", cwd=workdir / ".stepstone")
 
 
+@pytest.mark.kernel
 def test_a_commit_made_by_hand_in_a_work_tree_clone_that_drops_effects_is_refused(
     tmp_path: Path, receiver: Receiver
 ):

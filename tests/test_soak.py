@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 from conftest import fsck, git
 from nbformat.v4 import new_code_cell, new_notebook
 from receiver import Receiver
 
 import stepstone
+
+pytestmark = pytest.mark.soak
 
 HERE = Path(__file__).resolve().parent
 

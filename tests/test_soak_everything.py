@@ -37,6 +37,8 @@ from receiver import Receiver
 
 import stepstone
 
+pytestmark = pytest.mark.soak
+
 DRIVER = Path(__file__).resolve().parent / "drivers" / "shell_notebook.py"
 STEPS = 10
 BIG = 3  # saves a 2 MiB array; the next step reads it back from the kernel
