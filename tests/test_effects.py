@@ -14,7 +14,7 @@ from conftest import stepstone_cli as _cli
 from receiver import Receiver
 
 import stepstone
-from stepstone.effects import derive_key, fingerprint
+from stepstone.effectkeys import derive_key, fingerprint
 from stepstone.redaction import redact
 
 DRIVER = str(Path(__file__).resolve().parent / "drivers" / "effect_driver.py")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import stepstone
 from stepstone import cellargs, checks, names
-from stepstone.effects import derive_key, effect_path
+from stepstone.effectkeys import derive_key, effect_path
 from stepstone.models import Decision, PlannedStep, RunInfo, StepRecord, Unknown, load
 from stepstone.run import plan_path, step_path
 

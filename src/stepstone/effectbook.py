@@ -18,14 +18,20 @@ MAYBE_HAPPENED = ("submitted", "confirmed", "unresolved")
 _RANK = {"planned": 0, "submitted": 1, "unresolved": 2, "confirmed": 3}
 
 
+def rank(state: str) -> int:
+    """How far an effect in `state` got: planned 0, submitted 1, unresolved 2, confirmed
+    3 (-1 for a state no version of stepstone writes)."""
+    return _RANK.get(state, -1)
+
+
 def state_rank(data: bytes) -> int:
-    """How far an effect's stored record says it got (planned 0 to confirmed 3; -1 for
-    a record that cannot be read)."""
+    """How far an effect's stored record says it got (see `rank`; -1 for a record that
+    cannot be read)."""
     try:
         state = json.loads(data).get("state")
     except (ValueError, AttributeError):
         return -1
-    return _RANK.get(state, -1)
+    return rank(state) if isinstance(state, str) else -1
 
 
 def _family(name: str) -> str | None:
@@ -44,6 +50,8 @@ class EffectBook:
         self._asked: set[str] = set()  # keys the running step asked for
         self._returned: set[str] = set()  # ... and got a receipt for
         self._not_replayed: dict[str, EffectRecord] | None = None
+        self._replayed_families: set[str] = set()  # of the running step's earlier members
+        self._step: str | None = None  # the identity of the running step
         self._orphans: dict[str, list[EffectRecord]] | None = None
         self._begun: set[str] = set()  # step identities begun by this process
         self._unmet: set[str] | None = None
@@ -73,6 +81,8 @@ class EffectBook:
         self._asked = set()
         self._returned = set()
         self._not_replayed = None
+        self._replayed_families = set()
+        self._step = identity
         self._begun.add(identity)
         if self._unmet is not None:
             self._unmet.discard(identity)
@@ -80,8 +90,10 @@ class EffectBook:
     def ask(self, key: str) -> bool:
         """Note that the running step asks for effect `key`; whether it already got a
         receipt for it in this run of the step (the same name used twice)."""
-        if self._not_replayed is not None:
-            self._not_replayed.pop(key, None)
+        if self._step is not None:
+            earlier = self._earlier(self._step).pop(key, None)
+            if earlier is not None and (family := _family(earlier.name)) is not None:
+                self._replayed_families.add(family)
         self._asked.add(key)
         return key in self._returned
 
@@ -91,20 +103,40 @@ class EffectBook:
 
     # -- what a new effect may be ---------------------------------------------------
 
-    def not_replayed(self, identity: str, name: str) -> EffectRecord | None:
-        """An effect an earlier run of this step performed (or may have) that this run has
-        not asked for yet, and that is not of `name`'s family (`email/...`, asked for
-        in another order this time): `name` may be it, renamed."""
-        if self._not_replayed is None:  # once per run of a step, then kept up to date
+    def _earlier(self, identity: str) -> dict[str, EffectRecord]:
+        """The effects earlier runs of this step performed (or may have) that this run
+        has not asked for yet: made once per run of a step, then kept up to date."""
+        if self._not_replayed is None:
             self._not_replayed = {
                 key: record
                 for key, record in self._by_step.get(identity, {}).items()
                 if record.state in MAYBE_HAPPENED and key not in self._asked
             }
+        return self._not_replayed
+
+    def not_replayed(self, identity: str, name: str) -> EffectRecord | None:
+        """An effect an earlier run of this step performed (or may have) that this run has
+        not asked for yet, and that is not of `name`'s family (`email/...`, asked for
+        in another order this time): `name` may be it, renamed."""
         family = _family(name)
         earlier = [
-            r for r in self._not_replayed.values() if family is None or _family(r.name) != family
+            r
+            for r in self._earlier(identity).values()
+            if family is None or _family(r.name) != family
         ]
+        return min(earlier, key=lambda r: r.intent) if earlier else None
+
+    def lone_member(self, identity: str, name: str) -> EffectRecord | None:
+        """For a new effect `name` of a family (`alert/...`): an effect of that family an
+        earlier run of this step performed (or may have), when this run has asked for
+        none of those again. Then `name` is likely made from a clock or a random id: new
+        at every try, it would send the effect again. None when `name` has no family,
+        the family has no earlier member, or one of them was asked again (the names
+        repeat: a thread pool or a set asks them in another order)."""
+        family = _family(name)
+        if family is None or family in self._replayed_families:
+            return None
+        earlier = [r for r in self._earlier(identity).values() if _family(r.name) == family]
         return min(earlier, key=lambda r: r.intent) if earlier else None
 
     def orphan_named(self, name: str, plan: set[str]) -> EffectRecord | None:

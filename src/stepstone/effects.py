@@ -16,23 +16,18 @@ like credentials are replaced by "[redacted]" before anything is written.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import decimal
-import enum
-import hashlib
 import json
 import math
-import re
 import threading
-import uuid
+import time
 from collections.abc import Callable
-from pathlib import PurePath
 from typing import Any, Protocol
 
 from . import message
 from .deadline import call_within
-from .effectbook import EffectBook
+from .effectbook import EffectBook, rank
+from .effectkeys import check_name, effect_path, fingerprint
 from .errors import (
     EffectChanged,
     EffectRenamed,
@@ -44,8 +39,6 @@ from .errors import (
 from .models import EffectRecord, Resolution, RunInfo, dump, now
 from .redaction import error_text, redact
 from .settings import Settings
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=@/-]{0,199}")
 
 
 class Run(Protocol):
@@ -66,7 +59,9 @@ class Run(Protocol):
     @property
     def effects(self) -> dict[str, EffectRecord]: ...
     def identity_of(self, name: str) -> str: ...
+    def effect_key(self, identity: str, name: str) -> str: ...
     def identities(self) -> set[str]: ...
+    def recorded_elsewhere(self, key: str) -> tuple[str, EffectRecord] | None: ...
     def step_label(self, name: str) -> str: ...
     def fence(self) -> None: ...
     def commit_effect(
@@ -77,79 +72,6 @@ class Run(Protocol):
         subject: str,
         trailers: list[tuple[str, str]],
     ) -> None: ...
-
-
-def canonical(value: Any) -> Any:
-    """`value` as plain JSON data that is the same in every process: sets sorted, tuples
-    as lists, dates, decimals, UUIDs, paths and enums as their text or value, bytes as
-    their sha256; anything else is refused rather than turned into `str()` text that may
-    differ between processes (a set's order changes with `PYTHONHASHSEED`)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        items = [canonical(v) for v in value]
-        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            text = key if isinstance(key, str) else json.dumps(canonical(key), sort_keys=True)
-            out[text] = canonical(item)
-        return out
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"sha256": hashlib.sha256(bytes(value)).hexdigest()}
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, (decimal.Decimal, uuid.UUID)):
-        return str(value)
-    if isinstance(value, PurePath):
-        return value.as_posix()
-    if isinstance(value, enum.Enum):
-        return canonical(value.value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return canonical(dataclasses.asdict(value))
-    dump_model = getattr(value, "model_dump", None)
-    if callable(dump_model):
-        return canonical(dump_model(mode="json"))
-    raise InvalidInput(
-        f"an effect payload holds a {type(value).__name__}, which has no stable form: pass "
-        f"JSON-like data (dicts, lists, strings, numbers, sets, dates), or a fingerprint "
-        f"of your own, for example payload=order.id"
-    )
-
-
-def fingerprint(payload: Any) -> str | None:
-    """The sha256 of a payload's canonical JSON (credentials redacted), or None."""
-    if payload is None:
-        return None
-    data = redact(canonical(payload), environment=False)
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def derive_key(run: str, step: str, name: str, uid: str = "") -> str:
-    """The idempotency key of an effect: stable across restarts, kernels, machines and
-    copies of the run, and different for another run that has the same id (`uid` is
-    made when a run is created; runs made before it had one keep their keys)."""
-    text = f"{uid}\0{run}\0{step}\0{name}" if uid else f"{run}\0{step}\0{name}"
-    return f"ss-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
-
-
-def effect_path(key: str) -> str:
-    """Where an effect's record lives in a run's tree."""
-    return f"effects/{key[3:5]}/{key}.json"
-
-
-def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
-        raise InvalidInput(
-            f"invalid effect name {name!r}: use 1-200 letters, digits or . _ : + = @ / -, "
-            f"for example email/{{user_id}}"
-        )
-    return name
 
 
 def perform(
@@ -172,14 +94,16 @@ def perform(
             f"effect {name!r} was called outside a step: call stepstone.effect inside a "
             f"%%step cell or a function run by run.step"
         )
-    _check_name(name)
+    check_name(name)
     if was is not None:
-        _check_name(was)
+        check_name(was)
     identity = run.identity_of(step)
-    key = derive_key(run.id, identity, was or name, run.info.uid)
+    key = run.effect_key(identity, was or name)
     print_ = fingerprint(payload)
     seconds = run.settings.now().effect_timeout if timeout is None else timeout
     book = run.effect_book
+    if not new and "/" in name:
+        _refuse_a_lone_member(run, step, identity, key, name)
     with run.guard:
         if book.ask(key):
             raise InvalidInput(
@@ -188,7 +112,7 @@ def perform(
                 f"first one's receipt and send nothing. Name each effect for what it writes, "
                 f"for example f'{name}/{{recipient}}'"
             )
-        record = run.effects.get(key)
+        record = _furthest(run, key, run.effects.get(key))
         if record is None and not new:
             _refuse_a_second_name(run, step, identity, name)
         if record is not None and record.payload_sha256 != print_ and record.state != "planned":
@@ -232,6 +156,23 @@ def perform(
             raise UnresolvedEffect(run.id, step, key, record.intent)
     book.returned(key)
     return receipt
+
+
+def _furthest(run: Run, key: str, record: EffectRecord | None) -> EffectRecord | None:
+    """This run's record of effect `key` (or None), or one that another history of the
+    store holds (the run a fork came from, a fork, the remote's history fetched here) and
+    that got further: confirmed there, or in doubt there while this run holds it as not
+    sent. That one is taken into this run first, so the effect is not sent again."""
+    if record is not None and record.state == "confirmed":
+        return record
+    found = run.recorded_elsewhere(key)
+    if found is None:
+        return record
+    where, other = found
+    if other.state == "planned" or rank(other.state) <= (rank(record.state) if record else 0):
+        return record
+    _save(run, other, f"effect {other.name}: {other.state}, as {where} records it")
+    return other
 
 
 def _retention(run: Run, given: datetime.timedelta | float | None) -> float:
@@ -336,6 +277,42 @@ def _refuse_a_second_name(run: Run, step: str, identity: str, name: str) -> None
             f"sent again; if it is another effect, perform {first.name!r} first as before, "
             f"or pass new=True",
         )
+
+
+FAMILY_WAIT = 2.0  # seconds a lone new member of a family waits for its step's other threads
+
+
+def _refuse_a_lone_member(run: Run, step: str, identity: str, key: str, name: str) -> None:
+    """Refuse a new member of a family (`alert/...`) asked for while none of the members
+    an earlier run of this step performed was asked again: a name made from a clock or a
+    random id is new at every try, so its effect would be sent once more at each. A thread
+    pool asks in any order: while other threads run, wait a little for one of them to ask
+    an earlier member again (then the names repeat, and this one may be sent)."""
+    deadline = time.monotonic() + (FAMILY_WAIT if threading.active_count() > 1 else 0.0)
+    while True:
+        with run.guard:
+            if key in run.effects:
+                return
+            lone = run.effect_book.lone_member(identity, name)
+            if lone is None or run.recorded_elsewhere(key) is not None:
+                return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    family = name.rpartition("/")[0]
+    raise EffectRenamed(
+        step,
+        name,
+        lone.key,
+        f"an earlier run of this step performed {lone.name!r} ({lone.state} at {lone.intent}), "
+        f"and this run asks for {name!r}, a new member of the family '{family}/', without "
+        f"asking again for any member the earlier run performed. A name made from the time, "
+        f"a uuid or a random number is new at every try, so the effect would be sent again",
+        f"Name each effect for what it writes, the same at every try (f'{family}/{{report_id}}'"
+        f", not the time); members asked in another order are fine once one of them is asked "
+        f"again (or ask in a stable order: sorted(...)). For an effect that really is new, "
+        f"pass new=True",
+    )
 
 
 def _fence(run: Run, record: EffectRecord, *, fresh: bool) -> None:

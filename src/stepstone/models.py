@@ -12,15 +12,16 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .errors import RecordError, SchemaTooNew
 
-SCHEMA_VERSION = 2  # the newest this version reads
-# fields added since schema 1: left out while empty, so that a record that does not use
-# them stays readable by earlier versions; one that uses them says schema 2, which an
-# earlier version refuses with "upgrade" rather than misreading
-_SINCE_2 = {
-    "StepRecord": ("unsaved", "kept"),
-    "Decision": ("by", "over"),
-    "Unknown": ("why",),
-    "RunInfo": ("forked_from", "parameters"),
+SCHEMA_VERSION = 3  # the newest this version reads
+# fields added since schema 1, with the schema that added them: left out while empty, so
+# that a record that does not use them stays readable by earlier versions; one that uses
+# them says that schema, which an earlier version refuses with "upgrade" rather than
+# misreading
+_ADDED = {
+    "StepRecord": {"unsaved": 2, "kept": 2},
+    "Decision": {"by": 2, "over": 2},
+    "Unknown": {"why": 2},
+    "RunInfo": {"forked_from": 2, "parameters": 2, "inherited": 3},
 }
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
@@ -41,6 +42,15 @@ class Record(BaseModel):
     schema_version: int = 1
 
 
+class Lineage(Record):
+    """Steps whose effects are keyed by another run's lineage: a fork's steps up to its
+    fork point keep the keys of the run (`run`, made with `uid`) they came from."""
+
+    run: str
+    uid: str = ""
+    steps: tuple[str, ...]  # by identity (a step's first name)
+
+
 class RunInfo(Record):
     """The small head file of a run (`run.json`), rewritten by every commit."""
 
@@ -55,6 +65,7 @@ class RunInfo(Record):
     uid: str = ""  # made at creation: a new run of the same id keys its effects anew
     forked_from: str = ""  # RUN@COMMIT: the run and commit this one was forked from
     parameters: str = ""  # the canonical JSON of the parameters it was made with
+    inherited: tuple[Lineage, ...] = ()  # a fork's steps that keep their source's keys
     seq: int = 0
     finished: str | None = None
 
@@ -193,12 +204,11 @@ R = TypeVar("R", bound=Record)
 def dump(record: Record) -> bytes:
     """Serialise a record as stable, human-readable JSON."""
     data = record.model_dump(mode="json")
-    newer = [name for name in _SINCE_2.get(type(record).__name__, ()) if data.get(name)]
-    for name in _SINCE_2.get(type(record).__name__, ()):
-        if not data.get(name):
+    for name, schema in _ADDED.get(type(record).__name__, {}).items():
+        if data.get(name):
+            data["schema_version"] = max(schema, data["schema_version"])
+        else:
             data.pop(name, None)
-    if newer:
-        data["schema_version"] = max(2, data["schema_version"])
     return pydantic_core.to_json(_keys_sorted(data), indent=2) + b"\n"
 
 

@@ -105,7 +105,7 @@ class LeaseKeeper:
             f"+{self.ref}:{TRACKING_LEASE_REFS}{self.run}",
         )
         # what was fetched, not what ls-remote saw: another agent may have moved it since
-        oid = self.store.ref_target(TRACKING_LEASE_REFS + self.run) or out.split()[0]
+        oid = self.store.refs.target(TRACKING_LEASE_REFS + self.run) or out.split()[0]
         data = json.loads(self.store.commit_message(oid).split("\n\n", 1)[1])
         known = {k: v for k, v in data.items() if k in Lease.__dataclass_fields__}
         return Lease(**known), oid
@@ -140,7 +140,7 @@ class LeaseKeeper:
         commit = self.store.empty_commit(message, [self._base] if self._base else [])
         if stolen_from:
             self._base = commit  # a steal stays in the lease's history
-        self.store.set_ref(TRACKING_LEASE_REFS + self.run, commit)
+        self.store.refs.set(TRACKING_LEASE_REFS + self.run, commit)
         return commit, lease
 
     def _write(

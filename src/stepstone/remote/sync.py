@@ -149,7 +149,7 @@ def _fetch_run(store: GitStore, run: str) -> str | None:
     if tip is None:
         return None
     git(store, "fetch", "--quiet", "--no-tags", name, f"+{theirs}:{tracking}")
-    return store.ref_target(tracking)
+    return store.refs.target(tracking)
 
 
 def _subjects(store: GitStore, tip: str, base: str | None) -> list[str]:
@@ -203,12 +203,12 @@ def pull(
     stamp = time.strftime("%Y%m%dT%H%M%S")
     if keep == "remote":
         preserved = f"{DIVERGED_REFS}{run}/local-{stamp}"
-        store.set_ref(preserved, local)
+        store.refs.set(preserved, local)
         store.move_run(run, remote, local)
         carried = carry_effects(store, run, kept=remote, other=local, holder=holder)
         return PullResult("kept remote", local, remote, preserved, carried)
     preserved = f"{DIVERGED_REFS}{run}/remote-{stamp}"
-    store.set_ref(preserved, remote)
+    store.refs.set(preserved, remote)
     git(store, "push", "--quiet", require_remote(store), f"{preserved}:{preserved}")
     carried = carry_effects(store, run, kept=local, other=remote, holder=holder)
     push(store, run, force_over=remote)

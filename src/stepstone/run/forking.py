@@ -3,9 +3,11 @@ and what two runs recorded differently (`diff`).
 
 A fork is a Git branch point: the new run's ref starts at the commit that confirmed
 the step, and its first commit renames the run there, so `git log --graph` shows where
-the two lines part. The fork is a run of its own: a new id and effect keys of its own
-(an effect the original performed after the branch point is performed anew if the
-fork's steps run again; `fork` lists them).
+the two lines part. The fork is a run of its own: a new id and, for its steps after
+the branch point, effect keys of its own (an effect the original performed there is
+performed anew if the fork's steps run again; `fork` lists them). Its steps up to the
+branch point keep the original's keys: an effect they performed is the same effect in
+both runs, never sent again.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from .. import message, names
 from ..errors import InvalidInput
-from ..models import StepRecord
+from ..models import Lineage, StepRecord
 from ..settings import Settings
 from ..store import GitStore
 from .opening import open_run
@@ -45,10 +47,19 @@ def fork(
     if commit is None:
         raise InvalidInput(f"the commit that confirmed step {at!r} is not in run {run!r}")
     branch = commit["id"]
+    before = {  # effects are keyed by a step's first name, kept across renames
+        source.identity_of(name) for name in source.steps.names[: source.steps.names.index(at) + 1]
+    }
     store.move_run(new, branch, None)
     origin = f"{run}@{branch}"
     with open_run(new, repo=store.path, create=False, settings=settings) as forked:
-        forked.state.note_info(run=new, uid=secrets.token_hex(8), forked_from=origin, finished=None)
+        forked.state.note_info(
+            run=new,
+            uid=secrets.token_hex(8),
+            forked_from=origin,
+            finished=None,
+            inherited=inherited(source, before),
+        )
         forked.ledger.commit(
             {},
             f"fork of {run} at step {at}",
@@ -62,9 +73,6 @@ def fork(
         }
         notebook = forked.info.notebook
     store.point_head_at(run)  # like `git branch`, not `git checkout -b`: the run stays current
-    before = {  # effects are keyed by a step's first name, kept across renames
-        source.identity_of(name) for name in source.steps.names[: source.steps.names.index(at) + 1]
-    }
     anew = [
         {"step": e.step, "name": e.name, "state": e.state}
         for e in source.effects.values()
@@ -80,6 +88,16 @@ def fork(
         "anew": anew,
         "notebook": notebook,
     }
+
+
+def inherited(source: RunView, steps: Iterable[str]) -> tuple[Lineage, ...]:
+    """The lineages that key the effects of `source`'s steps `steps` (identities): a fork
+    keeps them for its steps up to its fork point, so an effect one of them performed is
+    the same effect in the fork, never sent again."""
+    lines: dict[tuple[str, str], list[str]] = {}
+    for identity in sorted(steps):
+        lines.setdefault(source.state.lineage_of(identity), []).append(identity)
+    return tuple(Lineage(run=run, uid=uid, steps=tuple(ids)) for (run, uid), ids in lines.items())
 
 
 def diff(a: RunView, b: RunView) -> dict[str, Any]:

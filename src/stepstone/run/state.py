@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import dependencies, models
 from ..bulk import collector_paused
 from ..effectbook import EffectBook
+from ..effectkeys import derive_key
 from ..errors import RecordError, SchemaTooNew
 from ..index import PlanExtra, PlanSteps, RecordBook, read_index
 from ..message import CommitMessage
@@ -198,6 +199,20 @@ class RunState:
             if key.startswith(step)
         }
 
+    def lineage_of(self, identity: str) -> tuple[str, str]:
+        """(run, uid) of the lineage that keys the effects of the step keyed by `identity`:
+        this run's own, or for a fork's steps up to its fork point, the run they came from."""
+        for line in self.info.inherited:
+            if identity in line.steps:
+                return line.run, line.uid
+        return self.id, self.info.uid
+
+    def effect_key(self, identity: str, name: str) -> str:
+        """The idempotency key of effect `name` of the step keyed by `identity`: from its
+        lineage, the step's identity and the effect's name."""
+        run, uid = self.lineage_of(identity)
+        return derive_key(run, identity, name, uid)
+
     def identities(self) -> set[str]:
         """The names the plan's steps key their effects by."""
         if self._identities is None:
@@ -215,7 +230,7 @@ class RunState:
 
     # -- the head file ----------------------------------------------------------
 
-    def note_info(self, **changes: str | None) -> None:
+    def note_info(self, **changes: object) -> None:
         """Change the run's head file; it is written with the next commit."""
         if any(getattr(self.info, key) != value for key, value in changes.items()):
             self.info = self.info.model_copy(update=changes)

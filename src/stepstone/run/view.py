@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import dependencies, models, names
-from ..effectbook import EffectBook
-from ..errors import InvalidInput
+from ..effectbook import EffectBook, rank
+from ..effectkeys import effect_path
+from ..errors import InvalidInput, StepstoneError
 from ..index import PlanSteps, RecordBook
 from ..lock import RunLock
-from ..models import Decision, EffectRecord, RunInfo, Unknown
+from ..models import Decision, EffectRecord, RunInfo, Unknown, load
 from ..settings import Settings
 from ..status import RunStatus
 from ..store import GitStore
@@ -182,6 +183,25 @@ class RunView:
     def identity_of(self, name: str) -> str:
         """The name step `name`'s effects are keyed by (its first, across renames)."""
         return self.state.identity_of(name)
+
+    def effect_key(self, identity: str, name: str) -> str:
+        """The idempotency key of effect `name` of the step keyed by `identity`."""
+        return self.state.effect_key(identity, name)
+
+    def recorded_elsewhere(self, key: str) -> tuple[str, EffectRecord] | None:
+        """The record of effect `key` that got furthest in another history of the store
+        (another run, a fork, the remote's history fetched here), and the ref that holds
+        it; None when no other history holds it."""
+        best: tuple[str, EffectRecord] | None = None
+        found = self.store.refs.everywhere(effect_path(key), but=self.store.ref(self.id))
+        for ref, data in found.items():
+            try:
+                record = load(EffectRecord, data, ref)
+            except StepstoneError:
+                continue  # a damaged copy elsewhere tells nothing; this run's own is read
+            if best is None or rank(record.state) > rank(best[1].state):
+                best = (ref, record)
+        return best
 
     def identities(self) -> set[str]:
         """The names the plan's steps key their effects by."""

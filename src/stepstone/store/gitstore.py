@@ -47,7 +47,8 @@ class GitStore:
         self.settings = base.with_config(self._config.get)
         """How this store behaves: the process's settings and what its Git config says."""
         self._objects = Objects(self._repo)
-        self._refs = Refs(self._repo, self.path, self._objects, self._config)
+        self.refs = self._refs = Refs(self._repo, self.path, self._objects, self._config)
+        """Every ref: where runs live and where each ref points (`Refs`)."""
         self._derived = DerivedData(self.git_dir, self._objects)
         self._reader = Reader(self.path, self._objects, self._derived, self._refs.tip)
         self._upkeep = Upkeep(self._repo, self.git_dir, lambda: self.settings)
@@ -120,14 +121,6 @@ class GitStore:
         """
         return self._refs.tip(run)
 
-    def ref_target(self, ref: str) -> str | None:
-        """The commit any ref points at, or None when there is no such ref."""
-        return self._refs.target(ref)
-
-    def set_ref(self, ref: str, commit: str) -> None:
-        """Point `ref` (a lease's, a preserved copy's; not a run's) at `commit`."""
-        self._refs.set(ref, commit)
-
     def move_run(self, run: str, commit: str, expected: str | None) -> None:
         """Point `run`'s ref at `commit` if it is still at `expected` (else `RefMoved`)."""
         with translated(self.path, f"move run {run!r}"):
@@ -191,14 +184,6 @@ class GitStore:
         """Every file of `tree` under the top-level names `wanted` accepts."""
         return self._objects.files(tree, wanted)
 
-    def tree_changes(
-        self, old: str, new: str, wanted: Callable[[str], bool]
-    ) -> tuple[dict[str, bytes], list[str]]:
-        """What changed from tree `old` to tree `new` under the top-level names `wanted`
-        accepts: the added or changed files with their content, and the removed paths.
-        Folders whose tree id did not change are not read."""
-        return self._objects.changes(old, new, wanted)
-
     def effect_files(self, commit: str) -> dict[str, bytes]:
         """The effect records of a commit's tree, by path."""
         return self._objects.files(self._objects.tree_of(commit), lambda top: top == "effects")
@@ -240,10 +225,6 @@ class GitStore:
             yield from self.log(tip)
 
     # -- derived data -------------------------------------------------------------
-
-    def cache_path(self, run: str, kind: str = "json") -> Path:
-        """Where derived data about `run` is kept (never authoritative: Git is)."""
-        return self._derived.path(run, kind)
 
     def catch_up(
         self,

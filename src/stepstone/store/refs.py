@@ -35,6 +35,7 @@ LEASE_REFS = "refs/stepstone/leases/"  # on a shared remote: who drives each run
 TRACKING_REFS = "refs/stepstone/remote/"  # here: the remote's history of each run
 TRACKING_LEASE_REFS = "refs/stepstone/remote-leases/"  # here: the remote's lease commits
 DIVERGED_REFS = "refs/stepstone/diverged/"  # the copy of a run that `pull` did not keep
+HISTORY_REFS = (RUN_REFS, BRANCH_REFS, REMOTE_REFS, TRACKING_REFS, DIVERGED_REFS, TAG_REFS)
 
 
 class Refs:
@@ -149,6 +150,32 @@ class Refs:
     def runs(self) -> list[str]:
         """The ids of the runs in this repository, sorted."""
         return sorted(set(self.found().values()))
+
+    def histories(self) -> dict[str, str]:
+        """Ref -> commit for every ref that may hold a run's history, of any run: runs,
+        remote-tracking branches, the remote's history fetched here, copies `pull` set
+        aside and archive tags (unreadable refs left out)."""
+        found = {}
+        for ref in self._names():
+            if not ref.startswith(HISTORY_REFS) or ref.endswith("/HEAD"):
+                continue
+            with contextlib.suppress(*READ_ERRORS, KeyError):
+                found[ref] = str(self._repo.references[ref].resolve().target)
+        return found
+
+    def everywhere(self, path: str, *, but: str | None = None) -> dict[str, bytes]:
+        """Ref -> the content of `path` at the tip of every ref of `histories` but `but`."""
+        found = {}
+        for ref, commit in self.histories().items():
+            if ref == but:
+                continue
+            try:
+                data = self._objects.blob(self._objects.tree_of(commit), path)
+            except READ_ERRORS:
+                continue  # a damaged history holds nothing readable here
+            if data is not None:
+                found[ref] = data
+        return found
 
     # -- reading where refs point -------------------------------------------------
 

@@ -1,0 +1,257 @@
+"""The rule: an effect is its lineage, its step's identity and its name (docs/effects.md).
+
+Each test here is one observation of issue 35, reproduced as a new user met it, on
+the Python API and the real command line over a real store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import stepstone_cli as cli
+
+import stepstone
+
+Sent = list[tuple[str, str]]
+
+
+def _job(sent: Sent, *, mode_in_b: bool = False) -> dict[str, Callable[[], object]]:
+    """Three steps: `a` writes a file, `b` and `c` each send one effect (`eb`, `ec`)
+    and write a file; `b` may read the decision `mode`, which its payload leaves out."""
+
+    def step(name: str, effect: str | None) -> Callable[[], object]:
+        def work() -> object:
+            if name == "b" and mode_in_b:
+                stepstone.decided("mode", "sum")
+            if effect is not None:
+                stepstone.effect(effect, lambda key: sent.append((effect, key)) or {"n": len(sent)})
+            Path(f"{name}.txt").write_text(name)
+            return name
+
+        return work
+
+    return {"a": step("a", None), "b": step("b", "eb"), "c": step("c", "ec")}
+
+
+PLAN = [{"name": name, "checks": [f"file:{name}.txt"]} for name in "abc"]
+
+
+def _drive(run_id: str, sent: Sent, **options: bool) -> list[str]:
+    """Drive `run_id` over the three steps; the steps that ran (not skipped)."""
+    ran = []
+    with stepstone.open_run(run_id) as run:
+        run.set_plan(PLAN)
+        for name, work in _job(sent, **options).items():
+            if not run.step(name, work, checks=[f"file:{name}.txt"]).skipped:
+                ran.append(name)
+    return ran
+
+
+def _forked(workdir: Path, sent: Sent, **options: bool) -> None:
+    assert _drive("job", sent, **options) == ["a", "b", "c"]
+    done = cli("fork", "job", "--at", "b", "--as", "alt", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_fork_that_reruns_a_step_before_its_fork_point_does_not_send_its_effect_again(
+    workdir: Path,
+):
+    sent: Sent = []
+    _forked(workdir, sent)
+    done = cli("rerun", "b", "--run", "alt", "--why", "try it again", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert _drive("alt", sent) == ["b", "c"]  # it was stuck: EffectRenamed for 'eb'
+    # eb is the original's effect, replayed; ec comes after the fork point: the fork's own
+    assert [name for name, _ in sent] == ["eb", "ec", "ec"]
+    with stepstone.open_run("alt", drive=False) as alt, stepstone.open_run("job") as job:
+        assert alt.records["b"].status == "confirmed"
+        (eb,) = [e for e in alt.effects.values() if e.name == "eb"]
+        assert eb.key == sent[0][1]  # the same key: a keyed receiver would know it too
+        assert {e.key for e in job.effects.values()} == {sent[0][1], sent[1][1]}
+
+
+def test_a_fork_whose_step_file_is_missing_reruns_it_without_sending_again(workdir: Path):
+    sent: Sent = []
+    _forked(workdir, sent)
+    assert _drive("alt", sent) == ["c"]  # the files are there: only after the fork point
+    Path("b.txt").unlink()
+    assert _drive("alt", sent) == ["b", "c"]
+    assert [name for name, _ in sent] == ["eb", "ec", "ec"]
+
+
+def test_a_decision_revised_on_a_fork_reruns_its_reader_without_sending_again(workdir: Path):
+    sent: Sent = []
+    _forked(workdir, sent, mode_in_b=True)
+    revised = cli("decide", "mode", "double", "--why", "try it", "--run", "alt", cwd=workdir)
+    assert revised.returncode == 0, revised.stderr
+    assert _drive("alt", sent, mode_in_b=True) == ["b", "c"]
+    assert [name for name, _ in sent] == ["eb", "ec", "ec"]
+
+
+def test_an_effect_the_original_performed_after_the_fork_is_not_sent_again_by_the_fork(
+    workdir: Path,
+):
+    """A step before the fork point runs again in the original and sends a new effect;
+    the fork, running that step again, finds it in the original's history."""
+    sent: Sent = []
+    _forked(workdir, sent)
+
+    def later(run_id: str) -> None:
+        with stepstone.open_run(run_id) as run:
+            run.rerun("b", "send the correction too")
+            run.set_plan(PLAN)
+            for name, work in _job(sent).items():
+
+                def with_fix(work: Callable[[], object] = work, name: str = name) -> object:
+                    if name == "b":
+                        stepstone.effect("fix", lambda key: sent.append(("fix", key)), new=True)
+                    return work()
+
+                run.step(name, with_fix, checks=[f"file:{name}.txt"])
+
+    later("job")
+    assert [name for name, _ in sent] == ["eb", "ec", "fix"]
+    later("alt")
+    assert [name for name, _ in sent] == ["eb", "ec", "fix", "ec"]  # ec: after the fork point
+    with stepstone.open_run("alt", drive=False) as alt:
+        (fix,) = [e for e in alt.effects.values() if e.name == "fix"]
+        assert fix.state == "confirmed" and fix.key == sent[2][1]
+    log = cli("log", "--run", "alt", cwd=workdir).stdout
+    assert "effect fix: confirmed, as refs/heads/job records it" in log
+
+
+def test_a_fork_of_a_fork_keeps_the_keys_of_the_run_each_step_came_from(workdir: Path):
+    sent: Sent = []
+    _forked(workdir, sent)
+    assert _drive("alt", sent) == ["c"]  # the fork's own ec
+    done = cli("fork", "alt", "--at", "c", "--as", "alt2", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    done = cli("rerun", "a", "--downstream", "--run", "alt2", "--why", "all", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert _drive("alt2", sent) == ["a", "b", "c"]
+    assert [name for name, _ in sent] == ["eb", "ec", "ec"]  # nothing sent by alt2
+    keys = {
+        run: {e.name: e.key for e in stepstone.open_run(run, drive=False).effects.values()}
+        for run in ("job", "alt", "alt2")
+    }
+    assert keys["alt2"] == keys["alt"] and keys["alt"]["eb"] == keys["job"]["eb"]
+    assert keys["alt"]["ec"] != keys["job"]["ec"]
+
+
+@pytest.mark.parametrize("where", ["in the fork's record", "in the original's record"])
+def test_status_json_of_a_fork_names_the_inherited_effects_by_their_original_key(
+    workdir: Path, where: str
+):
+    sent: Sent = []
+    _forked(workdir, sent)
+    run = "alt" if where == "in the fork's record" else "job"
+    status = json.loads(cli("status", "--json", "--run", run, cwd=workdir).stdout)
+    (eb,) = [e for e in status["effects"] if e["name"] == "eb"]
+    assert eb["key"] == sent[0][1] and eb["state"] == "confirmed"
+
+
+def _alerts(run_id: str, names: Callable[[int], list[str]], sent: list[str], *, fail: bool):
+    """Step `alert` sends one effect per name (in a pool of four threads when there
+    are several), then fails if `fail` (as a kill after the effects would leave it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    attempt = len(sent)
+
+    def send(name: str) -> object:
+        return stepstone.effect(name, lambda key: sent.append(name) or {"id": key})
+
+    def work() -> None:
+        wanted = names(attempt)
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(send, wanted))
+        if fail:
+            raise RuntimeError("interrupted after its effects")
+
+    with stepstone.open_run(run_id) as run:
+        run.step("alert", work)
+
+
+def test_a_family_member_named_from_the_clock_is_refused_before_it_is_sent_again(
+    workdir: Path,
+):
+    import uuid
+
+    sent: list[str] = []
+    with pytest.raises(RuntimeError):
+        _alerts("job", lambda _: [f"alert/{uuid.uuid4()}"], sent, fail=True)
+    with pytest.raises(stepstone.EffectRenamed, match="new at every try") as refused:
+        _alerts("job", lambda _: [f"alert/{uuid.uuid4()}"], sent, fail=False)
+    assert len(sent) == 1  # it was sent again, silently
+    assert "pass new=True" in str(refused.value) and "not the time" in str(refused.value)
+
+
+@pytest.mark.parametrize("order", ["the same list", "a rotated list"])
+def test_a_pool_that_asks_for_its_members_in_another_order_sends_each_once(
+    workdir: Path, order: str
+):
+    """Interrupted after some members, a pool asks again for all of them: the new ones
+    may come first from a thread while the earlier ones come from the others."""
+    sent: list[str] = []
+    members = [f"mail/{n}" for n in range(12)]
+
+    def names(attempt: int) -> list[str]:
+        if attempt == 0:
+            return members[:6]
+        return members if order == "the same list" else members[3:] + members[:3]
+
+    with pytest.raises(RuntimeError):
+        _alerts("job", names, sent, fail=True)
+    _alerts("job", names, sent, fail=False)
+    assert sorted(sent) == sorted(members)
+
+
+def test_a_loop_resumed_partway_sends_the_rest_once(workdir: Path):
+    sent: list[str] = []
+    members = [f"mail/{n}" for n in range(5)]
+    with stepstone.open_run("job") as run:
+
+        def partway() -> None:
+            for name in members[:2]:
+                stepstone.effect(name, lambda key, name=name: sent.append(name))
+            raise RuntimeError("killed")
+
+        with pytest.raises(RuntimeError):
+            run.step("mail", partway)
+    with stepstone.open_run("job") as run:
+
+        def whole() -> None:
+            for name in members:
+                stepstone.effect(name, lambda key, name=name: sent.append(name))
+
+        run.step("mail", whole)
+    assert sent == members
+
+
+CLOCK_NAMED = """
+import os, signal, time, stepstone
+def alert():
+    def send(key):
+        with open("sent.txt", "a") as log:
+            log.write(key + "\\n")
+        return {"key": key}
+    stepstone.effect(f"alert/{time.time_ns()}", send)
+    if os.environ.get("KILL"):
+        os.kill(os.getpid(), signal.SIGKILL)
+with stepstone.open_run("job") as run:
+    run.step("alert", alert)
+"""
+
+
+@pytest.mark.fault
+def test_a_clock_named_alert_killed_after_it_was_sent_is_not_sent_again(workdir: Path):
+    from conftest import run_python
+
+    killed = run_python(CLOCK_NAMED, cwd=workdir, env={"KILL": "1"}, check=False)
+    assert killed.returncode == -9
+    resumed = run_python(CLOCK_NAMED, cwd=workdir, check=False)
+    assert resumed.returncode == 1 and "EffectRenamed" in resumed.stderr
+    assert "new at every try" in resumed.stderr
+    assert len(Path("sent.txt").read_text().split()) == 1
