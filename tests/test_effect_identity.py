@@ -255,3 +255,207 @@ def test_a_clock_named_alert_killed_after_it_was_sent_is_not_sent_again(workdir:
     assert resumed.returncode == 1 and "EffectRenamed" in resumed.stderr
     assert "new at every try" in resumed.stderr
     assert len(Path("sent.txt").read_text().split()) == 1
+
+
+def test_a_step_that_uses_a_question_the_run_does_not_have_is_refused(workdir: Path):
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "stepstone")
+    try:
+        ip.run_line_magic("resume", "--run job")
+        ip.run_line_magic("unknown", "Are the prices in EUR?")
+        with pytest.raises(UsageError, match=r"question U2 \(--uses U2\).*questions: U1"):
+            ip.run_cell_magic("step", "report --uses U2", "out = 1")
+        assert "out" not in ip.user_ns  # the cell did not run
+    finally:
+        ip.run_line_magic("unload_ext", "stepstone")
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert status["steps"] == []  # nothing recorded, not even the plan entry
+    with stepstone.open_run("job") as run, pytest.raises(stepstone.InvalidInput) as refused:
+        run.step("report", lambda: 1, inputs=["unknown:U2"])
+    assert "question U2 (--uses U2)" in str(refused.value) and "questions: U1" in str(
+        refused.value
+    )
+
+
+def _parameterised(folder: Path) -> Path:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    parameters = new_code_cell('region = "eu"\nlimit = 3')
+    parameters.metadata["tags"] = ["parameters"]
+    cells = [
+        new_code_cell("%load_ext stepstone\n%resume"),
+        parameters,
+        new_code_cell(
+            "%%step notify\nimport stepstone\n"
+            "def send(key):\n"
+            "    with open('sent.txt', 'a') as log:\n"
+            "        log.write(f'{region} {limit} {key}\\n')\n"
+            "stepstone.effect('notify', send, payload={'region': region, 'limit': limit})"
+        ),
+    ]
+    path = folder / "job.ipynb"
+    nbformat.write(new_notebook(cells=cells), str(path))
+    return path
+
+
+@pytest.mark.kernel
+def test_parameters_spelled_differently_are_one_run_and_a_misspelled_run_is_refused(
+    workdir: Path,
+):
+    _parameterised(workdir)
+    spellings = [(), ("-p", "region", "eu"), ("-p", "region", "eu", "-p", "limit", "3")]
+    spellings.append(("-p", "limit", "3.0"))
+    for given in spellings:
+        done = cli("run", "job.ipynb", *given, cwd=workdir)
+        assert done.returncode == 0, done.stderr
+    assert len(Path("sent.txt").read_text().splitlines()) == 1  # one notification, not four
+    cells = json.loads(Path("job.out.ipynb").read_text())["cells"]
+    assert "limit = 3\n" in "".join(cells[2]["source"])  # 3.0 injected as the default's 3
+    runs = json.loads(cli("runs", "--json", cwd=workdir).stdout)
+    assert [r["run"] for r in runs] == ["job"]
+
+    typo = cli("run", "job.ipynb", "--run", "jbo", cwd=workdir)
+    assert typo.returncode == 2 and "did you mean --run job?" in typo.stderr
+    assert "--new" in typo.stderr
+    assert len(Path("sent.txt").read_text().splitlines()) == 1
+
+    other = cli("run", "job.ipynb", "-p", "region", "us", cwd=workdir)  # another run: its own
+    assert other.returncode == 0, other.stderr
+    on_purpose = cli("run", "job.ipynb", "--run", "jbo", "--new", cwd=workdir)
+    assert on_purpose.returncode == 0, on_purpose.stderr
+    assert [line.split()[:2] for line in Path("sent.txt").read_text().splitlines()] == [
+        ["eu", "3"],
+        ["us", "3"],
+        ["eu", "3"],
+    ]
+
+
+PAUSING = """
+import os, pathlib, sys, time, stepstone
+def step(i):
+    def work():
+        def send(key):
+            with open(os.environ["SENT"], "a") as log:
+                log.write(f"e{i} {key}\\n")
+            return {"i": i}
+        stepstone.effect(f"e{i}", send)
+        pathlib.Path(f"s{i}.txt").write_text(str(i))
+        if i == 2 and os.environ.get("PAUSE"):
+            pathlib.Path("paused").write_text("")
+            while not pathlib.Path("go").exists():
+                time.sleep(0.02)
+    return work
+with stepstone.open_run("job", diverge=bool(os.environ.get("DIVERGE"))) as run:
+    for note in run.notes:
+        print("note:", note)
+    for i in range(1, 5):
+        run.step(f"s{i}", step(i), checks=[f"file:s{i}.txt"])
+"""
+
+
+def _copied_while_driven(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """`original` driven to its end, with `copy` taken by cp -r while it was paused
+    after step 2; every effect appends a line to `sent`."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_env
+
+    original, copy, sent = tmp_path / "original", tmp_path / "copy", tmp_path / "sent.txt"
+    original.mkdir()
+    env = clean_env(SENT=str(sent), PAUSE="1")
+    driver = subprocess.Popen([sys.executable, "-c", PAUSING], cwd=original, env=env)
+    deadline = time.monotonic() + 60
+    while not (original / "paused").exists():
+        assert driver.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    shutil.copytree(original, copy, symlinks=True)
+    (original / "go").write_text("")
+    assert driver.wait(timeout=60) == 0
+    assert len(sent.read_text().splitlines()) == 4
+    return original, copy, sent
+
+
+def _drive_copy(copy: Path, sent: Path, **env: str):
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+
+    return subprocess.run(
+        [sys.executable, "-c", PAUSING],
+        cwd=copy,
+        env=clean_env(SENT=str(sent), **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_copy_taken_while_driven_takes_in_what_the_original_did_before_it_drives(
+    tmp_path: Path,
+):
+    _, copy, sent = _copied_while_driven(tmp_path)
+    done = _drive_copy(copy, sent)
+    assert done.returncode == 0, done.stderr
+    assert "took in the" in done.stdout
+    assert len(sent.read_text().splitlines()) == 4  # e3 and e4 were sent again
+    status = json.loads(cli("status", "--json", cwd=copy).stdout)
+    assert {e["name"]: e["state"] for e in status["effects"]} == {
+        f"e{i}": "confirmed" for i in range(1, 5)
+    }
+    again = _drive_copy(copy, sent)  # settled: an ordinary store now
+    assert again.returncode == 0 and "took in" not in again.stdout
+
+
+def test_a_copy_whose_original_is_gone_refuses_to_drive_until_it_diverges(tmp_path: Path):
+    import shutil
+
+    original, copy, sent = _copied_while_driven(tmp_path)
+    shutil.rmtree(original)
+    refused = _drive_copy(copy, sent)
+    assert refused.returncode == 1 and "Diverged" in refused.stderr
+    assert "is gone" in refused.stderr and "--diverge" in refused.stderr
+    assert len(sent.read_text().splitlines()) == 4
+    status = cli("status", cwd=copy)
+    assert status.returncode == 0  # readers are not refused
+    diverged = _drive_copy(copy, sent, DIVERGE="1")
+    assert diverged.returncode == 0, diverged.stderr
+    assert "a new lineage" in diverged.stdout and "its plan does not have yet" in diverged.stdout
+    lines = sent.read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["e1", "e2", "e3", "e4", "e3", "e4"]
+    assert lines[2].split()[1] != lines[4].split()[1]  # a new lineage: new keys
+
+
+@pytest.mark.fault
+def test_a_store_moved_after_its_driver_was_killed_is_not_taken_for_a_copy(tmp_path: Path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_env
+
+    original, sent = tmp_path / "original", tmp_path / "sent.txt"
+    original.mkdir()
+    env = clean_env(SENT=str(sent), PAUSE="1")
+    driver = subprocess.Popen([sys.executable, "-c", PAUSING], cwd=original, env=env)
+    while not (original / "paused").exists():
+        assert driver.poll() is None
+        time.sleep(0.02)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    moved = tmp_path / "moved"
+    original.rename(moved)
+    (moved / "paused").unlink()
+    done = _drive_copy(moved, sent)
+    assert done.returncode == 0, done.stderr
+    assert "took in" not in done.stdout and "copied" not in done.stdout + done.stderr
+    assert [line.split()[0] for line in sent.read_text().splitlines()] == ["e1", "e2", "e3", "e4"]

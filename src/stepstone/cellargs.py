@@ -167,6 +167,11 @@ def _resume() -> _Parser:
     parser.add_argument(
         "--steal", metavar="REASON", help="take the run's lease from a live holder, saying why"
     )
+    parser.add_argument(
+        "--diverge",
+        action="store_true",
+        help="drive a store copied while its run was driven as a new lineage (may send again)",
+    )
     return parser
 
 
@@ -293,7 +298,7 @@ def split_cell(source: str) -> tuple[str, str] | None:
 
 
 def parse_resume_line(line: str) -> argparse.Namespace:
-    """`%resume [--run ID] [--repo DIR] [--steal REASON]`."""
+    """`%resume [--run ID] [--repo DIR] [--steal REASON] [--diverge]`."""
     return _parser("resume").parse_args(split(line))
 
 

@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+from .atomic import write_atomic
 from .errors import RunLocked, StoreError
 from .models import now
 
@@ -44,43 +45,73 @@ class RunLock:
                 )
             raise RunLocked(self.run, holder) from None
         try:
-            self._refuse_a_copy_being_driven(os.pread(fd, 4096, 0))
+            self._note_a_copy(fd, os.pread(fd, 4096, 0))
         except BaseException:
             os.close(fd)
             raise
+        stat = os.fstat(fd)
         info = json.dumps(
-            {"holder": self.holder, "since": now(), "lock": str(self.path.resolve())}
+            {
+                "holder": self.holder,
+                "since": now(),
+                "lock": str(self.path.resolve()),
+                "file": [stat.st_dev, stat.st_ino],
+            }
         ).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, info, 0)
         self._fd = fd
 
-    def _refuse_a_copy_being_driven(self, previous: bytes) -> None:
-        """A store copied (`cp -r`, a tarball) while its run was driven carries the lock
-        file of the original: when the original's lock is still held, this copy is a
-        second driver of the same run, whose effects would be repeated."""
+    @property
+    def _copy_marker(self) -> Path:
+        return self.path.with_suffix(".copied-from")
+
+    @property
+    def copied_from(self) -> Path | None:
+        """The lock file of the store this one was copied from while the run was driven
+        there (`cp -r`, a tarball), until the copy is settled (`settled`): what the
+        original did after the copy is not in this store."""
         try:
-            original = Path(json.loads(previous)["lock"])
+            return Path(json.loads(self._copy_marker.read_bytes())["lock"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def settled(self) -> None:
+        """This copy has taken in what its original did, or drives as a new lineage."""
+        self._copy_marker.unlink(missing_ok=True)
+
+    def _note_a_copy(self, fd: int, previous: bytes) -> None:
+        """A store copied (`cp -r`, a tarball) while its run was driven carries the lock
+        file of the original. While the original's lock is held, this copy would be a
+        second driver of the same run (refused); after, the copy lacks what the original
+        did since, so it is noted until settled. A store moved (the same file) is no copy."""
+        try:
+            info = json.loads(previous)
+            original = Path(info["lock"])
         except (ValueError, KeyError, TypeError):
             return
-        if original == self.path.resolve() or not original.exists():
+        stat = os.fstat(fd)
+        if original == self.path.resolve() or info.get("file") == [stat.st_dev, stat.st_ino]:
             return
         try:
-            fd = os.open(original, os.O_RDONLY)
+            other = os.open(original, os.O_RDONLY)
         except OSError:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = RunLock(original, self.run, "").describe_holder()
-            raise RunLocked(
-                self.run,
-                f"{holder}, in the store this one was copied from ({original.parent.parent.parent}"
-                f"); a copy made while a run is driven would repeat its effects: wait for that "
-                f"process to finish, then copy the store again",
-            ) from None
-        finally:
-            os.close(fd)
+            other = None  # the original is gone: what it did after the copy is unknown
+        if other is not None:
+            try:
+                fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = RunLock(original, self.run, "").describe_holder()
+                raise RunLocked(
+                    self.run,
+                    f"{holder}, in the store this one was copied from "
+                    f"({original.parent.parent.parent}); a copy made while a run is driven "
+                    f"would repeat its effects: wait for that process to finish",
+                ) from None
+            finally:
+                os.close(other)
+        if not self._copy_marker.exists():
+            write_atomic(self._copy_marker, json.dumps({"lock": str(original)}).encode())
 
     def describe_holder(self) -> str:
         """`user@host pid N since T` from the lock file, as well as it can be read."""

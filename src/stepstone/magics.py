@@ -30,7 +30,7 @@ from .errors import StepstoneError
 from .index import evidence_rows
 from .models import PlannedStep
 from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, note_opened
-from .notebook_plan import plan_from_notebook, refuse_to_leave_out
+from .notebook_plan import parameter_defaults, plan_from_notebook, refuse_to_leave_out
 from .run import Run, open_run
 from .run.questions import rewords, standing_over_line
 from .settings import STEAL_ENV
@@ -164,13 +164,16 @@ class StepstoneMagics(Magics):
             self.run.close()
             self.run = None
         steal = args.steal or os.environ.get(STEAL_ENV) or None
-        run = open_run(run_id, repo=args.repo, workdir=Path.cwd(), steal=steal)
+        run = open_run(
+            run_id, repo=args.repo, workdir=Path.cwd(), steal=steal, diverge=args.diverge
+        )
         note_opened(run.id, run.store.path)
         given = os.environ.get(parameters.ENV)
         if given is not None:  # from `stepstone run -p`: they are part of the run
             try:
                 begun = any(run.records.get(name) for name in run.steps.names)
-                parameters.refuse_other(run.id, run.info.parameters, given, begun=begun)
+                recorded, known = run.info.parameters, parameter_defaults(notebook)
+                parameters.refuse_other(run.id, recorded, given, begun=begun, known=known)
             except StepstoneError:
                 run.close()
                 raise

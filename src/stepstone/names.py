@@ -53,3 +53,26 @@ def listing(names: list[str], limit: int = 12) -> str:
         return "none"
     shown = ", ".join(names[:limit])
     return shown if len(names) <= limit else f"{shown} and {len(names) - limit:,} more"
+
+
+def distance(a: str, b: str) -> int:
+    """The edits (insert, delete, replace, swap two neighbours) that turn `a` into `b`."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        row = [i]
+        for j, y in enumerate(b, 1):
+            cost = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, previous2[j - 2] + 1)
+            row.append(cost)
+        previous2, previous = previous, row
+    return previous[-1]
+
+
+def misspelled(wanted: str, known: list[str]) -> str | None:
+    """The name of `known` that `wanted` looks like a typo of (two edits at most, fewer
+    than half its letters), or None."""
+    close = [(distance(wanted, name), name) for name in known if name != wanted]
+    close = [(d, name) for d, name in close if d <= 2 and 2 * d < len(name)]
+    return min(close)[1] if close else None

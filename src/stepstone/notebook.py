@@ -34,9 +34,9 @@ from .errors import InvalidInput, StepstoneError
 from .models import PlannedStep, StepRecord, load
 from .notebook_plan import read_notebook
 from .parameters import ENV as PARAMETERS_ENV
-from .parameters import canonical, inject
+from .parameters import beyond_defaults, canonical, defaults, inject
 from .run import Run, open_run, step_path
-from .settings import RUN_ENV, STEAL_ENV, STORE_ENV
+from .settings import DIVERGE_ENV, RUN_ENV, STEAL_ENV, STORE_ENV
 from .store import DEFAULT_STORE, GitStore
 
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
@@ -106,6 +106,23 @@ def choose_run(
         found = readers if place == store_path else _readers(place)
         _refuse_renamed(found, place, store_path, run_id, notebook, plan)
     return run_id
+
+
+def refuse_a_misspelled_run(store_path: Path, run_id: str, notebook: Path) -> None:
+    """Refuse a run id that names no run of the store but looks like a typo of a run of
+    the same notebook: it would start that notebook's work again as a new run."""
+    readers = _readers(store_path)
+    if any(reader.id == run_id for reader in readers):
+        return
+    mine = [r.id for r in readers if _recorded_notebook(r) == notebook.resolve()]
+    meant = names.misspelled(run_id, mine)
+    if meant is not None:
+        raise InvalidInput(
+            f"{store_path} has no run {run_id!r}, and run {meant!r} of {notebook.name} is "
+            f"{names.distance(run_id, meant)} letter(s) away: did you mean --run {meant}? A new "
+            f"run would do that run's work, and send its effects, again. To start a new "
+            f"run {run_id!r} on purpose, add --new"
+        )
 
 
 def _recorded_notebook(reader: Run) -> Path | None:
@@ -348,6 +365,7 @@ def execute(
     progress: Callable[[str], None] | None = None,
     steal: str | None = None,
     parameters: Mapping[str, Any] | None = None,
+    diverge: bool = False,
 ) -> NotebookOutcome:
     """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`.
 
@@ -359,6 +377,7 @@ def execute(
     from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     nb = read_notebook(path)
+    identity = beyond_defaults(parameters or {}, defaults(nb))
     if parameters:
         inject(nb, parameters)
     steps: dict[int, tuple[int, str]] = {}  # cell index -> step number and name
@@ -397,9 +416,11 @@ def execute(
 
     env = {**os.environ, RUN_ENV: run_id, STORE_ENV: str(repo), NOTEBOOK_ENV: str(path)}
     env[OPENED_ENV] = str(noted)
-    env[PARAMETERS_ENV] = canonical(parameters or {})
+    env[PARAMETERS_ENV] = canonical(identity)
     if steal:
         env[STEAL_ENV] = steal
+    if diverge:
+        env[DIVERGE_ENV] = "1"
     client = NotebookClient(
         nb,
         config=_over_unix_sockets(noted.parent),

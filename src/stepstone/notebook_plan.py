@@ -13,6 +13,7 @@ from . import names
 from .cellargs import parse_step_line, split_cell
 from .errors import InvalidInput, PlanError
 from .models import PlannedStep
+from .parameters import defaults
 from .run import Run, source_hash
 from .status import RunStatus
 
@@ -30,6 +31,7 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
                     SimpleNamespace(
                         cell_type=cell.get("cell_type"),
                         source="".join(source) if isinstance(source, list) else source,
+                        metadata=cell.get("metadata") or {},
                     )
                     for cell in raw["cells"]
                     for source in [cell.get("source", "")]
@@ -51,6 +53,11 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
     except Exception as exc:
         raise InvalidInput(f"{path} is not a valid notebook: {str(exc).splitlines()[0]}") from exc
     return nb
+
+
+def parameter_defaults(path: Path | None) -> dict[str, Any]:
+    """The values the notebook's cell tagged `parameters` assigns ({} with no notebook)."""
+    return defaults(read_notebook(path, validate=False)) if path is not None else {}
 
 
 def schema_problem(path: Path) -> str | None:

@@ -1,8 +1,9 @@
 """papermill's conventions for `stepstone run`: `-p NAME VALUE` (typed as papermill
 types it) and `-f params.yaml`; a cell tagged `injected-parameters` put after the cell
 tagged `parameters` (at the top when there is none); and parameters as part of a
-run's identity: the default run id ends with a short hash of them, and a run records
-the parameters it was made with, so the same run is never resumed with others.
+run's identity: the default run id ends with a short hash of those that change the
+notebook's defaults (a default given again, in any spelling, is no parameter), and a
+run records them, so the same run is never resumed with others.
 """
 
 from __future__ import annotations
@@ -54,6 +55,69 @@ def gathered(pairs: Iterable[tuple[str, str]], files: Iterable[Path]) -> dict[st
     return found
 
 
+def defaults(nb: Any) -> dict[str, Any]:
+    """The values the cell tagged `parameters` assigns (`region = "eu"`), as papermill
+    reads them: top-level assignments of literals; other lines are left out."""
+    import ast
+
+    cell = next(
+        (c for c in nb.cells if "parameters" in getattr(c, "metadata", {}).get("tags", [])), None
+    )
+    if cell is None:
+        return {}
+    try:
+        tree = ast.parse("".join(cell.source))
+    except SyntaxError:
+        return {}
+    found: dict[str, Any] = {}
+    for node in tree.body:
+        targets: list[ast.expr]
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        else:
+            continue
+        try:
+            literal = ast.literal_eval(value)
+        except ValueError:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Name):
+                found[target.id] = literal
+    return found
+
+
+def _same(default: Any, given: Any) -> bool:
+    """Whether a given value is its default in another spelling (3 and 3.0; not True and 1)."""
+    numbers = (int, float)
+    if isinstance(default, bool) or isinstance(given, bool):
+        return type(default) is type(given) and default == given
+    if isinstance(default, numbers) and isinstance(given, numbers):
+        return bool(default == given)
+    return type(default) is type(given) and default == given
+
+
+def normalised(given: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, Any]:
+    """`given` with each value that is its default in another spelling (3.0 for 3) given as
+    the default itself: the cell injected, and what the notebook computes, are the same."""
+    return {
+        name: known[name] if name in known and _same(known[name], value) else value
+        for name, value in given.items()
+    }
+
+
+def beyond_defaults(given: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of `given` that change the notebook's defaults `known`: what makes a
+    run's identity. A parameter given with its default value, in any spelling, is the
+    run without it: `-p region eu` is the same run as no `-p` when `region = "eu"`."""
+    return {
+        name: value
+        for name, value in given.items()
+        if name not in known or not _same(known[name], value)
+    }
+
+
 def canonical(parameters: Mapping[str, Any]) -> str:
     """The parameters as canonical JSON ("" for none): what a run records."""
     if not parameters:
@@ -86,9 +150,15 @@ def inject(nb: Any, parameters: Mapping[str, Any]) -> None:
     nb.cells.insert(at, cell)
 
 
-def refuse_other(run: str, recorded: str, given: str, *, begun: bool) -> None:
-    """Refuse to resume run `run`, made with parameters `recorded`, with `given`; a run
-    that has recorded no step yet (`begun` False) takes them."""
+def refuse_other(
+    run: str, recorded: str, given: str, *, begun: bool, known: Mapping[str, Any] | None = None
+) -> None:
+    """Refuse to resume run `run`, made with parameters `recorded`, with `given` (both
+    canonical JSON, as `beyond_defaults` leaves them; `known`: the notebook's defaults, which
+    a run recorded by an earlier version may hold); a run that has recorded no step yet
+    (`begun` False) takes them."""
+    if recorded and known:
+        recorded = canonical(beyond_defaults(json.loads(recorded), known))
     if recorded != given and (recorded or begun):
         made = recorded or "no parameters"
         now = given or "none"

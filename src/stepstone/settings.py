@@ -20,6 +20,7 @@ AGENT_ENV = "STEPSTONE_AGENT"  # who drives, in locks, commits and records
 SYNC_ENV = "STEPSTONE_SYNC"  # "syncfs": one syncfs a commit instead of an fsync of each file
 OFFLINE_ENV = "STEPSTONE_OFFLINE"  # "1": write effects without the lease of a remote
 STEAL_ENV = "STEPSTONE_STEAL"  # a reason: take a live lease from another agent
+DIVERGE_ENV = "STEPSTONE_DIVERGE"  # "1": drive a copy taken while driven as a new lineage
 CHECK_TIMEOUT_ENV = "STEPSTONE_CHECK_TIMEOUT"  # seconds a cmd: or call: check may take
 EFFECT_TIMEOUT_ENV = "STEPSTONE_EFFECT_TIMEOUT"  # seconds an effect's write may take
 FOLLOW_INPUTS_ENV = "STEPSTONE_FOLLOW_INPUTS"  # "1": cells may follow their inputs
@@ -54,6 +55,8 @@ class Settings:
     """Write effects without the lease of an unreachable remote (`STEPSTONE_OFFLINE=1`)."""
     steal: str | None = None
     """A reason to take a live lease from another agent (`STEPSTONE_STEAL`)."""
+    diverge: bool = False
+    """Drive a store copied while its run was driven as a new lineage (`STEPSTONE_DIVERGE=1`)."""
     check_timeout: float = 300.0
     """Seconds a `cmd:` or `call:` check may take (`STEPSTONE_CHECK_TIMEOUT`)."""
     effect_timeout: float = 600.0
@@ -91,6 +94,7 @@ class Settings:
             "agent": env.get(AGENT_ENV) or None,
             "sync_each": env.get(SYNC_ENV) != "syncfs",
             "steal": env.get(STEAL_ENV) or None,
+            "diverge": env.get(DIVERGE_ENV) == "1",
             "follow_inputs": env.get(FOLLOW_INPUTS_ENV) == "1",
             **_live(env),
             "seen_env": tuple(env.get(var) for var in LIVE_ENV),

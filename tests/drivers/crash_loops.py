@@ -26,7 +26,9 @@ def commits() -> None:
         i = 0
         while True:
             i += 1
-            run.decide(f"d{i % 7}", str(i), "churn", revise=True)
+            # a value no earlier process decided: each decide is a new commit (a process
+            # killed early under load left d1 = "1", which a later i == 1 did not change)
+            run.decide(f"d{i % 7}", f"{os.getpid()}-{i}", "churn", revise=True)
             if i == 1:  # at least one new commit before the test starts its timer
                 pathlib.Path("ready").write_text("")
 

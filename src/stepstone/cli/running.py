@@ -13,6 +13,7 @@ from .. import names, notebook_plan
 from .. import notebook as nbrun
 from .. import parameters as params
 from ..run import open_run
+from ..run.copies import settle_now
 from ..store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore
 from .common import errors_as_exit_codes, main, repo_option, run_option
 
@@ -48,6 +49,16 @@ from .common import errors_as_exit_codes, main, repo_option, run_option
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="A YAML file of parameters, as papermill's -f.",
 )
+@click.option(
+    "--diverge",
+    is_flag=True,
+    help="Drive a store copied while its run was driven as a new lineage (may send again).",
+)
+@click.option(
+    "--new",
+    is_flag=True,
+    help="Start a new run although its --run id looks like a typo of an existing one.",
+)
 @errors_as_exit_codes
 def run_command(
     notebook: Path,
@@ -58,6 +69,8 @@ def run_command(
     steal: str | None,
     pairs: tuple[tuple[str, str], ...],
     files: tuple[Path, ...],
+    diverge: bool,
+    new: bool,
 ) -> None:
     """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes.
     With parameters the default run id ends with a hash of them: each set is a run."""
@@ -76,11 +89,14 @@ def run_command(
                     err=True,
                 )
             uses = notebook_plan.uses_stepstone(notebook)
+            known = notebook_plan.parameter_defaults(notebook)
+            given = params.normalised(given, known)
+            identity = params.beyond_defaults(given, known)
             store = Path(
                 repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE
             ).absolute()
             if not (run_id or os.environ.get(RUN_ENV)):
-                run_id = params.run_id_for(names.from_filename(notebook.stem), given)
+                run_id = params.run_id_for(names.from_filename(notebook.stem), identity)
                 if uses:
                     run_id = nbrun.choose_run(
                         store,
@@ -88,17 +104,27 @@ def run_command(
                         notebook,
                         plan,
                         default_store=not (repo or os.environ.get(STORE_ENV)),
-                        parameters=params.canonical(given),
+                        parameters=params.canonical(identity),
                     )
+            elif uses and not new:
+                nbrun.refuse_a_misspelled_run(store, run_id or os.environ[RUN_ENV], notebook)
             run_id = run_id or os.environ[RUN_ENV]
             output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
             if uses:
                 made = GitStore(store)  # a store that cannot be made says why, before a kernel
+                if made.tip(run_id) is not None and not diverge:
+                    for note in settle_now(made, run_id):  # a copy taken while it was driven
+                        click.echo(f"stepstone: {note}", err=True)
                 if made.tip(run_id) is not None:
                     recorded = open_run(run_id, repo=store, drive=False, create=False)
                     begun = any(recorded.records.get(n) for n in recorded.steps.names)
-                    given_text = params.canonical(given)
-                    params.refuse_other(run_id, recorded.info.parameters, given_text, begun=begun)
+                    params.refuse_other(
+                        run_id,
+                        recorded.info.parameters,
+                        params.canonical(identity),
+                        begun=begun,
+                        known=known,
+                    )
                 said = f"as run {run_id} ({len(plan)} steps, store {store})"
             else:
                 said = "(it uses no stepstone magics: executed as nbclient does)"
@@ -112,6 +138,7 @@ def run_command(
                 progress=nbrun.default_progress,
                 steal=steal,
                 parameters=given,
+                diverge=diverge,
             )
             if outcome.note:
                 click.echo(f"stepstone: {outcome.note}", err=True)

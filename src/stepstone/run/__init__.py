@@ -8,7 +8,8 @@
 
 from .active import active_run
 from .checking import RETURN
-from .facade import Run, run_lock
+from .copies import run_lock
+from .facade import Run
 from .history import rolled_back_effects
 from .layout import plan_path, source_hash, step_path
 from .opening import (

@@ -18,13 +18,13 @@ from typing import Any
 from .. import checks, effects, message, models, names
 from ..errors import InvalidInput, RunNotFound, StepstoneError
 from ..index import INDEXED
-from ..lock import RunLock
 from ..models import Decision, EffectRecord, PlannedStep, StepRecord, Unknown
 from ..settings import Settings
 from ..store import GitStore, holder_identity
 from ..verdicts import Verdicts
-from . import active, finishing, questions, rerunning
+from . import active, copies, finishing, questions, rerunning
 from .checking import RETURN, Checker
+from .copies import run_lock
 from .history import refuse_rolled_back_effects, refuse_to_start_afresh
 from .ledger import Ledger, Trailers
 from .link import RemoteLink
@@ -33,11 +33,6 @@ from .program import settle_workdir
 from .state import RunState
 from .stepping import Attempt, Stepper, StepResult, StepStart
 from .view import RunView
-
-
-def run_lock(store: GitStore, run: str, holder: str) -> RunLock:
-    """The lock that lets one process at a time drive `run` in `store`."""
-    return RunLock(store.git_dir / "stepstone" / "locks" / f"{run}.lock", run, holder)
 
 
 class Run(RunView):
@@ -55,13 +50,14 @@ class Run(RunView):
         cached: bool = True,
         at: str | None = None,
         settings: Settings | None = None,
+        diverge: bool = False,
     ) -> None:
         self.store = store
         self.id = names.run_id(run_id)
         self.settings = settings if settings is not None else store.settings
         self.holder = holder_identity()
         self.notes: list[str] = []
-        self._lock = run_lock(store, self.id, self.holder)
+        self._lock = lock = run_lock(store, self.id, self.holder)
         self.state = RunState(store, self.id, tolerant=not drive)
         self.ledger = Ledger(self.state, self.holder, self.settings)
         self.ledger.before.append(self._require_lock)  # first: a closed run commits nothing
@@ -75,12 +71,13 @@ class Run(RunView):
         if drive:
             self._lock.acquire()
         try:
+            self.notes.extend(store.clear_leftovers(self.id, locks=drive))
             if drive:
-                self.notes.extend(store.clear_leftovers(self.id))
+                self.notes += copies.settle_before_reading(store, self.id, lock, diverge=diverge)
                 self._link.join(steal)
-            else:
-                self.notes.extend(store.clear_leftovers(self.id, locks=False))
             self._open(workdir, drive=drive, create=create, cached=cached, at=at)
+            if drive and diverge:
+                self.notes += copies.diverge_lineage(self.state, self.ledger, lock)
         except BaseException:
             self._let_go()
             raise

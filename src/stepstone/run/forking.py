@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import message, names
 from ..errors import InvalidInput
-from ..models import Lineage, StepRecord
+from ..models import StepRecord
 from ..settings import Settings
 from ..store import GitStore
 from .opening import open_run
@@ -58,7 +58,7 @@ def fork(
             uid=secrets.token_hex(8),
             forked_from=origin,
             finished=None,
-            inherited=inherited(source, before),
+            inherited=source.state.lineages_of(before),
         )
         forked.ledger.commit(
             {},
@@ -88,16 +88,6 @@ def fork(
         "anew": anew,
         "notebook": notebook,
     }
-
-
-def inherited(source: RunView, steps: Iterable[str]) -> tuple[Lineage, ...]:
-    """The lineages that key the effects of `source`'s steps `steps` (identities): a fork
-    keeps them for its steps up to its fork point, so an effect one of them performed is
-    the same effect in the fork, never sent again."""
-    lines: dict[tuple[str, str], list[str]] = {}
-    for identity in sorted(steps):
-        lines.setdefault(source.state.lineage_of(identity), []).append(identity)
-    return tuple(Lineage(run=run, uid=uid, steps=tuple(ids)) for (run, uid), ids in lines.items())
 
 
 def diff(a: RunView, b: RunView) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from ..errors import StepstoneError
 from ..settings import Settings
 from ..store import GitStore, holder_identity
 from . import active
-from .facade import Run, run_lock
+from .copies import run_lock
+from .facade import Run
 from .history import rolled_back_effects
 from .layout import RUN_INFO
 from .program import refuse_a_second_store
@@ -31,6 +32,7 @@ def open_run(
     steal: str | None = None,
     cached: bool = True,
     settings: Settings | None = None,
+    diverge: bool = False,
 ) -> Run:
     """Open a run (creating it and its store if new) and hold it as its only driver.
 
@@ -45,7 +47,9 @@ def open_run(
     resolve; by default the folder the run recorded (kept relative to the store's
     folder, so a copied project keeps it), else the current folder. A driver
     records the folder it works in. `settings` replaces what the environment and
-    the store's Git config say (`stepstone.settings.Settings`).
+    the store's Git config say (`stepstone.settings.Settings`). A store copied while
+    its run was driven takes in what the original did since before it drives; with
+    `diverge`, it drives as a new lineage instead (see docs/effects.md).
     """
     if drive and create and repo is None:
         refuse_a_second_store(run)
@@ -59,6 +63,7 @@ def open_run(
         create=create,
         steal=steal,
         cached=cached,
+        diverge=diverge or store.settings.diverge,
     )
     if drive:
         active.now_driving(opened)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .. import message, names
+from .. import dependencies, message, names
 from ..errors import DecisionConflict, InvalidInput
 from ..message import one_line
 from ..models import Decision, Unknown, dump, now
 from .layout import decision_path, unknown_path
 from .ledger import Ledger
+from .state import RunState
 
 
 def refuse_decision(
@@ -159,3 +160,24 @@ def answer(ledger: Ledger, unknown_id: str, text: str, why: str | None = None) -
     )
     state.unknowns[item.id] = closed
     return closed
+
+
+def known_questions(state: RunState, step: str, inputs: tuple[str, ...]) -> tuple[str, ...]:
+    """A step's `inputs`, once each question it rests on (`--uses U1`) is one the run has:
+    a misspelled id would rest on a question nobody can answer, and the answer to the one
+    meant would run nothing again."""
+    missing = [
+        item[len(dependencies.UNKNOWN) :]
+        for item in inputs
+        if item.startswith(dependencies.UNKNOWN)
+        and item[len(dependencies.UNKNOWN) :] not in state.unknowns
+    ]
+    if missing:
+        asked = names.listing(sorted(state.unknowns)) or "none yet"
+        raise InvalidInput(
+            f"step {step!r} rests on question {missing[0]} (--uses {missing[0]}), which run "
+            f"{state.id!r} does not have (its questions: {asked}). Correct the id, or ask the "
+            f"question first (%unknown QUESTION, or `stepstone ask QUESTION`) in a cell "
+            f"before the step; nothing was recorded"
+        )
+    return inputs

@@ -6,6 +6,7 @@ the one writer and keeps this state in step with each commit it makes.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from .. import dependencies, models
@@ -15,7 +16,17 @@ from ..effectkeys import derive_key
 from ..errors import RecordError, SchemaTooNew
 from ..index import PlanExtra, PlanSteps, RecordBook, read_index
 from ..message import CommitMessage
-from ..models import Decision, EffectRecord, PlannedStep, RunInfo, StepRecord, Unknown, load, now
+from ..models import (
+    Decision,
+    EffectRecord,
+    Lineage,
+    PlannedStep,
+    RunInfo,
+    StepRecord,
+    Unknown,
+    load,
+    now,
+)
 from ..store import GitStore, Snapshot
 from .layout import RUN_INFO, plan_path, step_path
 
@@ -206,6 +217,15 @@ class RunState:
             if identity in line.steps:
                 return line.run, line.uid
         return self.id, self.info.uid
+
+    def lineages_of(self, identities: Iterable[str]) -> tuple[Lineage, ...]:
+        """The lineages that key the effects of the steps keyed by `identities`, as another
+        run keeps them (a fork for its steps up to its fork point, a copy that diverges
+        for those it confirmed): an effect one of them performed stays the same effect."""
+        lines: dict[tuple[str, str], list[str]] = {}
+        for identity in sorted(identities):
+            lines.setdefault(self.lineage_of(identity), []).append(identity)
+        return tuple(Lineage(run=r, uid=u, steps=tuple(ids)) for (r, u), ids in lines.items())
 
     def effect_key(self, identity: str, name: str) -> str:
         """The idempotency key of effect `name` of the step keyed by `identity`: from its

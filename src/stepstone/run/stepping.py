@@ -16,7 +16,7 @@ from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
 from ..models import PlannedStep, StepRecord, dump, now
 from ..redaction import error_text, redact
 from ..verdicts import Verdicts
-from . import keeping
+from . import keeping, questions
 from .active import Trace, stepping_in
 from .checking import RETURN, Checker, check_scope
 from .layout import source_hash, step_path
@@ -207,12 +207,13 @@ class Stepper:
         was: str | None,
     ) -> StepStart:
         self.ledger.save_index_if_due()
+        inputs = questions.known_questions(self.state, name, tuple(inputs))
         specs = tuple(_parse_all(checks))
         out_names = _out_names(outputs)
         planned = self.planner.ensure_planned(
             name,
             tuple(s.text for s in specs),
-            tuple(inputs),
+            inputs,
             out_names,
             source_hash(source) if source is not None else None,
             was,
