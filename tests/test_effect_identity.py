@@ -275,9 +275,7 @@ def test_a_step_that_uses_a_question_the_run_does_not_have_is_refused(workdir: P
     assert status["steps"] == []  # nothing recorded, not even the plan entry
     with stepstone.open_run("job") as run, pytest.raises(stepstone.InvalidInput) as refused:
         run.step("report", lambda: 1, inputs=["unknown:U2"])
-    assert "question U2 (--uses U2)" in str(refused.value) and "questions: U1" in str(
-        refused.value
-    )
+    assert "question U2 (--uses U2)" in str(refused.value) and "questions: U1" in str(refused.value)
 
 
 def _parameterised(folder: Path) -> Path:
@@ -344,6 +342,8 @@ def step(i):
             return {"i": i}
         stepstone.effect(f"e{i}", send)
         pathlib.Path(f"s{i}.txt").write_text(str(i))
+        if str(i) == os.environ.get("FAIL_AT"):
+            raise RuntimeError("stopped here")
         if i == 2 and os.environ.get("PAUSE"):
             pathlib.Path("paused").write_text("")
             while not pathlib.Path("go").exists():
@@ -404,7 +404,7 @@ def test_a_copy_taken_while_driven_takes_in_what_the_original_did_before_it_driv
     _, copy, sent = _copied_while_driven(tmp_path)
     done = _drive_copy(copy, sent)
     assert done.returncode == 0, done.stderr
-    assert "took in the" in done.stdout
+    assert "took in run 'job'" in done.stdout
     assert len(sent.read_text().splitlines()) == 4  # e3 and e4 were sent again
     status = json.loads(cli("status", "--json", cwd=copy).stdout)
     assert {e["name"]: e["state"] for e in status["effects"]} == {
@@ -458,4 +458,70 @@ def test_a_store_moved_after_its_driver_was_killed_is_not_taken_for_a_copy(tmp_p
     done = _drive_copy(moved, sent)
     assert done.returncode == 0, done.stderr
     assert "took in" not in done.stdout and "copied" not in done.stdout + done.stderr
+    assert [line.split()[0] for line in sent.read_text().splitlines()] == ["e1", "e2", "e3", "e4"]
+
+
+@pytest.mark.parametrize("how", ["cp -r", "git clone --bare"])
+def test_copies_of_an_idle_store_driven_one_after_the_other_send_each_effect_once(
+    tmp_path: Path, how: str
+):
+    """Stopped at step 3, the folder is copied; the copy goes on to the end, then the
+    original is driven again, then the copy: they take turns, each taking in the other's
+    history first, and each effect is sent once."""
+    import shutil
+
+    from conftest import git
+
+    original, copy, sent = tmp_path / "original", tmp_path / "copy", tmp_path / "sent.txt"
+    original.mkdir()
+    stopped = _drive_copy(original, sent, FAIL_AT="3")
+    assert stopped.returncode == 1 and "stopped here" in stopped.stderr
+    if how == "cp -r":
+        shutil.copytree(original, copy, symlinks=True)
+    else:
+        copy.mkdir()
+        git(
+            "clone",
+            "--bare",
+            "-q",
+            str(original / ".stepstone"),
+            str(copy / ".stepstone"),
+            cwd=tmp_path,
+        )
+        for name in ("s1.txt", "s2.txt"):
+            shutil.copy(original / name, copy / name)
+    for folder in (copy, original, copy, original):
+        done = _drive_copy(folder, sent)
+        assert done.returncode == 0, done.stderr
+    assert [line.split()[0] for line in sent.read_text().splitlines()] == ["e1", "e2", "e3", "e4"]
+    tips = {git("rev-parse", "HEAD", cwd=folder / ".stepstone") for folder in (original, copy)}
+    assert len(tips) == 1  # the same history in both
+
+
+def test_a_copy_is_not_driven_while_its_original_is(tmp_path: Path):
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_env
+
+    original, copy, sent = tmp_path / "original", tmp_path / "copy", tmp_path / "sent.txt"
+    original.mkdir()
+    assert _drive_copy(original, sent, FAIL_AT="3").returncode == 1
+    shutil.copytree(original, copy, symlinks=True)
+    assert _drive_copy(copy, sent, FAIL_AT="4").returncode == 1  # the copy knows the original
+    env = clean_env(SENT=str(sent), PAUSE="1")
+    (original / "s2.txt").unlink()  # so that the original pauses in step 2 again
+    driver = subprocess.Popen([sys.executable, "-c", PAUSING], cwd=original, env=env)
+    try:
+        while not (original / "paused").exists():
+            assert driver.poll() is None
+            time.sleep(0.02)
+        refused = _drive_copy(copy, sent)
+        assert refused.returncode == 1 and "RunLocked" in refused.stderr
+        assert "in the copy of this store at" in refused.stderr
+    finally:
+        (original / "go").write_text("")
+        assert driver.wait(timeout=60) == 0
     assert [line.split()[0] for line in sent.read_text().splitlines()] == ["e1", "e2", "e3", "e4"]

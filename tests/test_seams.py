@@ -588,13 +588,13 @@ def test_a_store_copied_while_its_run_is_driven_is_not_driven_too(tmp_path: Path
             assert holder.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         shutil.copytree(a, b)
-        with pytest.raises(stepstone.RunLocked, match="copied from"):
+        with pytest.raises(stepstone.RunLocked, match="in the copy of this store at"):
             stepstone.open_run("job", repo=b / ".stepstone", workdir=b)
     finally:
         holder.kill()
         holder.wait()
     with stepstone.open_run("job", repo=b / ".stepstone", workdir=b) as run:
-        assert run.driving  # once the original's driver is gone, the copy is a run of its own
+        assert run.driving  # once the original's driver is gone, the copies take turns
 
 
 def test_opening_a_run_twice_in_one_process_says_so(workdir: Path):

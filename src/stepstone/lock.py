@@ -1,4 +1,11 @@
-"""One driver per run: an advisory `flock` the kernel releases when its holder dies."""
+"""One driver per run: an advisory `flock` the kernel releases when its holder dies.
+
+The lock file keeps the name of its last holder and which file it was (`lock`, its
+path, and `file`, its device and inode): a store copied (`cp -r`, a tarball) carries
+it, and the copy, whose lock file is another file, knows it is a copy of that store
+(`RunLock.copied_from`; `run/copies.py` takes it from there). A store moved keeps
+the same file, and is no copy.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,6 @@ import os
 import time
 from pathlib import Path
 
-from .atomic import write_atomic
 from .errors import RunLocked, StoreError
 from .models import now
 
@@ -20,7 +26,10 @@ class RunLock:
         self.path = path
         self.run = run
         self.holder = holder
+        self.copied_from: Path | None = None
+        """The lock file of the store this one is a copy of, as the last acquire found."""
         self._fd: int | None = None
+        self._others: list[int] = []  # the locks of this store's copies, held with it
 
     def acquire(self) -> None:
         """Take the lock, or raise `RunLocked` naming the live holder."""
@@ -44,74 +53,28 @@ class RunLock:
                     f"that run (run.close(), or use `with`) before opening it again"
                 )
             raise RunLocked(self.run, holder) from None
-        try:
-            self._note_a_copy(fd, os.pread(fd, 4096, 0))
-        except BaseException:
-            os.close(fd)
-            raise
-        stat = os.fstat(fd)
-        info = json.dumps(
-            {
-                "holder": self.holder,
-                "since": now(),
-                "lock": str(self.path.resolve()),
-                "file": [stat.st_dev, stat.st_ino],
-            }
-        ).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, info, 0)
+        self.copied_from = _copied_from(fd, self.path)
+        _write_holder(fd, self.holder, self.path)
         self._fd = fd
 
-    @property
-    def _copy_marker(self) -> Path:
-        return self.path.with_suffix(".copied-from")
-
-    @property
-    def copied_from(self) -> Path | None:
-        """The lock file of the store this one was copied from while the run was driven
-        there (`cp -r`, a tarball), until the copy is settled (`settled`): what the
-        original did after the copy is not in this store."""
+    def hold_also(self, path: Path, what: str) -> None:
+        """Hold the lock file `path` of a copy of this store (`what` names it) too, until
+        `release`: nobody drives the run there meanwhile; `RunLocked` if somebody does."""
         try:
-            return Path(json.loads(self._copy_marker.read_bytes())["lock"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def settled(self) -> None:
-        """This copy has taken in what its original did, or drives as a new lineage."""
-        self._copy_marker.unlink(missing_ok=True)
-
-    def _note_a_copy(self, fd: int, previous: bytes) -> None:
-        """A store copied (`cp -r`, a tarball) while its run was driven carries the lock
-        file of the original. While the original's lock is held, this copy would be a
-        second driver of the same run (refused); after, the copy lacks what the original
-        did since, so it is noted until settled. A store moved (the same file) is no copy."""
-        try:
-            info = json.loads(previous)
-            original = Path(info["lock"])
-        except (ValueError, KeyError, TypeError):
-            return
-        stat = os.fstat(fd)
-        if original == self.path.resolve() or info.get("file") == [stat.st_dev, stat.st_ino]:
-            return
-        try:
-            other = os.open(original, os.O_RDONLY)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
-            other = None  # the original is gone: what it did after the copy is unknown
-        if other is not None:
-            try:
-                fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = RunLock(original, self.run, "").describe_holder()
-                raise RunLocked(
-                    self.run,
-                    f"{holder}, in the store this one was copied from "
-                    f"({original.parent.parent.parent}); a copy made while a run is driven "
-                    f"would repeat its effects: wait for that process to finish",
-                ) from None
-            finally:
-                os.close(other)
-        if not self._copy_marker.exists():
-            write_atomic(self._copy_marker, json.dumps({"lock": str(original)}).encode())
+            return  # a copy that cannot be locked cannot be driven either
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = RunLock(path, self.run, "").describe_holder()
+            raise RunLocked(
+                self.run,
+                f"{holder}, in {what}; copies of a store take turns: wait for it to finish",
+            ) from None
+        _write_holder(fd, self.holder, self.path)
+        self._others.append(fd)
 
     def describe_holder(self) -> str:
         """`user@host pid N since T` from the lock file, as well as it can be read."""
@@ -119,9 +82,15 @@ class RunLock:
         for _ in range(20):
             try:
                 info = json.loads(self.path.read_text())
-                return f"{info['holder']} since {info['since']}"
+                if not info.get("released"):
+                    held = f"{info['holder']} since {info['since']}"
+                    there = Path(info.get("lock", self.path)).parent.parent.parent
+                    if there != self.path.resolve().parent.parent.parent:
+                        held += f", in the copy of this store at {there} (copies take turns)"
+                    return held
             except (OSError, ValueError, KeyError, TypeError):
-                time.sleep(0.005)
+                pass
+            time.sleep(0.005)
         return "another process"
 
     @property
@@ -130,8 +99,46 @@ class RunLock:
         return self._fd is not None
 
     def release(self) -> None:
-        """Let go of the lock (closing the descriptor releases the flock)."""
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)  # the next holder's name, not ours, is what readers see
-            os.close(self._fd)
-            self._fd = None
+        """Let go of the lock, and of the copies' locks held with it (closing a
+        descriptor releases its flock). The file keeps who held it last."""
+        for fd in [*self._others, *([self._fd] if self._fd is not None else [])]:
+            _mark_released(fd)
+            os.close(fd)
+        self._others = []
+        self._fd = None
+
+
+def _identity(fd: int) -> list[int]:
+    stat = os.fstat(fd)
+    return [stat.st_dev, stat.st_ino]
+
+
+def _copied_from(fd: int, path: Path) -> Path | None:
+    """The lock file a store's lock file was copied from: the one its content names,
+    when that is another file (a moved store keeps the very file: no copy)."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0))
+        named = Path(info["lock"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if named == path.resolve() or info.get("file") == _identity(fd):
+        return None
+    return named
+
+
+def _write_holder(fd: int, holder: str, lock: Path) -> None:
+    info = {"holder": holder, "since": now(), "lock": str(lock.resolve()), "file": _identity(fd)}
+    data = json.dumps(info).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+def _mark_released(fd: int) -> None:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0))
+        info["released"] = now()
+        data = json.dumps(info).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass  # the flock is what excludes; the name is for messages and copies

@@ -1,44 +1,52 @@
-"""A store copied while its run was driven (`cp -r`, a tarball): before the copy drives,
-it takes in what the original did after the copy was taken, or says why it cannot.
+"""Copies of a store on one machine take turns driving a run.
 
-The copy holds the run as it was at the copy; the original went on, and may have sent
-effects the copy knows nothing of. Driving the copy as it is would send them again. So
-the first driver of such a copy brings the original's newer history in (the original is
-on this machine: its lock file named it), and refuses when the original is gone or went
-apart; `--diverge` drives the copy anyway as a new lineage (`Run` records it).
+A store copied (`cp -r`, a tarball, a `git clone` of a store on this machine) holds
+the run as it was at the copy. If both copies are driven later, one after the other,
+each would do again, and send again, what the other did since. So the copies of a
+store know each other (`<git dir>/stepstone/locks/<run>.copies`: the lock files of
+the others, and the tip each had when last seen), and a driver
+
+- holds the lock of every copy it knows, and of the copies they know: none of them
+  drives meanwhile (`RunLocked` names the one that does);
+- takes in the newest history among them before it reads the run;
+- refuses (`Diverged`) when two of them went apart, or when a copy it never saw is
+  gone (the store it was copied from while that one was driven, say): what that one
+  did since is unknown. `--diverge` drives it anyway, as a new lineage, and says
+  which steps' effects are sent anew.
+
+A copy pushed and pulled through a remote (`stepstone clone`) takes turns by the
+remote's lease instead (docs/handoff.md).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import secrets
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import message
+from ..atomic import write_atomic
 from ..errors import Diverged, StepstoneError
 from ..lock import RunLock
-from ..remote.git import git
+from ..remote.git import REMOTE_KEY, git
 from ..store import GitStore, holder_identity
 from .ledger import Ledger
 from .state import RunState
 
-ORIGINAL_REFS = "refs/stepstone/original/"  # here: the original's history, fetched
+COPY_REFS = "refs/stepstone/copies/"  # here: the history of a copy, fetched to compare
 
 
 def run_lock(store: GitStore, run: str, holder: str) -> RunLock:
     """The lock that lets one process at a time drive `run` in `store`."""
-    return RunLock(store.git_dir / "stepstone" / "locks" / f"{run}.lock", run, holder)
+    return RunLock(_lock_path(store.git_dir, run), run, holder)
 
 
-def settle_now(store: GitStore, run: str) -> list[str]:
-    """Settle a copy of the store taken while `run` was driven, holding the run for the
-    time it takes (before a kernel opens it: a refusal is the command's, not a cell's)."""
-    lock = run_lock(store, run, holder_identity())
-    lock.acquire()
-    try:
-        return settle_before_reading(store, run, lock, diverge=False)
-    finally:
-        lock.release()
+def _lock_path(git_dir: Path, run: str) -> Path:
+    return git_dir / "stepstone" / "locks" / f"{run}.lock"
 
 
 def _store_of(lock: Path) -> Path:
@@ -46,102 +54,210 @@ def _store_of(lock: Path) -> Path:
     return lock.parent.parent.parent
 
 
-def take_in_original(store: GitStore, run: str, lock: Path) -> str | None:
-    """Bring the history the original store (whose run lock is `lock`) made of `run` after
-    this copy was taken; a note of what was taken in, or None when there was nothing.
-    Raises `Diverged` when the original is gone or its history went apart from this one."""
-    original = _store_of(lock)
-    way_on = (
-        f"Drive it from the original ({original}), or drive this copy as a new lineage on "
-        f"purpose with --diverge (`stepstone run NOTEBOOK --diverge`, `%resume --diverge`, "
-        f"open_run(..., diverge=True)), which may send again what the original sent"
-    )
-    if not original.is_dir():
-        raise Diverged(
-            run,
-            f"this store ({store.path}) was copied from {original} while the run was driven "
-            f"there, and that store is gone: what it did after the copy, effects included, "
-            f"is not here. {way_on}",
-        )
+def _known_path(lock: Path) -> Path:
+    return lock.with_suffix(".copies")
+
+
+def _known(lock: Path) -> dict[str, str | None]:
+    """The copies a store knows of: their lock files, and the tip each had when seen."""
     try:
-        source = GitStore(original, create=False)
-        there = source.tip(run)
-        ref = source.ref(run)
-    except StepstoneError as exc:
-        problem = f"the store this one was copied from cannot be read ({exc}). {way_on}"
-        raise Diverged(run, problem) from exc
-    here = store.tip(run)
-    if there is None or there == here:
+        data = json.loads(_known_path(lock).read_bytes())
+        return {str(k): v for k, v in data["copies"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _save_known(lock: Path, known: dict[str, str | None]) -> None:
+    data = json.dumps({"copies": dict(sorted(known.items()))}, indent=1).encode()
+    with contextlib.suppress(OSError):  # a read-only copy learns of us when it is driven
+        write_atomic(_known_path(lock), data)
+
+
+def _cloned_from(store: GitStore, run: str) -> Path | None:
+    """The lock of the store on this machine that a `git clone` of it came from (its
+    `origin` is a folder holding the run), unless the store travels by a remote."""
+    if store.config(REMOTE_KEY):
         return None
-    fetched = ORIGINAL_REFS + run
-    git(store, "fetch", "--quiet", "--no-tags", str(original), f"+{ref}:{fetched}")
-    if here is not None and not store.descends(there, here):
-        raise Diverged(
-            run,
-            f"this store ({store.path}) was copied from {original} while the run was driven "
-            f"there, and the two histories went apart since (compare them: git --git-dir "
-            f"{shlex.quote(str(store.git_dir))} log --graph {store.ref(run)} {fetched}). "
-            f"{way_on}",
-        )
-    store.move_run(run, there, here)
-    taken = sum(1 for _ in _between(store, there, here))
-    return (
-        f"this store was copied from {original} while run {run!r} was driven there: took in "
-        f"the {taken} commit(s) the original made since, so nothing it did is done again"
-    )
+    url = store.remote_url("origin") or ""
+    folder = Path(url.removeprefix("file://"))
+    if not url or not folder.is_absolute() or not folder.is_dir():
+        return None
+    try:
+        origin = GitStore(folder, create=False)
+    except StepstoneError:
+        return None
+    if origin.git_dir.resolve() == store.git_dir.resolve() or origin.tip(run) is None:
+        return None
+    return _lock_path(origin.git_dir.resolve(), run)
 
 
-def _between(store: GitStore, tip: str, base: str | None) -> list[str]:
-    found = []
-    for info in store.log(tip):
-        if info.id == base:
-            break
-        found.append(info.id)
-    return found
+@dataclass
+class _Copy:
+    lock: Path
+    store: GitStore
+    tip: str
 
 
-def settle_before_reading(store: GitStore, run: str, lock: RunLock, *, diverge: bool) -> list[str]:
-    """Settle a copy of the store taken while `run` was driven (its `lock` noted it) before
-    the run is read: take in the original's newer history. With `diverge`, leave it to
-    `diverge_lineage` once the run is read. Notes for the driver."""
-    copied = lock.copied_from
-    if copied is None or diverge:
+def _copies_of(store: GitStore, run: str, lock: RunLock) -> dict[str, str | None]:
+    """The copies of the store this one knows, and the one it was just found to be a copy
+    of (`cp -r`, a tarball, a `git clone`), never seen yet."""
+    known = _known(lock.path)
+    found = [f for f in (lock.copied_from, _cloned_from(store, run)) if f is not None]
+    new = [str(f) for f in found if str(f) != str(lock.path) and str(f) not in known]
+    if new:  # kept at once: the lock file names the original only until this acquire
+        known.update(dict.fromkeys(new))
+        _save_known(lock.path, known)
+    return known
+
+
+def take_turns(store: GitStore, run: str, lock: RunLock) -> list[str]:
+    """Before `run` is read by the driver holding `lock`: hold the locks of the store's
+    copies on this machine and take in the newest history among them. Notes for the
+    driver; `Diverged` when the copies went apart or one never seen is gone."""
+    mine = lock.path
+    known = _copies_of(store, run, lock)
+    if not known:
         return []
-    note = take_in_original(store, run, copied)
-    lock.settled()
-    return [note] if note else []
+    notes: list[str] = []
+    copies = _reach(store, run, lock, known, notes)
+    here = store.tip(run)
+    newest = _newest(store, run, here, copies)
+    if newest is not None and newest.tip != here:
+        store.move_run(run, newest.tip, here)
+        notes.append(
+            f"took in run {run!r} as the copy of this store at {_store_of(newest.lock)} left "
+            f"it (driven there since this store last was): nothing it did is done again"
+        )
+    tip = store.tip(run)
+    seen: dict[str, str | None] = {str(c.lock): c.tip for c in copies}
+    _save_known(mine, seen)
+    for copy in copies:  # each learns of this one (and of the others), as seen now
+        theirs = _known(copy.lock)
+        theirs.update({k: v for k, v in seen.items() if k != str(copy.lock)})
+        theirs[str(mine)] = tip
+        _save_known(copy.lock, theirs)
+    return notes
 
 
-def diverge_lineage(state: RunState, ledger: Ledger, lock: RunLock) -> list[str]:
-    """Drive a copy taken while its run was driven as a new lineage (`--diverge`): its steps
-    confirmed here, or whose effects it records, keep their effects' keys; every other
-    effect is keyed anew, so what the original may have sent for those steps is sent
-    again. Notes saying so."""
-    copied = lock.copied_from
-    if copied is None:
-        return ["--diverge: this store is no copy taken while its run was driven; nothing to do"]
-    known = set(state.effect_book.steps())  # steps whose effects this copy records
+def _reach(
+    store: GitStore, run: str, lock: RunLock, known: dict[str, str | None], notes: list[str]
+) -> list[_Copy]:
+    """Every copy reachable from `known` (the copies the copies know, too), each locked."""
+    copies: list[_Copy] = []
+    queue = list(known)
+    visited = {str(lock.path)}
+    while queue:
+        path = queue.pop(0)
+        if path in visited:
+            continue
+        visited.add(path)
+        other = Path(path)
+        folder = _store_of(other)
+        try:
+            there = GitStore(folder, create=False) if folder.is_dir() else None
+            tip = there.tip(run) if there is not None else None
+        except StepstoneError:
+            there, tip = None, None
+        if there is None or tip is None:
+            if path in known and known[path] is None:
+                raise Diverged(
+                    run,
+                    f"this store ({store.path}) is a copy of {folder}, which "
+                    f"{'is gone' if there is None else 'no longer holds the run'} and was not "
+                    f"seen since the copy: what it did after the copy, effects included, is "
+                    f"not here. {_WAY_ON}",
+                )
+            if path in known:
+                notes.append(f"the copy of this store at {folder} is gone: forgotten")
+            continue
+        lock.hold_also(other, f"the copy of this store at {folder}")
+        copies.append(_Copy(other, there, tip))
+        queue.extend(_known(other))
+    return copies
+
+
+def _newest(store: GitStore, run: str, here: str | None, copies: list[_Copy]) -> _Copy | None:
+    """The copy whose history holds every other's and this store's, fetched here; None
+    when this store's does; `Diverged` when none does."""
+    newest: _Copy | None = None
+    newest_tip = here
+    for copy in copies:
+        if copy.tip == newest_tip:
+            continue
+        fetched = f"{COPY_REFS}{hashlib.sha256(str(copy.lock).encode()).hexdigest()[:16]}"
+        git(
+            store,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            str(copy.store.git_dir),
+            f"+{copy.store.ref(run)}:{fetched}",
+        )
+        if newest_tip is None or store.descends(copy.tip, newest_tip):
+            newest, newest_tip = copy, copy.tip
+        elif not store.descends(newest_tip, copy.tip):
+            where = _store_of(newest.lock) if newest is not None else store.path
+            raise Diverged(
+                run,
+                f"the copies of this store at {where} and {_store_of(copy.lock)} went apart: "
+                f"both were driven since they were copied (compare them: git --git-dir "
+                f"{shlex.quote(str(store.git_dir))} log --graph --all). {_WAY_ON}",
+            )
+    return newest
+
+
+_WAY_ON = (
+    "Drive the copy that holds the newest history, or drive this one as a new lineage on "
+    "purpose with --diverge (`stepstone run NOTEBOOK --diverge`, `%resume --diverge`, "
+    "open_run(..., diverge=True)), which may send again what the others sent"
+)
+
+
+def settle_now(store: GitStore, run: str) -> list[str]:
+    """Take turns with the store's copies (see `take_turns`), holding the run for the time
+    it takes: before a kernel opens it, so that a refusal is the command's, not a cell's."""
+    lock = run_lock(store, run, holder_identity())
+    lock.acquire()
+    try:
+        return take_turns(store, run, lock)
+    finally:
+        lock.release()
+
+
+def diverge(state: RunState, ledger: Ledger, lock: RunLock) -> list[str]:
+    """Drive this store as a new lineage (`--diverge`): it stops taking turns with its
+    copies (and they with it); its steps confirmed here, or whose effects it records,
+    keep their effects' keys; every other effect is keyed anew, so what the copies may
+    have sent for those steps is sent again. Notes saying so."""
+    mine = lock.path
+    known = _copies_of(state.store, state.id, lock)
+    if not known:
+        return ["--diverge: this store knows no copy of itself; nothing to diverge from"]
+    for path in known:
+        theirs = _known(Path(path))
+        if theirs.pop(str(mine), "absent") != "absent":
+            _save_known(Path(path), theirs)
+    _save_known(mine, {})
+    sent = set(state.effect_book.steps())  # steps whose effects this copy records
     done = [
         name
         for name in state.steps.names
         if ((r := state.records.get(name)) and r.status == "confirmed")
-        or state.identity_of(name) in known
+        or state.identity_of(name) in sent
     ]
     left = [name for name in state.steps.names if name not in done]
-    kept = state.lineages_of({*known, *(state.identity_of(name) for name in done)})
+    kept = state.lineages_of({*sent, *(state.identity_of(name) for name in done)})
     state.note_info(uid=secrets.token_hex(8), inherited=kept)
-    original = _store_of(copied)
     ledger.commit(
         {},
-        f"run {state.id}: a new lineage, diverged from {original}",
-        [(message.STATUS, "diverged"), (message.FROM, str(original))],
+        f"run {state.id}: a new lineage, diverged from its copies",
+        [(message.STATUS, "diverged")],
         info_changed=True,
     )
-    lock.settled()
     grows = state.info.plan_mode == "incremental"
     again = [*left, "any step its plan does not have yet"] if grows else left
     return [
-        f"--diverge: this copy of {original} drives run {state.id!r} as a new lineage; the "
-        f"effects of the steps it knows nothing of ({', '.join(again) or 'none'}) are sent "
-        f"anew, even where the original sent them"
+        f"--diverge: this store drives run {state.id!r} as a new lineage; the effects of "
+        f"the steps it knows nothing of ({', '.join(again) or 'none'}) are sent anew, even "
+        f"where a copy of it sent them"
     ]

@@ -73,11 +73,11 @@ class Run(RunView):
         try:
             self.notes.extend(store.clear_leftovers(self.id, locks=drive))
             if drive:
-                self.notes += copies.settle_before_reading(store, self.id, lock, diverge=diverge)
+                self.notes += [] if diverge else copies.take_turns(store, self.id, lock)
                 self._link.join(steal)
             self._open(workdir, drive=drive, create=create, cached=cached, at=at)
             if drive and diverge:
-                self.notes += copies.diverge_lineage(self.state, self.ledger, lock)
+                self.notes += copies.diverge(self.state, self.ledger, lock)
         except BaseException:
             self._let_go()
             raise
