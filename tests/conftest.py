@@ -136,6 +136,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(long mode: 10000)",
     )
     parser.addoption(
+        "--adversary-actions",
+        type=int,
+        default=30,
+        help="how many random user actions tests/test_adversary.py takes (long mode: 5000)",
+    )
+    parser.addoption(
+        "--adversary-seed",
+        default=None,
+        help="run only the case of this seed in tests/test_adversary.py",
+    )
+    parser.addoption(
         "--race-seconds",
         type=float,
         default=12,
