@@ -103,10 +103,38 @@ def git(store: GitStore, *args: str, check: bool = True, timeout: float = 60) ->
             str(store.path), f"`git {args[0]}` timed out after {timeout:.0f} s"
         ) from exc
     if check and done.returncode != 0:
-        raise GitFailed(
-            str(store.path), f"`git {args[0]}` failed: {gist(done.stderr)}", done.stderr
-        )
+        said = f"`git {args[0]}` failed: {gist(done.stderr)}{way_on(done.stderr)}"
+        raise GitFailed(str(store.path), said, done.stderr)
     return done.stdout
+
+
+_AUTH = ("Authentication failed", "401", "403", "could not read Username")
+_LINK = (
+    "Failed to connect",
+    "Could not resolve host",
+    "Connection reset",
+    "Connection refused",
+    "remote end hung up",
+    "RPC failed",
+    "early EOF",
+    "Empty reply",
+    "transfer closed",
+)
+
+
+def way_on(stderr: str) -> str:
+    """What to do about a remote's refusal or a broken connection, as a sentence."""
+    if any(sign in stderr for sign in _AUTH):
+        return (
+            ". The remote refused the credentials: check what your Git credential helper "
+            "gives for this URL (`git config credential.helper`); stepstone keeps none"
+        )
+    if any(sign in stderr for sign in _LINK):
+        return (
+            ". The connection to the remote failed: nothing here was changed, and the "
+            "remote takes a push whole or not at all; run the same command again"
+        )
+    return ""
 
 
 def remote_name(store: GitStore) -> str | None:
