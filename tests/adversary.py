@@ -207,7 +207,8 @@ class World:
             check=False,
         )
         self.counts["commands"] += 1
-        folder.history.append(f"{' '.join(args)[:80]} -> {done.returncode}")
+        why = _last_line(done.stderr) if done.returncode not in (0, None) else ""
+        folder.history.append(f"{' '.join(args)[:80]} -> {done.returncode} {why}".rstrip())
         self.check_refusal(done)
         return done
 
@@ -267,7 +268,11 @@ class World:
                 capture_output=True,
             )
             shutil.copy(source.path / NOTEBOOK, path / NOTEBOOK)
-        folder = Folder(name, path, source.notebook.copy(), run or source.run, dict(source.lineage))
+        lineage = dict(source.lineage)
+        if not source.store.exists():  # nothing recorded yet: the copy's run is a run of its own
+            fresh = self.new_lineage()
+            lineage = {i: fresh for i in range(STEPS)}
+        folder = Folder(name, path, source.notebook.copy(), run or source.run, lineage)
         self.folders.append(folder)
         self.counts[f"copy {how}"] += 1
         return folder
@@ -379,7 +384,8 @@ class World:
             os.killpg(proc.pid, signal.SIGKILL)
             _, err = proc.communicate()
         folder.history.append(
-            f"run killed at {delay:.2f}s ({sig}, kernel {kernel_only}) -> {proc.returncode}"
+            f"run killed at {delay:.2f}s ({sig}, kernel {kernel_only}) -> {proc.returncode} "
+            f"{_last_line(err) if proc.returncode else ''}".rstrip()
         )
         with_children_gone(proc)
         if proc.returncode == 1 and "UnresolvedEffect" in err:
@@ -456,8 +462,14 @@ class World:
         if done.returncode != 0:
             return None
         forked = self.add_folder(folder, "cp -r", run=new)
+        # the shared history keeps its effects: the steps up to k, and later steps whose
+        # effects the branch point's commit records (they ran before step k ran again)
+        shared = set(range(k + 1))
+        status = self.status(forked)
+        assert status is not None
+        shared |= {int(e["step"][1:]) for e in status["effects"]}
         own = self.new_lineage()
-        forked.lineage = {i: folder.lineage[i] if i <= k else own for i in range(STEPS)}
+        forked.lineage = {i: folder.lineage[i] if i in shared else own for i in range(STEPS)}
         self.counts["forks"] += 1
         return forked
 
@@ -475,7 +487,7 @@ class World:
         out = []
         for proc, folder in ((first, a), (second, b)):
             _, err = proc.communicate(timeout=300)
-            folder.history.append(f"run beside another -> {proc.returncode}")
+            folder.history.append(f"run beside another -> {proc.returncode} {_last_line(err)}")
             if proc.returncode == 2:
                 assert err.strip(), "a refusal says why"
             if proc.returncode == 1 and "UnresolvedEffect" in err:
@@ -549,6 +561,11 @@ class World:
             for name in names:
                 key = (folder.lineage[i], i, name)
                 assert seen[key] == 1, (folder.name, key, seen[key], self.story())
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return f"({lines[-1][:300]})" if lines else ""
 
 
 def files(folder: Path) -> dict[str, str]:

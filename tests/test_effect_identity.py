@@ -123,6 +123,24 @@ def test_an_effect_the_original_performed_after_the_fork_is_not_sent_again_by_th
     assert "effect fix: confirmed, as refs/heads/job records it" in log
 
 
+def test_a_fork_at_a_step_that_ran_again_keeps_the_effects_its_branch_point_records(
+    workdir: Path,
+):
+    """Found by the adversary: `a` ran again after `b` and `c` sent their effects, so the
+    commit that confirmed `a` last (the branch point) records them; the fork ran `b`
+    again (stale by the conservative rule) and stopped with EffectRenamed."""
+    sent: Sent = []
+    assert _drive("job", sent) == ["a", "b", "c"]
+    with stepstone.open_run("job") as run:
+        run.rerun("a", "again")
+    assert _drive("job", sent) == ["a", "b", "c"]  # b and c replay their effects
+    done = cli("fork", "job", "--at", "a", "--as", "alt", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(cli("fork", "alt", "--at", "a", "--as", "x", "--json", cwd=workdir).stdout)
+    assert _drive("alt", sent) == ["b", "c"]
+    assert [name for name, _ in sent] == ["eb", "ec"]  # the shared history's, replayed
+
+
 def test_a_fork_of_a_fork_keeps_the_keys_of_the_run_each_step_came_from(workdir: Path):
     sent: Sent = []
     _forked(workdir, sent)

@@ -53,6 +53,10 @@ def fork(
     store.move_run(new, branch, None)
     origin = f"{run}@{branch}"
     with open_run(new, repo=store.path, create=False, settings=settings) as forked:
+        # the history they share keeps its effects: those of the steps up to the fork point,
+        # and those the branch point's commit records of later steps (run before `at` was
+        # confirmed again), as that commit keyed them
+        before |= set(forked.effect_book.steps())
         forked.state.note_info(
             run=new,
             uid=secrets.token_hex(8),
