@@ -68,7 +68,7 @@ def encode(name: str, value: Any) -> tuple[str, bytes]:
         except Exception as exc:
             why = f"{type(exc).__name__}: {exc}"
             continue
-        if fmt in ("json", "npy") or _comes_back(fmt, data, value):
+        if fmt in ("json", "npy") or _comes_back(fmt, data, value, write):
             return fmt, data
         why = f"it does not come back equal from {fmt}"
     raise Unsaveable(name, value, why)
@@ -108,6 +108,16 @@ def _candidates(value: Any) -> Iterator[tuple[str, Callable[[Any], bytes]]]:
     if module == "pandas" and cls.__name__ == "DataFrame":
         yield "parquet", _parquet
     yield "pickle", lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+    yield "pickle", _by_value
+
+
+def _by_value(value: Any) -> bytes:
+    """A pickle of what plain pickle refers to by name and cannot find again: closures,
+    lambdas, functions and classes made by a call (cloudpickle; plain `pickle.loads`
+    reads it, with cloudpickle importable)."""
+    import cloudpickle
+
+    return bytes(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _npy(value: Any) -> bytes:
@@ -124,8 +134,9 @@ def _parquet(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _comes_back(fmt: str, data: bytes, value: Any) -> bool:
-    """Whether `data` decodes to a value of `value`'s type that equals it."""
+def _comes_back(fmt: str, data: bytes, value: Any, write: Callable[[Any], bytes]) -> bool:
+    """Whether `data` decodes to a value of `value`'s type that equals it (for a type
+    with no `==` of its own, that `write` makes the same bytes of it again)."""
     try:
         back = decode(fmt, data)
     except Exception:
@@ -139,8 +150,10 @@ def _comes_back(fmt: str, data: bytes, value: Any) -> bool:
             return True
     except Exception:  # RecursionError (a cycle), an `==` that cannot say (attrs of arrays)
         pass
+    if fmt != "pickle":  # bytes made again say nothing of what a format dropped (freq)
+        return False
     try:  # no __eq__ of its own, or one that cannot say: the same pickle again
-        return pickle.dumps(back, protocol=pickle.HIGHEST_PROTOCOL) == data
+        return write(back) == data
     except Exception:
         return False
 
@@ -170,6 +183,8 @@ def _equal(back: Any, value: Any) -> bool:
             and _equal(back.attrs, value.attrs)
             and _same_axis(back.index, value.index)
         )
+    if module == "pandas" and cls.__name__.endswith("Index"):  # DatetimeIndex, MultiIndex...
+        return _same_axis(back, value)  # (their `==` is elementwise; their pickle caches)
     if module == "numpy" and cls.__name__ == "ndarray":
         import numpy as np
 

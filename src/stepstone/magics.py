@@ -397,7 +397,7 @@ def _give_back(
     """Put a skipped step's saved values and definitions back in the kernel; the
     names its definitions made again."""
     ns = magics.ip.user_ns
-    ns.update(values)
+    ns.update(values := namespace.living_globals(values, ns))
     magics.given.update({name: id(value) for name, value in values.items()})
     for name in unsaved:  # as given back by an earlier step: from before this one ran
         if name in ns and magics.given.get(name) == id(ns[name]):

@@ -236,7 +236,7 @@ def remake(cell: Cell, namespace: dict[str, Any], step: str, compiler: Compiler)
             f"step {step!r} is verified and was skipped, but its imports, functions and "
             f"classes could not be made again ({type(exc).__name__}: {exc}). Fix what they "
             f"need (a module to install, a name an earlier cell defines), or run the step "
-            f"again: %%step {step} --rerun 'REASON'"
+            f"again: `stepstone rerun {step} --why REASON` (or %%step {step} --rerun 'REASON')"
         ) from exc
     return sorted(cell.defined)
 
@@ -250,6 +250,29 @@ def define_first(cell: Cell, namespace: dict[str, Any], compiler: Compiler) -> b
     except Exception:
         return False
     return True
+
+
+def living_globals(values: dict[str, Any], namespace: dict[str, Any]) -> dict[str, Any]:
+    """`values` with each function the notebook made by a call (a closure, a lambda,
+    saved by value) reading the notebook's globals again, as it did when it was made:
+    saved by value, it kept a copy of the globals it read."""
+    home = namespace.get("__name__", "__main__")
+    given = {}
+    for name, value in values.items():
+        if (
+            isinstance(value, types.FunctionType)
+            and value.__module__ == home
+            and value.__globals__ is not namespace
+        ):
+            living = types.FunctionType(
+                value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__
+            )
+            living.__kwdefaults__ = value.__kwdefaults__
+            living.__qualname__, living.__doc__ = value.__qualname__, value.__doc__
+            living.__dict__.update(value.__dict__)
+            value = living
+        given[name] = value
+    return given
 
 
 class Unrestored:
@@ -291,8 +314,9 @@ class Unrestored:
         )
         return (
             f"{name!r} was made by step {step!r}, which was skipped on resume, and {why}; "
-            f"or run {step!r} again (%%step {step} --rerun 'REASON'), which repeats what it "
-            f"does outside stepstone.effect"
+            f"or run {step!r} again: `stepstone rerun {step} --why REASON` (or %%step "
+            f"{step} --rerun 'REASON' in its cell), which repeats what it does outside "
+            f"stepstone.effect"
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 
 def plan_path(number: int) -> str:
@@ -21,9 +22,14 @@ def step_path(name: str, *, legacy: bool = False) -> str:
     return f"steps/{digest[0]}/{digest[1]}/{digest[2]}/{name}.json"
 
 
+_BLANK = re.compile(r"^[ \t\f\v]+$", re.MULTILINE)
+
+
 def source_hash(source: str) -> str:
-    """The hash of a step's source, used to notice an edited cell."""
-    return hashlib.sha256(source.strip().encode()).hexdigest()
+    """The hash of a step's source, used to notice an edited cell. A line of spaces counts
+    as an empty line: IPython empties it before a cell magic sees the cell, while the
+    notebook's file keeps it."""
+    return hashlib.sha256(_BLANK.sub("", source).strip().encode()).hexdigest()
 
 
 def decision_path(key: str) -> str:

@@ -1,0 +1,90 @@
+"""The kernel as it was after a skipped step: observations of issue 36, each reproduced
+as a new user met it (a real IPython shell, or a real kernel through `stepstone run`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import stepstone_cli
+from IPython.core.interactiveshell import InteractiveShell
+from nbformat.v4 import new_code_cell, new_notebook
+
+from stepstone.notebook_plan import plan_from_notebook
+from stepstone.run.layout import source_hash
+
+SPACES = "%%step a\ndef f():\n    return 1\n    \nx = f()"  # a line of four spaces in it
+
+
+@pytest.fixture
+def ip(workdir: Path):
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "stepstone")
+    yield shell
+    shell.run_line_magic("unload_ext", "stepstone")
+
+
+def _new_kernel(ip: InteractiveShell, *names: str) -> None:
+    """What a kernel restart leaves: none of the cells' names."""
+    for name in names:
+        ip.user_ns.pop(name, None)
+
+
+def test_a_line_of_spaces_in_a_step_hashes_as_the_cell_magic_sees_it(tmp_path: Path):
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell(SPACES)]), str(path))
+    (planned,) = plan_from_notebook(path)
+    shell = InteractiveShell.instance()
+    seen: list[str] = []
+    shell.register_magic_function(lambda line, cell: seen.append(cell), "cell", "body")
+    shell.run_cell(SPACES.replace("%%step a", "%%body a"))
+    assert "\n\n" in seen[0] and "    \n" not in seen[0]  # IPython emptied the line
+    assert planned.source_hash == source_hash(seen[0])
+
+
+@pytest.mark.kernel
+def test_a_step_with_a_line_of_spaces_is_skipped_on_the_next_run(workdir: Path):
+    cells = [new_code_cell("%load_ext stepstone\n%resume"), new_code_cell(SPACES)]
+    nbformat.write(new_notebook(cells=cells), "nb.ipynb")
+    assert stepstone_cli("run", "nb.ipynb", cwd=workdir).returncode == 0
+    again = stepstone_cli("run", "nb.ipynb", cwd=workdir)
+    assert again.returncode == 0 and "a: skipped" in again.stderr, again.stderr
+    status = json.loads(stepstone_cli("status", "--json", cwd=workdir).stdout)
+    assert [s["state"] for s in status["steps"]] == ["verified"]
+
+
+def test_date_and_time_indexes_come_back_after_a_skip(ip: InteractiveShell):
+    make = (
+        "%%step a\nimport pandas as pd\n"
+        "dates = pd.date_range('2020-01-01', periods=5, freq='D', name='day')\n"
+        "spans = pd.timedelta_range('1 day', periods=3)\n"
+        "keys = pd.MultiIndex.from_tuples([('eu', 2020), ('us', 2021)], names=['r', 'y'])"
+    )
+    use = "%%step b\nshown = (str(dates[1]), dates.freqstr, str(spans[2]), list(keys.names))"
+    ip.run_line_magic("resume", "--run idx")
+    ip.run_cell(make)
+    ip.run_cell(use)
+    before = ip.user_ns["shown"]
+    _new_kernel(ip, "dates", "spans", "keys", "shown", "pd")
+    ip.run_line_magic("resume", "--run idx")
+    ip.run_cell(make)  # skipped: the three come back (they could not be saved)
+    assert ip.user_ns["dates"].freqstr == "D" and ip.user_ns["dates"].name == "day"
+    ip.run_cell(use.replace("step b", "step c"))
+    assert ip.user_ns["shown"] == before
+
+
+def test_a_closure_and_a_lambda_come_back_after_a_skip(ip: InteractiveShell):
+    make = (
+        "%%step a\ndef scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n"
+        "sc = scaler(3)\nsquare = lambda x: x * x"
+    )
+    ip.run_line_magic("resume", "--run closures")
+    ip.run_cell(make)
+    ip.run_cell("%%step b\nresult = sc(2) + square(3)")
+    _new_kernel(ip, "sc", "square", "scaler", "result")
+    ip.run_line_magic("resume", "--run closures")
+    ip.run_cell(make)  # skipped: sc gave NameError on every later run
+    ip.run_cell("%%step c\nagain = sc(2) + square(3)")
+    assert ip.user_ns["again"] == 15
