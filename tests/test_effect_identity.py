@@ -543,3 +543,29 @@ def test_a_copy_is_not_driven_while_its_original_is(tmp_path: Path):
         (original / "go").write_text("")
         assert driver.wait(timeout=60) == 0
     assert [line.split()[0] for line in sent.read_text().splitlines()] == ["e1", "e2", "e3", "e4"]
+
+
+def test_a_renamed_effect_in_a_renamed_step_that_does_not_say_so_is_refused(workdir: Path):
+    """Found by the adversary: the effect renamed with was=, then its step renamed (its
+    body had changed, so not recognised) without --was: sent again under a new key."""
+    sent: list[str] = []
+
+    def mail(name: str, was: str | None = None) -> Callable[[], object]:
+        return lambda: stepstone.effect(name, lambda key: sent.append(key) or {"k": key}, was=was)
+
+    with stepstone.open_run("job") as run:
+        run.set_plan(["load", "mail"])
+        run.step("load", lambda: 1)
+        run.step("mail", mail("k1"))
+    with stepstone.open_run("job") as run:
+        run.set_plan(["load", "mail-team"])
+        run.step("load", lambda: 1)
+        with pytest.raises(stepstone.EffectRenamed, match=r"\('k1'\) was confirmed") as refused:
+            run.step("mail-team", mail("k1-renamed", was="k1"))
+        assert "--was mail" in str(refused.value)
+    assert len(sent) == 1
+    with stepstone.open_run("job") as run:
+        run.set_plan(["load", "mail-team"])
+        run.step("load", lambda: 1)
+        run.step("mail-team", mail("k1-renamed", was="k1"), was="mail")  # as it says to
+    assert len(sent) == 1

@@ -1,5 +1,6 @@
 """`stepstone run` on real notebooks in real kernels (nbclient), killed and resumed."""
 
+import json
 import os
 import shutil
 import signal
@@ -198,3 +199,19 @@ def test_an_edited_notebook_is_detected_and_shown(workdir: Path):
         assert change in shown, change
     runs = (workdir / "executions.log").read_text().split()
     assert runs[4:] == ["s1", "s3", "s2", "t4"]  # the edited step and all after it run again
+
+
+def test_a_kernel_that_dies_before_it_answers_is_one_line_and_resumable(workdir: Path):
+    """Found by the adversary: a kernel killed while it started gave a traceback (and
+    an AssertionError at exit) instead of the line that says to run again."""
+    import sys
+
+    spec = workdir / "kernels" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-c", "import sys; sys.exit(3)"]  # dies before kernel_info
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "language": "python"}))
+    nbformat.write(new_notebook(cells=[new_code_cell("%load_ext stepstone\n%resume")]), "nb.ipynb")
+    done = _stepstone("run", "nb.ipynb", cwd=workdir, JUPYTER_PATH=str(workdir / "kernels"))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "AssertionError" not in done.stderr, done.stderr
+    assert "the kernel died; run the same command again" in done.stderr

@@ -102,8 +102,8 @@ def perform(
     print_ = fingerprint(payload)
     seconds = run.settings.now().effect_timeout if timeout is None else timeout
     book = run.effect_book
-    if not new and "/" in name:
-        _refuse_a_lone_member(run, step, identity, key, name)
+    if not new and "/" in (was or name):
+        _refuse_a_lone_member(run, step, identity, key, was or name)
     with run.guard:
         if book.ask(key):
             raise InvalidInput(
@@ -114,7 +114,7 @@ def perform(
             )
         record = _furthest(run, key, run.effects.get(key))
         if record is None and not new:
-            _refuse_a_second_name(run, step, identity, name)
+            _refuse_a_second_name(run, step, identity, name, was or name)
         if record is not None and record.payload_sha256 != print_ and record.state != "planned":
             raise EffectChanged(step, name, key, record.state, record.receipt)
         if record is not None and record.state == "confirmed":
@@ -238,16 +238,17 @@ def _refuse_an_expired_key(
     raise UnresolvedEffect(run.id, step, record.key, record.intent, why)
 
 
-def _refuse_a_second_name(run: Run, step: str, identity: str, name: str) -> None:
+def _refuse_a_second_name(run: Run, step: str, identity: str, name: str, first: str) -> None:
     """Refuse a new effect that looks like one which happened (or may have) under
-    another key: the same name in a step that left the plan, or (in a plan that only
-    grows) in a step this process has not met, both as a renamed step leaves behind; or
-    a step asking for a new effect while one it performed before is not asked for."""
+    another key: the same name (`first`: the one its key is made of, `was=` if given) in
+    a step that left the plan, or (in a plan that only grows) in a step this process has
+    not met, both as a renamed step leaves behind; or a step asking for a new effect while
+    one it performed before is not asked for."""
     book = run.effect_book
-    other = book.orphan_named(name, run.identities())
+    other = book.orphan_named(first, run.identities())
     where = "which is no longer in the plan"
     if other is None and run.info.plan_mode == "incremental":
-        other = book.unmet_named(name, identity)
+        other = book.unmet_named(first, identity)
         where = "which this process has not run"
     if other is not None:
         said = (  # a --was that names no step the store knows: a misspelling, most likely
@@ -259,23 +260,23 @@ def _refuse_a_second_name(run: Run, step: str, identity: str, name: str) -> None
             step,
             name,
             other.key,
-            f"an effect of that name was {other.state} at {other.intent} by step "
-            f"{other.step!r}, {where}{said}",
+            f"an effect of that name{f' ({first!r})' if first != name else ''} was "
+            f"{other.state} at {other.intent} by step {other.step!r}, {where}{said}",
             f"If {step!r} is {other.step!r} renamed, say so (`%%step {step} --was "
             f"{other.step}`, or run.step(..., was={other.step!r})) and it is not sent "
             f"again; if this is another effect, give it a name of its own, or pass new=True",
         )
-    first = book.not_replayed(identity, name)
-    if first is not None:
+    earlier = book.not_replayed(identity, first)
+    if earlier is not None:
         raise EffectRenamed(
             step,
             name,
-            first.key,
-            f"an earlier run of this step performed effect {first.name!r} ({first.state} at "
-            f"{first.intent}), which this run has not asked for before {name!r}",
-            f"If {name!r} is {first.name!r} renamed, pass was={first.name!r} and it is not "
-            f"sent again; if it is another effect, perform {first.name!r} first as before, "
-            f"or pass new=True",
+            earlier.key,
+            f"an earlier run of this step performed effect {earlier.name!r} ({earlier.state} "
+            f"at {earlier.intent}), which this run has not asked for before {name!r}",
+            f"If {name!r} is {earlier.name!r} renamed, pass was={earlier.name!r} and it is "
+            f"not sent again; if it is another effect, perform {earlier.name!r} first as "
+            f"before, or pass new=True",
         )
 
 

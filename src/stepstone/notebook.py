@@ -323,7 +323,15 @@ class _Stopper:
             if now >= give_up:
                 atexit.unregister(self.client._cleanup_kernel)
                 break
-        return errors[0] if errors else None
+        error = errors[0] if errors else None
+        if isinstance(error, RuntimeError) and str(error).startswith("Kernel died"):
+            # killed before it answered (jupyter_client's wait_for_ready): no kernel to
+            # clean up at exit either (nbclient's hook would fail on it)
+            from nbclient.exceptions import DeadKernelError
+
+            atexit.unregister(self.client._cleanup_kernel)
+            return DeadKernelError(str(error))
+        return error
 
 
 def _record(run_id: str, repo: Path, name: str) -> StepRecord | None:

@@ -203,13 +203,15 @@ class Planner:
     def _renamed_in_a_plan(self, existing: PlannedStep, was: str) -> bool:
         """Whether `run.step(NAME, ..., was=OLD)` renames `existing`, planned as NAME by a
         plan given with the new name: OLD is no longer planned, and NAME has neither
-        earlier names, nor a record, nor effects of its own that a new key would strand."""
+        earlier names, nor a confirmed record (a failed one: the attempt that was told to
+        say --was), nor effects of its own that a new key would strand."""
         state = self.state
+        record = state.records.get(existing.name)
         return (
             was != existing.name
             and not existing.renamed_from
             and state.planned(was) is None
-            and existing.name not in state.records
+            and (record is None or record.status != "confirmed")
             and not state.effect_book.of_step(existing.name)
         )
 
