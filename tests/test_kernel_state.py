@@ -12,6 +12,7 @@ from conftest import stepstone_cli
 from IPython.core.interactiveshell import InteractiveShell
 from nbformat.v4 import new_code_cell, new_notebook
 
+import stepstone.run
 from stepstone.notebook_plan import plan_from_notebook
 from stepstone.run.layout import source_hash
 
@@ -88,3 +89,62 @@ def test_a_closure_and_a_lambda_come_back_after_a_skip(ip: InteractiveShell):
     ip.run_cell(make)  # skipped: sc gave NameError on every later run
     ip.run_cell("%%step c\nagain = sc(2) + square(3)")
     assert ip.user_ns["again"] == 15
+
+
+def test_the_global_generators_a_step_seeded_come_back_as_an_uninterrupted_run_has_them(
+    ip: InteractiveShell,
+):
+    seed = "%%step seed\nimport random\nimport numpy as np\nrandom.seed(0)\nnp.random.seed(0)"
+    draw = "%%step draw\nperm = np.random.permutation(10).tolist()\npick = random.random()"
+    ip.run_line_magic("resume", "--run rng")
+    ip.run_cell(seed)
+    ip.run_cell(draw)
+    clean = (ip.user_ns["perm"], ip.user_ns["pick"])
+    # the kernel killed in `draw`: a new process, whose generators are seeded afresh
+    _new_kernel(ip, "perm", "pick", "random", "np")
+    import random
+
+    import numpy as np
+
+    np.random.seed(12345)
+    random.seed(12345)
+    stepstone.run.active.driven_run().rerun("draw", "the kernel died in it")
+    ip.run_line_magic("resume", "--run rng")
+    ip.run_cell(seed)  # skipped: it gives the generators back as it left them
+    ip.run_cell(draw)
+    assert (ip.user_ns["perm"], ip.user_ns["pick"]) == clean
+
+
+def test_the_working_folder_and_variables_a_step_set_come_back(ip: InteractiveShell, workdir):
+    (workdir / "data").mkdir()
+    cell = (
+        "%%step settle\nimport os, sys\nos.chdir('data')\nos.environ['REGION'] = 'eu'\n"
+        "os.environ['API_TOKEN'] = 'not-kept-9f2'\nsys.path.insert(0, '/opt/helpers')"
+    )
+    ip.run_line_magic("resume", "--run process")
+    ip.run_cell(cell)
+    import os
+    import sys
+
+    os.chdir(workdir)  # a new kernel starts where the notebook is, with none of it
+    for name in ("REGION", "API_TOKEN"):
+        os.environ.pop(name)
+    sys.path.remove("/opt/helpers")
+    _new_kernel(ip, "os", "sys")
+    ip.run_line_magic("resume", "--run process")
+    try:
+        ip.run_cell(cell)  # skipped
+        assert Path.cwd() == workdir / "data" and os.environ["REGION"] == "eu"
+        assert "/opt/helpers" in sys.path and "API_TOKEN" not in os.environ  # never kept
+    finally:
+        os.chdir(workdir)
+        os.environ.pop("REGION", None)
+        if "/opt/helpers" in sys.path:
+            sys.path.remove("/opt/helpers")
+    store = (workdir / ".stepstone").as_posix()
+    import subprocess
+
+    objects = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=store, capture_output=True
+    ).stdout
+    assert b"not-kept-9f2" not in objects

@@ -446,7 +446,7 @@ def test_a_step_line_is_read_as_written_without_kernel_variables(ip, workdir: Pa
     ip.run_line_magic("resume", "--run literal")
     result = ip.run_cell("%%step part --check 'expr:{n} == {5}'\ny = 1")
     assert result.error_in_exec is None
-    run = ip.magics_manager.registry["StepstoneMagics"].run
+    run = ip.magics_manager.registry["StepstoneMagics"].session.run
     assert [ev.check for ev in run.records["part"].evidence] == ["expr:{n} == {5}"]
     for name in ("n", "y"):
         ip.user_ns.pop(name, None)

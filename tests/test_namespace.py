@@ -301,7 +301,7 @@ def _in_notebook(ip, monkeypatch: pytest.MonkeyPatch, path: Path) -> Any:
 
     monkeypatch.setenv(NOTEBOOK_ENV, str(path))
     ip.run_line_magic("resume", "")
-    return ip.magics_manager.registry["StepstoneMagics"].run
+    return ip.magics_manager.registry["StepstoneMagics"].session.run
 
 
 def test_in_a_notebook_only_the_names_later_cells_read_are_saved(ip, workdir, monkeypatch, capsys):
@@ -345,7 +345,7 @@ def test_a_value_a_later_step_changes_in_place_comes_back_changed(ip, workdir):
     ip.run_line_magic("resume", "--run names")
     ip.run_cell_magic("step", "make", "tally = {'a': [1]}\nsame = [0]")
     ip.run_cell_magic("step", "grow", "tally['a'].append(2)\nprint(same)")
-    run = ip.magics_manager.registry["StepstoneMagics"].run
+    run = ip.magics_manager.registry["StepstoneMagics"].session.run
     assert set(run.records["grow"].outputs) == {"tally"}  # `same` did not change: not saved
     ip.user_ns.pop("tally")
     ip.run_line_magic("resume", "--run names")
@@ -363,7 +363,7 @@ def test_a_large_value_a_step_only_reads_is_not_saved_again(ip, workdir, monkeyp
     ip.run_cell_magic("step", "look", "peak = grid.max()")
     assert encoded == ["peak"]  # its fingerprint says grid is as saved: not even encoded
     ip.run_cell_magic("step", "poke", "grid[0, 0] = 7.0")
-    run = ip.magics_manager.registry["StepstoneMagics"].run
+    run = ip.magics_manager.registry["StepstoneMagics"].session.run
     assert "grid" in run.records["make"].outputs
     assert "grid" not in run.records["look"].outputs  # read, left as it was
     assert "grid" in run.records["poke"].outputs  # changed in place: saved as it is now
@@ -433,7 +433,7 @@ def test_an_expr_check_loads_only_the_values_it_reads(ip, workdir):
     for name in ("Item", "items", "count"):
         ip.user_ns.pop(name)
     ip.run_line_magic("resume", "--run names")  # Item is not defined yet: items cannot load
-    run = ip.magics_manager.registry["StepstoneMagics"].run
+    run = ip.magics_manager.registry["StepstoneMagics"].session.run
     assert run.status().steps[1].state == "verified"
     ip.run_cell_magic("step", "setup", setup)
     ip.run_cell_magic("step", "build --check 'expr:count == 2'", build)
@@ -536,7 +536,7 @@ def test_values_that_name_the_cells_own_functions_and_classes_come_back(ip, work
         "ops = {'add': add}\nbox = Box(3)"
     )
     _run_then_resume(ip, {"a": cell}, ("add", "Box", "ops", "box"))
-    run = ip.magics_manager.registry["StepstoneMagics"].run
+    run = ip.magics_manager.registry["StepstoneMagics"].session.run
     assert run.records["a"].attempt == 1  # skipped, not run again
     assert ip.user_ns["ops"]["add"](1, 2) == 3 and ip.user_ns["box"].v == 3
     assert type(ip.user_ns["box"]) is ip.user_ns["Box"]

@@ -5,10 +5,8 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from types import CodeType
 from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
@@ -18,16 +16,16 @@ from IPython.display import Markdown, display
 from . import (
     cellargs,
     clients,
-    dependencies,
     names,
     namespace,
     parameters,
+    processstate,
     render,
     render_cells,
-    retrying,
 )
 from .errors import StepstoneError
 from .index import evidence_rows
+from .kernelsession import FROM_CELL, KernelSession, compiler
 from .models import PlannedStep
 from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, note_opened
 from .notebook_plan import parameter_defaults, plan_from_notebook, refuse_to_leave_out
@@ -38,7 +36,6 @@ from .status import RunStatus, StepStatus
 from .store import RUN_ENV, STORE_ENV, resolve_store_path
 
 M = TypeVar("M", bound=Callable[..., Any])
-_FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
 
 
 def _relative(path: Path) -> str:
@@ -58,7 +55,7 @@ def _usage_errors(magic: M) -> M:
         try:
             return magic(*args, **kwargs)
         except StepstoneError as exc:
-            if getattr(exc, _FROM_CELL, False):
+            if getattr(exc, FROM_CELL, False):
                 raise
             raise UsageError(str(exc)) from exc
 
@@ -77,45 +74,13 @@ def _options(magic: str) -> Callable[[M], M]:
     return document
 
 
-def _compiler(ip: Any) -> namespace.Compiler:
-    """IPython's compiler, as it compiles a plain cell: the cell's own `__future__`
-    imports hold for later cells, and none of this module's apply."""
-    return lambda tree, filename: ip.compile(tree, filename, "exec")
-
-
-def _compiled(ip: Any, code: str) -> CodeType:
-    """A cell's code compiled by `_compiler`, from the tree `read_cell` parsed."""
-    filename = ip.compile.cache(code)
-    tree = dependencies.parsed(code)
-    if tree is None:  # raises the cell's SyntaxError
-        return compile(code, filename, "exec", dont_inherit=True)
-    return _compiler(ip)(tree, filename)
-
-
-@contextmanager
-def _cell_code() -> Iterator[None]:
-    """Around the user's code of a cell: a `StepstoneError` it raises (a failed
-    `stepstone.effect`, say) keeps its traceback instead of becoming a `UsageError`."""
-    try:
-        yield
-    except StepstoneError as exc:
-        setattr(exc, _FROM_CELL, True)
-        raise
-
-
 @magics_class
 class StepstoneMagics(Magics):
     """`%resume`, `%%step`, `%decide`, `%unknown`, `%%plan` and `%finish`."""
 
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
-        self.run: Run | None = None
-        self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
-        self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
-        self.seen = namespace.Seen()  # large values as last saved or restored
-        self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
-        self.kept: set[str] = set()  # the names the steps met so far saved
-        self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
+        self.session = KernelSession(shell)  # the kernel-side state; these are its shell
 
     # -- helpers ----------------------------------------------------------------
 
@@ -128,9 +93,9 @@ class StepstoneMagics(Magics):
         return clients.notebook_of(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
 
     def _require_run(self) -> Run:
-        if self.run is None or not self.run.driving:
+        if self.session.run is None or not self.session.run.driving:
             raise UsageError("no run is open: run %resume first (usually the first cell)")
-        return self.run
+        return self.session.run
 
     def _show(self, status: RunStatus) -> None:
         display(render.status_bundle(status), raw=True)
@@ -160,9 +125,9 @@ class StepstoneMagics(Magics):
             raise UsageError(
                 clients.unknown_notebook(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
             )
-        if self.run is not None:
-            self.run.close()
-            self.run = None
+        if self.session.run is not None:
+            self.session.run.close()
+            self.session.run = None
         steal = args.steal or os.environ.get(STEAL_ENV) or None
         run = open_run(
             run_id, repo=args.repo, workdir=Path.cwd(), steal=steal, diverge=args.diverge
@@ -183,7 +148,7 @@ class StepstoneMagics(Magics):
         except BaseException:
             run.close()
             raise
-        self.run = run
+        self.session.run = run
         self._show(status)
         shown = render.shown_steps(status)
         verified = [s.name for s in shown if isinstance(s, StepStatus) and s.state == "verified"]
@@ -201,12 +166,10 @@ class StepstoneMagics(Magics):
         self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
     ) -> RunStatus:
         """Claim the run for the notebook and commit the notebook's plan; the status."""
-        self.later, self.kept = {}, set()
-        self.retries = retrying.Retries(self.seen)
+        self.session.fresh({})
         if notebook is not None and plan is not None:
-            self.later = namespace.later_reads(
-                namespace.notebook_cells(notebook, self.ip.transform_cell)
-            )
+            cells = namespace.notebook_cells(notebook, self.ip.transform_cell)
+            self.session.fresh(namespace.later_reads(cells))
             moved = claim(run, notebook)
             if moved:
                 run.notes.append(moved)
@@ -251,7 +214,11 @@ class StepstoneMagics(Magics):
         run = self._require_run()
         ns = self.ip.user_ns
         parsed = cellargs.parse_step_line(line)
-        if self.later and parsed.name not in self.later and parsed.name not in run.steps.names:
+        if (
+            self.session.later
+            and parsed.name not in self.session.later
+            and parsed.name not in run.steps.names
+        ):
             raise UsageError(  # JupyterLab runs what you see; the plan is the saved file's
                 f"step {parsed.name!r} is not in {run.info.notebook or 'the notebook'} as last "
                 f"saved: save the notebook, then run %resume again (it reads the plan from "
@@ -264,7 +231,7 @@ class StepstoneMagics(Magics):
         before = run.records.get(parsed.name)
         pickled = before is not None and any(a.format == "pickle" for a in before.outputs.values())
         defined = (
-            shape is not None and pickled and namespace.define_first(shape, ns, _compiler(self.ip))
+            shape is not None and pickled and namespace.define_first(shape, ns, compiler(self.ip))
         )
         cell_raised = ran = False  # ran: the cell's code started, and may have changed values
         try:
@@ -282,23 +249,23 @@ class StepstoneMagics(Magics):
                 again = not attempt.skipped and before is not None and before.status == "confirmed"
                 if attempt.skipped:
                     unsaved = attempt.record.unsaved if attempt.record else {}
-                    remade = _give_back(self, parsed.name, attempt.values, unsaved, shape, defined)
+                    remade = self.session.give_back(
+                        parsed.name, attempt.values, unsaved, shape, defined
+                    )
                 else:
-                    _put_back(self, parsed.name, run)
+                    self.session.put_back(parsed.name, run)
                     cell_raised = ran = True
-                    compiled = _compiled(self.ip, code)
-                    with _cell_code():
-                        exec(compiled, ns)
+                    process = self.session.execute(code)
                     cell_raised = False
-                    attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
+                    attempt.keep({var: ns[var] for var in parsed.outputs if var in ns} | process)
                     if shape is not None:
-                        needed = self.later.get(parsed.name)
+                        needed = self.session.later.get(parsed.name)
                         attempt.offer(namespace.offered(shape, ns, parsed.outputs, needed))
-                        read = namespace.touched(shape, ns, self.kept, needed)
-                        attempt.offer_changed(self.seen.maybe_changed(read))
-                        self.unrestored.bound(shape.binds)
+                        read = namespace.touched(shape, ns, self.session.kept, needed)
+                        attempt.offer_changed(self.session.seen.maybe_changed(read))
+                        self.session.unrestored.bound(shape.binds)
         except BaseException as exc:
-            left = _left_changed(self, parsed.name, shape) if ran else ""
+            left = self.session.left_changed(parsed.name, shape) if ran else ""
             if cell_raised and not isinstance(exc, StepstoneError):
                 number = attempt.start.planned.number
                 why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
@@ -307,7 +274,7 @@ class StepstoneMagics(Magics):
                 _show_outcome(failed)
             else:  # the cell raised stepstone's error, a check failed, a commit was cut short
                 if cell_raised:  # shown with its traceback, and recording's own if any
-                    setattr(exc, _FROM_CELL, True)
+                    setattr(exc, FROM_CELL, True)
                 if left:
                     print(f"step {parsed.name}: {left}")
             raise
@@ -315,9 +282,9 @@ class StepstoneMagics(Magics):
         assert record is not None
         npy = {n: a.sha256 for n, a in record.outputs.items() if a.format == "npy"}
         seen = {*record.outputs, *attempt.touched} & ns.keys()
-        self.seen.saw({n: ns[n] for n in seen}, npy)
-        self.kept.update(record.outputs)
-        self.retries.stepped(parsed.name, record.outputs, seen, self.ip.execution_count)
+        self.session.seen.saw({n: ns[n] for n in seen}, npy)
+        self.session.kept.update(record.outputs)
+        self.session.retries.stepped(parsed.name, record.outputs, seen, self.ip.execution_count)
         number = attempt.start.planned.number
         outcome = "skipped" if attempt.skipped else "again" if again else "confirmed"
         if attempt.skipped:
@@ -325,8 +292,9 @@ class StepstoneMagics(Magics):
             lost.update({n: namespace.UNTRUSTED for n in record.outputs if n not in attempt.values})
             back = {*attempt.values, *remade, *lost}
             unread = [n for n in record.binds if n not in back and n not in ns]
-            self.unrestored.skipped(parsed.name, lost, unread)
-            said = render.kernel_names(attempt.values, remade, lost, skipped=True)
+            self.session.unrestored.skipped(parsed.name, lost, unread)
+            values = {k: v for k, v in attempt.values.items() if k != processstate.KEY}
+            said = render.kernel_names(values, remade, lost, skipped=True)
         else:
             said = render.kernel_names((), (), record.unsaved, skipped=False)
         why = attempt.start.reason if again else ""
@@ -381,67 +349,9 @@ class StepstoneMagics(Magics):
 
     def close(self) -> None:
         """Let go of the run."""
-        if self.run is not None:
-            self.run.close()
-            self.run = None
-
-
-def _give_back(
-    magics: StepstoneMagics,
-    step: str,
-    values: dict[str, Any],
-    unsaved: Iterable[str],
-    shape: namespace.Cell | None,
-    defined: bool,
-) -> list[str]:
-    """Put a skipped step's saved values and definitions back in the kernel; the
-    names its definitions made again."""
-    ns = magics.ip.user_ns
-    ns.update(values := namespace.living_globals(values, ns))
-    magics.given.update({name: id(value) for name, value in values.items()})
-    for name in unsaved:  # as given back by an earlier step: from before this one ran
-        if name in ns and magics.given.get(name) == id(ns[name]):
-            del ns[name]
-    if shape is None:
-        return []
-    remade = (
-        sorted(shape.defined)
-        if defined
-        else namespace.remake(shape, ns, step, _compiler(magics.ip))
-    )
-    for name in shape.defined & shape.others:  # rebound after: its definition is not it
-        if name in values:
-            ns[name] = values[name]
-        else:
-            ns.pop(name, None)
-            remade.remove(name)
-    return [name for name in remade if name not in values]
-
-
-def _left_changed(magics: StepstoneMagics, step: str, shape: namespace.Cell | None) -> str:
-    """What a failed attempt of `step` changed of the values earlier steps saved, said
-    in a sentence ('' when nothing, or when telling failed: it must not hide the failure)."""
-    ns = magics.ip.user_ns
-    if shape is not None:
-        read = namespace.touched(shape, ns, magics.kept, bound=True)
-    else:
-        read = {name: ns[name] for name in magics.kept if name in ns}
-    try:
-        return magics.retries.failed(step, read, magics.ip.execution_count)
-    except Exception:
-        return ""
-
-
-def _put_back(magics: StepstoneMagics, step: str, run: Run) -> None:
-    """Before `step`'s cell runs again, undo what its failed attempt changed in place."""
-    done, missed = magics.retries.put_back(step, magics.ip.user_ns, run.saved_values)
-    if done:
-        print(f"put back as the failed attempt found them: {', '.join(done)}")
-    if missed:
-        print(
-            f"not put back: {'; '.join(missed)}. The cell starts from them as the failed "
-            "attempt left them: restart the kernel and run all to start from the saved values"
-        )
+        if self.session.run is not None:
+            self.session.run.close()
+            self.session.run = None
 
 
 def _show_outcome(cell: render_cells.CellOutcome) -> None:
@@ -459,7 +369,7 @@ def _explain_name_errors(magics: StepstoneMagics) -> Callable[..., None]:
     def handler(
         shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
     ) -> None:
-        hint = magics.unrestored.hint(getattr(value, "name", None) or "")
+        hint = magics.session.unrestored.hint(getattr(value, "name", None) or "")
         if hint is not None:
             if hasattr(value, "add_note"):
                 value.add_note(hint)

@@ -19,6 +19,11 @@ _SECRET_TEXT = re.compile(
 )
 
 
+def looks_secret(name: str) -> bool:
+    """Whether a field or variable called `name` likely holds a credential."""
+    return bool(_SECRET_KEY.search(name))
+
+
 def _environment_secrets() -> list[str]:
     """Values of environment variables whose names look like credentials."""
     return [

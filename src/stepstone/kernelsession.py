@@ -1,0 +1,136 @@
+"""The kernel side of a notebook's run: what the `%%step` cells of one shell gave back,
+saved and saw, what a failed attempt left changed, and the process state a step set.
+
+The magics hold one `KernelSession` and delegate to it, as IPython's autoreload magics
+hold one `ModuleReloader`. It takes the shell as an object and imports no IPython.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from types import CodeType
+from typing import Any
+
+from . import dependencies, namespace, processstate, retrying
+from .errors import StepstoneError
+from .run import Run
+
+
+def compiler(ip: Any) -> namespace.Compiler:
+    """IPython's compiler, as it compiles a plain cell: the cell's own `__future__`
+    imports hold for later cells, and none of this module's apply."""
+    return lambda tree, filename: ip.compile(tree, filename, "exec")
+
+
+def compiled(ip: Any, code: str) -> CodeType:
+    """A cell's code compiled by `compiler`, from the tree `read_cell` parsed."""
+    filename = ip.compile.cache(code)
+    tree = dependencies.parsed(code)
+    if tree is None:  # raises the cell's SyntaxError
+        return compile(code, filename, "exec", dont_inherit=True)
+    return compiler(ip)(tree, filename)
+
+
+FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
+
+
+@contextmanager
+def cell_code() -> Iterator[None]:
+    """Around the user's code of a cell: a `StepstoneError` it raises (a failed
+    `stepstone.effect`, say) keeps its traceback instead of becoming a `UsageError`."""
+    try:
+        yield
+    except StepstoneError as exc:
+        setattr(exc, FROM_CELL, True)
+        raise
+
+
+class KernelSession:
+    """One shell's run and what its step cells left in the kernel."""
+
+    def __init__(self, ip: Any) -> None:
+        self.ip = ip
+        self.run: Run | None = None
+        self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
+        self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
+        self.seen = namespace.Seen()  # large values as last saved or restored
+        self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
+        self.kept: set[str] = set()  # the names the steps met so far saved
+        self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
+
+    def fresh(self, later: dict[str, frozenset[str] | None]) -> None:
+        """A run opened (again): what later cells read; nothing saved or failed yet."""
+        self.later, self.kept = later, set()
+        self.retries = retrying.Retries(self.seen)
+
+    def execute(self, code: str) -> dict[str, Any]:
+        """Run a step cell's code in the kernel; the process state it changed, to keep
+        with its record (`processstate.KEY`), saying what it changed that is not kept."""
+        watch = processstate.Watch()
+        with cell_code():
+            exec(compiled(self.ip, code), self.ip.user_ns)
+        changed, left = watch.changed()
+        if left:
+            print(f"will not survive a resume: {', '.join(left)}")
+        return {processstate.KEY: changed} if changed else {}
+
+    def give_back(
+        self,
+        step: str,
+        values: dict[str, Any],
+        unsaved: Iterable[str],
+        shape: namespace.Cell | None,
+        defined: bool,
+    ) -> list[str]:
+        """Put a skipped step's saved values, definitions and process state back in the
+        kernel; the names its definitions made again, and the process state it set."""
+        ns = self.ip.user_ns
+        values = dict(values)
+        process = processstate.restore(values.pop(processstate.KEY, None) or {})
+        process = [f"{part} state" for part in process]
+        ns.update(values := namespace.living_globals(values, ns))
+        self.given.update({name: id(value) for name, value in values.items()})
+        for name in unsaved:  # as given back by an earlier step: from before this one ran
+            if name in ns and self.given.get(name) == id(ns[name]):
+                del ns[name]
+        if shape is None:
+            return process
+        remade = (
+            sorted(shape.defined)
+            if defined
+            else namespace.remake(shape, ns, step, compiler(self.ip))
+        )
+        for name in shape.defined & shape.others:  # rebound after: its definition is not it
+            if name in values:
+                ns[name] = values[name]
+            else:
+                ns.pop(name, None)
+                remade.remove(name)
+        return [name for name in remade if name not in values] + process
+
+    def left_changed(self, step: str, shape: namespace.Cell | None) -> str:
+        """What a failed attempt of `step` changed of the values earlier steps saved, said
+        in a sentence ('' when nothing, or when telling failed: it must not hide the
+        failure)."""
+        ns = self.ip.user_ns
+        if shape is not None:
+            read = namespace.touched(shape, ns, self.kept, bound=True)
+        else:
+            read = {name: ns[name] for name in self.kept if name in ns}
+        try:
+            return self.retries.failed(step, read, self.ip.execution_count)
+        except Exception:
+            return ""
+
+    def put_back(self, step: str, run: Run) -> None:
+        """Before `step`'s cell runs again, undo what its failed attempt changed in place."""
+        done, missed = self.retries.put_back(step, self.ip.user_ns, run.saved_values)
+        if done:
+            print(f"put back as the failed attempt found them: {', '.join(done)}")
+        if missed:
+            print(
+                f"not put back: {'; '.join(missed)}. The cell starts from them as the "
+                "failed attempt left them: restart the kernel and run all to start from the "
+                "saved values"
+            )
