@@ -260,6 +260,9 @@ class World:
             with tarfile.open(archive) as tar:
                 tar.extractall(self.root, filter="tar")
             archive.unlink()
+        elif not source.store.exists():  # nothing to clone yet: the notebook alone
+            path.mkdir()
+            shutil.copy(source.path / NOTEBOOK, path / NOTEBOOK)
         else:
             path.mkdir()
             subprocess.run(
