@@ -286,7 +286,7 @@ class World:
         if not folder.store.exists():
             return None
         done = self.cli(folder, "status", "--json", "--run", folder.run)
-        if done.returncode != 0:
+        if done.returncode not in (0, 1):  # 1: something needs doing (README)
             return None
         return json.loads(done.stdout)
 

@@ -148,3 +148,23 @@ def test_the_working_folder_and_variables_a_step_set_come_back(ip: InteractiveSh
         ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=store, capture_output=True
     ).stdout
     assert b"not-kept-9f2" not in objects
+
+
+def test_a_generator_made_in_a_plain_cell_and_advanced_by_steps_draws_as_it_would_have(
+    ip: InteractiveShell,
+):
+    plain = "import numpy as np\nrng = np.random.default_rng(42)\nseen = []"
+    draw = "%%step a\nfirst = rng.random(2).tolist()\nseen.append(1)"
+    then = "%%step b\nsecond = rng.random(2).tolist()\ncount = len(seen)"
+    ip.run_line_magic("resume", "--run plain")
+    ip.run_cell(plain)
+    ip.run_cell(draw)
+    ip.run_cell(then)
+    clean = (ip.user_ns["second"], ip.user_ns["count"])
+    _new_kernel(ip, "rng", "seen", "first", "second", "count", "np")
+    stepstone.run.active.driven_run().rerun("b", "the kernel died in it")
+    ip.run_line_magic("resume", "--run plain")
+    ip.run_cell(plain)  # plain cells run again: a fresh generator, an empty list
+    ip.run_cell(draw)  # skipped: gives back the generator and the list as it left them
+    ip.run_cell(then)
+    assert (ip.user_ns["second"], ip.user_ns["count"]) == clean

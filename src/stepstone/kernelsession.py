@@ -7,6 +7,9 @@ hold one `ModuleReloader`. It takes the shell as an object and imports no IPytho
 
 from __future__ import annotations
 
+import hashlib
+import pickle
+import types
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import CodeType
@@ -64,16 +67,26 @@ class KernelSession:
         self.later, self.kept = later, set()
         self.retries = retrying.Retries(self.seen)
 
-    def execute(self, code: str) -> dict[str, Any]:
-        """Run a step cell's code in the kernel; the process state it changed, to keep
-        with its record (`processstate.KEY`), saying what it changed that is not kept."""
+    def execute(self, code: str, shape: namespace.Cell | None) -> dict[str, Any]:
+        """Run a step cell's code in the kernel; what it changed that is not its own to
+        keep with its record: the process state (`processstate.KEY`), and the values of
+        plain cells it changed in place (a generator it drew from, a list it appended
+        to), which a plain cell run again on resume would make anew. Says what it
+        changed that cannot be kept."""
+        ns = self.ip.user_ns
         watch = processstate.Watch()
+        plain = _plain_values(shape, ns, self.kept)
+        before = {name: _state_print(value) for name, value in plain.items()}
         with cell_code():
-            exec(compiled(self.ip, code), self.ip.user_ns)
+            exec(compiled(self.ip, code), ns)
         changed, left = watch.changed()
         if left:
             print(f"will not survive a resume: {', '.join(left)}")
-        return {processstate.KEY: changed} if changed else {}
+        kept: dict[str, Any] = {processstate.KEY: changed} if changed else {}
+        for name, value in plain.items():
+            if ns.get(name) is value and before[name] not in (None, _state_print(value)):
+                kept[name] = value
+        return kept
 
     def give_back(
         self,
@@ -134,3 +147,43 @@ class KernelSession:
                 "failed attempt left them: restart the kernel and run all to start from the "
                 "saved values"
             )
+
+
+def _plain_values(
+    shape: namespace.Cell | None, ns: dict[str, Any], kept: set[str]
+) -> dict[str, Any]:
+    """The values a cell reads that plain cells made (no step saved them) and that it
+    may change in place: not modules, functions or classes."""
+    if shape is None or shape.reads is None:
+        return {}
+    return {
+        name: ns[name]
+        for name in shape.reads
+        if name in ns
+        and name not in kept
+        and name not in shape.binds
+        and not name.startswith("_")
+        and not isinstance(ns[name], (types.ModuleType, type, types.FunctionType))
+        and not callable(ns[name])
+    }
+
+
+def _state_print(value: Any) -> str | None:
+    """A fingerprint of a value's state, to tell whether a cell changed it in place: a
+    random generator's state, an array's or frame's content, else its pickle's; None
+    when there is none to take."""
+    state = getattr(getattr(value, "bit_generator", value), "state", None)  # NumPy's
+    if state is None and hasattr(value, "getstate"):  # random.Random
+        try:
+            state = value.getstate()
+        except Exception:
+            state = None
+    try:
+        if state is not None:
+            return hashlib.sha256(pickle.dumps(state)).hexdigest()
+        found = namespace.fingerprint(value)
+        if found is not None:
+            return found
+        return hashlib.sha256(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+    except Exception:
+        return None

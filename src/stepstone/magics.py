@@ -255,9 +255,10 @@ class StepstoneMagics(Magics):
                 else:
                     self.session.put_back(parsed.name, run)
                     cell_raised = ran = True
-                    process = self.session.execute(code)
+                    theirs = self.session.execute(code, shape)
                     cell_raised = False
-                    attempt.keep({var: ns[var] for var in parsed.outputs if var in ns} | process)
+                    attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
+                    attempt.offer(theirs)
                     if shape is not None:
                         needed = self.session.later.get(parsed.name)
                         attempt.offer(namespace.offered(shape, ns, parsed.outputs, needed))
