@@ -14,7 +14,8 @@ the kernel alone), Ctrl-C, rename a step or an effect, edit a plain cell, revise
 decision and answer a question (command line and notebook line), fork and drive the
 fork, rerun --downstream, copy the folder (cp -r, tar, git clone --bare; while driven
 or not) and drive the copy, the original or both, run with parameters in several
-spellings, and with a misspelled --run.
+spellings, and with a misspelled --run, and let the receiver's keys expire (the
+store's retention shortened to a second).
 """
 
 from __future__ import annotations
@@ -507,6 +508,32 @@ class World:
         path = self.root / "params.yaml"
         path.write_text("region: eu\n")
         return path
+
+    def retention(self, folder: Folder) -> None:
+        """The receiver's keys expire: a keyed intent in doubt older than the store's
+        retention is not retried with its key (it would be a new request) but settled."""
+        if not folder.store.exists():
+            return
+        subprocess.run(
+            ["git", "--git-dir", str(folder.store), "config", "stepstone.effectRetention", "1"],
+            check=True,
+        )
+        time.sleep(1.2)
+        try:
+            self.run(folder)
+        finally:
+            subprocess.run(
+                [
+                    "git",
+                    "--git-dir",
+                    str(folder.store),
+                    "config",
+                    "--unset-all",
+                    "stepstone.effectRetention",
+                ],
+                check=False,
+            )
+        self.counts["retention expired"] += 1
 
     def typo(self, folder: Folder) -> None:
         if not folder.store.exists() or folder.run != RUN:

@@ -55,6 +55,7 @@ ACTIONS = [
     "both",
     "parameters",
     "typo",
+    "retention",
 ]
 ACTIONS_PER_CASE = 15
 SHRINK_SECONDS = 900  # how long a failing case may spend shrinking
@@ -114,6 +115,8 @@ def act(world: World, a: Action) -> None:
         world.parameters(folder, a["other"])
     elif name == "typo":
         world.typo(folder)
+    elif name == "retention":
+        world.retention(folder)
 
 
 class Cases:

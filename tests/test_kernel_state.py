@@ -168,3 +168,29 @@ def test_a_generator_made_in_a_plain_cell_and_advanced_by_steps_draws_as_it_woul
     ip.run_cell(draw)  # skipped: gives back the generator and the list as it left them
     ip.run_cell(then)
     assert (ip.user_ns["second"], ip.user_ns["count"]) == clean
+
+
+def _plain_and_steps(folder: Path, region: str) -> None:
+    cells = [
+        "%load_ext stepstone\n%resume",
+        f'region = "{region}"',
+        "%%step first --check file:first.txt\nopen('first.txt', 'w').write('1')",
+        "%%step report --check file:out.txt\nopen('out.txt', 'w').write(region)",
+    ]
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in cells]), str(folder / "nb.ipynb"))
+
+
+@pytest.mark.kernel
+def test_an_edited_plain_cell_makes_the_steps_that_read_it_stale(workdir: Path):
+    _plain_and_steps(workdir, "eu")
+    assert stepstone_cli("run", "nb.ipynb", cwd=workdir).returncode == 0
+    _plain_and_steps(workdir, "us")
+    status = json.loads(stepstone_cli("status", "--json", cwd=workdir).stdout)
+    assert {s["name"]: s["state"] for s in status["steps"]} == {
+        "first": "verified",
+        "report": "stale",
+    }
+    again = stepstone_cli("run", "nb.ipynb", cwd=workdir)
+    assert again.returncode == 0, again.stderr
+    assert "first: skipped" in again.stderr and "report: done" in again.stderr
+    assert (workdir / "out.txt").read_text() == "us"  # it said eu: the step was skipped

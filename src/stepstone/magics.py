@@ -28,7 +28,12 @@ from .index import evidence_rows
 from .kernelsession import FROM_CELL, KernelSession, compiler
 from .models import PlannedStep
 from .notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, note_opened
-from .notebook_plan import parameter_defaults, plan_from_notebook, refuse_to_leave_out
+from .notebook_plan import (
+    notebook_cells,
+    parameter_defaults,
+    plan_from_notebook,
+    refuse_to_leave_out,
+)
 from .run import Run, open_run
 from .run.questions import rewords, standing_over_line
 from .settings import STEAL_ENV
@@ -168,7 +173,7 @@ class StepstoneMagics(Magics):
         """Claim the run for the notebook and commit the notebook's plan; the status."""
         self.session.fresh({})
         if notebook is not None and plan is not None:
-            cells = namespace.notebook_cells(notebook, self.ip.transform_cell)
+            cells = notebook_cells(notebook, self.ip.transform_cell)
             self.session.fresh(namespace.later_reads(cells))
             moved = claim(run, notebook)
             if moved:

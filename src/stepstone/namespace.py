@@ -15,15 +15,13 @@ import pickle
 import types
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import CodeType
 from typing import Any
 
 from . import bigvalues
-from .cellargs import parse_step_line, split_cell
 from .checks import names_read
 from .dependencies import DYNAMIC, may_bind, parsed, tree_reads
-from .errors import InvalidInput, StepstoneError
+from .errors import StepstoneError
 
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _THROWAWAY = frozenset({"_", "__", "___"})
@@ -185,33 +183,10 @@ def _read_in_functions(nodes: list[ast.AST]) -> set[str]:
     return set().union(*(_names(scope, ast.Load) for scope in scopes))
 
 
-def notebook_cells(
-    path: Path, transform: Callable[[str], str]
-) -> list[tuple[str | None, str | None, Sequence[str]]]:
-    """A notebook's code cells for `later_reads`, their IPython syntax turned into
-    Python by `transform`."""
-    from .notebook_plan import read_notebook
-
-    cells: list[tuple[str | None, str | None, Sequence[str]]] = []
-    for cell in read_notebook(path).cells:
-        if cell.cell_type != "code":
-            continue
-        parts = split_cell(cell.source)
-        try:
-            if parts is None:
-                cells.append((None, transform(_without_our_magics(cell.source)), ()))
-            else:
-                parsed = parse_step_line(parts[0])
-                cells.append((parsed.name, transform(parts[1]), parsed.checks))
-        except (InvalidInput, SyntaxError, ValueError):
-            cells.append((None, None, ()))
-    return cells
-
-
 _OURS = frozenset({"load_ext", "resume", "decide", "unknown", "finish"})
 
 
-def _without_our_magics(source: str) -> str:
+def without_our_magics(source: str) -> str:
     """A cell without stepstone's own line magics: they read no kernel name (IPython
     syntax left in makes the cell one that may read any)."""
     return "\n".join(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,7 +14,9 @@ from . import names
 from .cellargs import parse_step_line, split_cell
 from .errors import InvalidInput, PlanError
 from .models import PlannedStep
+from .namespace import without_our_magics
 from .parameters import defaults
+from .plaincells import contexts
 from .run import Run, source_hash
 from .status import RunStatus
 
@@ -92,6 +95,7 @@ def plan_from_notebook(path: Path, *, validate: bool = True) -> list[PlannedStep
     nb = read_notebook(path, validate=validate)
     steps: list[PlannedStep] = []
     seen: dict[str, int] = {}
+    context = plain_contexts(nb)
     for index, cell in enumerate(nb.cells, start=1):
         if cell.cell_type != "code":
             continue
@@ -117,11 +121,48 @@ def plan_from_notebook(path: Path, *, validate: bool = True) -> list[PlannedStep
                 checks=parsed.checks,
                 inputs=parsed.inputs,
                 outputs=parsed.outputs,
-                source_hash=source_hash(body),
+                source_hash=source_hash(body, context.get(parsed.name, "")),
                 renamed_from=(parsed.was,) if parsed.was else (),
             )
         )
     return steps
+
+
+def notebook_cells(
+    path: Path, transform: Callable[[str], str]
+) -> list[tuple[str | None, str | None, Sequence[str]]]:
+    """A notebook's code cells for `later_reads`, their IPython syntax turned into
+    Python by `transform`."""
+    cells: list[tuple[str | None, str | None, Sequence[str]]] = []
+    for cell in read_notebook(path).cells:
+        if cell.cell_type != "code":
+            continue
+        parts = split_cell(cell.source)
+        try:
+            if parts is None:
+                cells.append((None, transform(without_our_magics(cell.source)), ()))
+            else:
+                parsed = parse_step_line(parts[0])
+                cells.append((parsed.name, transform(parts[1]), parsed.checks))
+        except (InvalidInput, SyntaxError, ValueError):
+            cells.append((None, None, ()))
+    return cells
+
+
+def plain_contexts(nb: Any) -> dict[str, str]:
+    """For each `%%step` cell of a read notebook, the plain cells it reads from
+    (`plaincells.contexts`)."""
+    cells: list[tuple[str | None, str]] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        parts = split_cell(cell.source)
+        try:
+            name = parse_step_line(parts[0]).name if parts is not None else None
+        except InvalidInput:
+            name = None
+        cells.append((name, parts[1] if parts is not None else cell.source))
+    return contexts(cells)
 
 
 def _notebook_steps(run: Run) -> list[PlannedStep] | None:

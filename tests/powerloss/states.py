@@ -19,6 +19,7 @@ and btrfs need not): a program that wants its names to survive fsyncs their fold
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 from collections.abc import Iterator
@@ -251,6 +252,23 @@ class State:
             (into / os.path.relpath(path, root)).write_bytes(data)
         for path, target in links.items():
             os.symlink(target, into / os.path.relpath(path, root))
+        _the_same_store(root, into)
+
+
+def _the_same_store(root: str, into: Path) -> None:
+    """A run lock names its store's path and the lock file itself (so that a copy knows
+    it is one): the state stands for the store at `root`, not a copy of it, so its locks
+    name the state's own path and file, as the store's would after the power cut."""
+    for lock in into.glob(".stepstone/stepstone/locks/*.lock"):
+        try:
+            info = json.loads(lock.read_bytes())
+        except ValueError:
+            continue  # torn or empty: it names nothing
+        if isinstance(info, dict) and "lock" in info:
+            info["lock"] = str(lock.resolve())
+            stat = lock.stat()
+            info["file"] = [stat.st_dev, stat.st_ino]
+            lock.write_text(json.dumps(info))
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,23 @@ def step_path(name: str, *, legacy: bool = False) -> str:
 _BLANK = re.compile(r"^[ \t\f\v]+$", re.MULTILINE)
 
 
-def source_hash(source: str) -> str:
+def source_hash(source: str, context: str = "") -> str:
     """The hash of a step's source, used to notice an edited cell. A line of spaces counts
     as an empty line: IPython empties it before a cell magic sees the cell, while the
-    notebook's file keeps it."""
-    return hashlib.sha256(_BLANK.sub("", source).strip().encode()).hexdigest()
+    notebook's file keeps it. `context`: the plain cells the step reads from (a
+    notebook's), whose hash follows a `+`, so that editing one makes the step stale."""
+    own = hashlib.sha256(_BLANK.sub("", source).strip().encode()).hexdigest()
+    if not context:
+        return own
+    return f"{own}+{hashlib.sha256(_BLANK.sub('', context).encode()).hexdigest()[:16]}"
+
+
+def keeping_context(found: str, planned: str | None) -> str:
+    """A step's source hash `found` as it ran, with the context its plan entry has (the
+    kernel hashes the cell it runs; the plain cells it reads are the notebook's)."""
+    if planned is None or "+" not in planned or "+" in found:
+        return found
+    return f"{found}+{planned.split('+', 1)[1]}"
 
 
 def decision_path(key: str) -> str:

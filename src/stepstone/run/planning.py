@@ -13,7 +13,7 @@ from ..index import NO_EXTRA, PlanRow, plan_extra, plan_row
 from ..message import one_line
 from ..models import PlannedStep, StepRecord, dump
 from ..verdicts import Verdicts
-from .layout import plan_path, step_path
+from .layout import keeping_context, plan_path, step_path
 from .ledger import Ledger
 from .state import RunState
 
@@ -150,6 +150,7 @@ class Planner:
             specs = specs or existing.checks
             inputs = inputs or existing.inputs
             outputs = outputs or existing.outputs
+            source = keeping_context(source, existing.source_hash) if source else None
             source = source or existing.source_hash
             renamed_from = existing.renamed_from
             if was is not None and self._renamed_in_a_plan(existing, was):  # plan says NAME

@@ -1,0 +1,54 @@
+"""The plain cells of a notebook each step reads from: part of what a step's source
+hash covers, so that editing a plain cell (a parameters cell, a helper function) makes
+exactly the steps that read what it binds stale.
+
+A plain cell runs again on resume, so what it binds is made anew; a step skipped on
+evidence recorded with the cell as it was would leave results made from the old one.
+The plan (from the saved notebook) and the kernel (from the same file) read the cells
+with this one function, so both agree on each step's context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .namespace import Cell, read_cell
+
+
+def _python(source: str) -> str:
+    """A cell's code without its IPython lines (`%magic`, `!cmd`), which bind nothing a
+    step reads (stepstone's own lines included)."""
+    return "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
+
+
+def contexts(cells: Sequence[tuple[str | None, str]]) -> dict[str, str]:
+    """For each step of a notebook, the sources of the plain cells before it that bind
+    a name it reads, and those that bind a name they read (a helper's globals), joined;
+    every plain cell before it when it may read any name. `cells`: each code cell as
+    (its step name or None for a plain cell, its source; a step's without its line)."""
+    found: dict[str, str] = {}
+    plain: list[tuple[str, Cell | None]] = []
+    for name, source in cells:
+        shape = read_cell(_python(source))
+        if name is None:
+            if source.strip() and _python(source).strip():
+                plain.append((source, shape))
+            continue
+        wanted = None if shape is None or shape.reads is None else set(shape.reads)
+        chosen = [False] * len(plain)
+        grew = True
+        while grew:
+            grew = False
+            for i, (_, cell) in enumerate(plain):
+                if chosen[i] or not (wanted is None or cell is None or wanted & set(cell.binds)):
+                    continue
+                chosen[i] = grew = True
+                if cell is None or cell.reads is None:
+                    wanted = None  # it may read anything: every plain cell before may matter
+                elif wanted is not None:
+                    wanted |= cell.deferred | cell.reads
+        used = [src for (src, _), picked in zip(plain, chosen, strict=True) if picked]
+        found[name] = "\n\0\n".join(used)
+    return found
