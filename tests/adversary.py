@@ -163,6 +163,7 @@ class Folder:
     run: str
     lineage: dict[int, str]
     history: list[str] = field(default_factory=list)
+    torn: bool = False  # copied while a commit was written: mended when it is first driven
 
     @property
     def store(self) -> Path:
@@ -208,6 +209,8 @@ class World:
             check=False,
         )
         self.counts["commands"] += 1
+        if args[:1] == ("run",) and done.returncode in (0, 1):
+            folder.torn = False  # driven: it took in its original first
         why = _last_line(done.stderr) if done.returncode not in (0, None) else ""
         folder.history.append(f"{' '.join(args)[:80]} -> {done.returncode} {why}".rstrip())
         self.check_refusal(done)
@@ -322,7 +325,7 @@ class World:
         twice = {k: n for k, n in seen.items() if n > 1}
         assert not twice, f"applied twice: {twice}; {self.story()}"
         for folder in self.folders:
-            if not folder.store.exists():
+            if not folder.store.exists() or folder.torn:
                 continue
             fsck(folder.store)
             try:
@@ -481,6 +484,7 @@ class World:
         proc = self.start(folder)
         time.sleep(delay)
         copy = self.add_folder(folder, how)
+        copy.torn = True
         proc.communicate(timeout=300)
         copy.history.append(f"copied from {folder.name} while driven ({delay:.2f}s in)")
         return copy

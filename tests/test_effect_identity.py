@@ -569,3 +569,27 @@ def test_a_renamed_effect_in_a_renamed_step_that_does_not_say_so_is_refused(work
         run.step("load", lambda: 1)
         run.step("mail-team", mail("k1-renamed", was="k1"), was="mail")  # as it says to
     assert len(sent) == 1
+
+
+def test_a_copy_torn_by_a_commit_made_while_it_was_copied_is_mended_by_its_original(
+    tmp_path: Path,
+):
+    """Found by the adversary: `cp -r` of a store while a commit was written can take the
+    moved ref without the objects it names; the copy, driven, fetches them first."""
+    import shutil
+
+    from conftest import fsck, git
+
+    original, copy, sent = tmp_path / "original", tmp_path / "copy", tmp_path / "sent.txt"
+    original.mkdir()
+    assert _drive_copy(original, sent, FAIL_AT="3").returncode == 1
+    shutil.copytree(original, copy, symlinks=True)
+    assert _drive_copy(original, sent).returncode == 0  # commits the copy lacks
+    ref = Path(git("rev-parse", "--symbolic-full-name", "job", cwd=original / ".stepstone").strip())
+    (copy / ".stepstone" / ref).write_bytes((original / ".stepstone" / ref).read_bytes())
+    with pytest.raises(AssertionError):
+        fsck(copy / ".stepstone")  # torn: the ref names a commit it does not have
+    done = _drive_copy(copy, sent)
+    assert done.returncode == 0, done.stderr
+    fsck(copy / ".stepstone")
+    assert [line.split()[0] for line in sent.read_text().splitlines()] == ["e1", "e2", "e3", "e4"]

@@ -96,6 +96,8 @@ class _Copy:
     lock: Path
     store: GitStore
     tip: str
+    first: bool  # never seen by this store: fetched whatever its tip (a copy taken while
+    # driven may name a commit whose objects it lacks)
 
 
 def _copies_of(store: GitStore, run: str, lock: RunLock) -> dict[str, str | None]:
@@ -171,7 +173,7 @@ def _reach(
                 notes.append(f"the copy of this store at {folder} is gone: forgotten")
             continue
         lock.hold_also(other, f"the copy of this store at {folder}")
-        copies.append(_Copy(other, there, tip))
+        copies.append(_Copy(other, there, tip, known.get(path) is None))
         queue.extend(_known(other))
     return copies
 
@@ -182,7 +184,7 @@ def _newest(store: GitStore, run: str, here: str | None, copies: list[_Copy]) ->
     newest: _Copy | None = None
     newest_tip = here
     for copy in copies:
-        if copy.tip == newest_tip:
+        if copy.tip == newest_tip and not copy.first:
             continue
         fetched = f"{COPY_REFS}{hashlib.sha256(str(copy.lock).encode()).hexdigest()[:16]}"
         git(
@@ -193,6 +195,8 @@ def _newest(store: GitStore, run: str, here: str | None, copies: list[_Copy]) ->
             str(copy.store.git_dir),
             f"+{copy.store.ref(run)}:{fetched}",
         )
+        if copy.tip == newest_tip:
+            continue
         if newest_tip is None or store.descends(copy.tip, newest_tip):
             newest, newest_tip = copy, copy.tip
         elif not store.descends(newest_tip, copy.tip):
