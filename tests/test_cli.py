@@ -9,6 +9,7 @@ from conftest import stepstone_cli as cli
 from test_records import _commit_edit
 
 import stepstone
+from stepstone import render
 
 
 def _make_run(workdir: Path, steps: int = 3, run_id: str = "job") -> None:
@@ -200,7 +201,7 @@ def test_status_of_a_long_run_is_a_few_lines_and_all_lists_every_step(workdir: P
     assert lines[-1] == "next: run step 251 s251 (not run yet)"
     every = cli("status", "--all", cwd=workdir)
     assert len(every.stdout.splitlines()) == 1 + 300 + 1
-    html = stepstone.open_run("long", drive=False).status().render_html()
+    html = render.status_html(stepstone.open_run("long", drive=False).status())
     assert html.count("<tr>") == 1 + 4 + 1 + 4 + 1
 
 

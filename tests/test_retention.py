@@ -22,6 +22,7 @@ from conftest import stepstone_cli
 from receiver import Receiver, find, send
 
 import stepstone
+from stepstone import render
 from stepstone.errors import UnresolvedEffect
 from stepstone.settings import Settings
 
@@ -97,7 +98,7 @@ def test_a_keyed_intent_older_than_the_retention_is_surfaced_not_sent_again(
     assert datetime.fromisoformat(effect["expires"].replace("Z", "+00:00")) == intent + timedelta(
         days=1
     )
-    assert "the receiver forgets keys after 24 h" in status.render_text()
+    assert "the receiver forgets keys after 24 h" in render.status_text(status)
 
 
 def test_a_keyed_intent_within_the_retention_is_retried_with_its_key(
@@ -107,7 +108,7 @@ def test_a_keyed_intent_within_the_retention_is_retried_with_its_key(
     status = stepstone.open_run("fx", drive=False).status()
     (effect,) = status.to_json()["effects"]
     assert effect["state"] == "submitted" and effect["expires"]
-    assert f"key kept by the receiver until {effect['expires']}" in status.render_text()
+    assert f"key kept by the receiver until {effect['expires']}" in render.status_text(status)
     brief = stepstone_cli("brief", cwd=workdir).stdout
     assert "## Effects in doubt" in brief and effect["expires"] in brief
     shown = json.loads(stepstone_cli("status", "--json", cwd=workdir).stdout)

@@ -31,6 +31,7 @@ from .errors import (
     UnresolvedEffect,
 )
 from .run import Run, StepResult, answer, decided, effect, fence_token, note, open_run
+from .run import finishing as _finishing
 from .status import RunStatus, StepStatus
 
 __version__ = "0.1.0"
@@ -72,6 +73,15 @@ __all__ = [
     "open_run",
     "unload_ipython_extension",
 ]
+
+
+def _summary(status: RunStatus) -> str:
+    from .render import summary  # presentation: imported once a run is finished
+
+    return summary(status)
+
+
+_finishing.write_summary_with(_summary)
 
 
 def load_ipython_extension(ipython: _Any) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .render_evidence import evidence_text
+
 if TYPE_CHECKING:
     from .run import Run
     from .status import RunStatus
@@ -70,7 +72,7 @@ def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
         "store": str(where.store),
         "workdir": str(where.workdir),
         "done": [
-            {"number": s.number, "name": s.name, "evidence": s.evidence_text}
+            {"number": s.number, "name": s.name, "evidence": evidence_text(s.evidence)}
             for s in status.steps
             if s.state == "verified"
         ],

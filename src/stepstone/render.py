@@ -15,6 +15,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from . import brief as briefing
+from .render_evidence import evidence_text
 
 if TYPE_CHECKING:
     from .brief import Context
@@ -25,30 +26,6 @@ if TYPE_CHECKING:
 SHOWN_EDGE = 2  # steps shown at each end of a long run of steps in one state
 _DETAILED_DONE = 3  # verified steps a brief lists one by one
 _COLOUR = {"verified": "green", "stale": "yellow", "failed": "red", "pending": "dim"}
-
-
-# -- evidence -------------------------------------------------------------------
-
-
-def evidence_text(evidence: Iterable[EvidenceRow]) -> str:
-    """Evidence rows in one short line."""
-    parts = []
-    for check, kind, value, _ in evidence:
-        if kind == "completed":
-            parts.append("completed, nothing to verify (weak)")
-        elif kind == "note":
-            parts.append(f"note (weak): {_first_line(str(value))}")
-        else:
-            if isinstance(value, str) and len(value) == 64:
-                value = f"sha256 {value[:12]}"
-            parts.append(f"{check} ({value})")
-    return "; ".join(parts)
-
-
-def _first_line(text: str, limit: int = 72) -> str:
-    stripped = text.strip()
-    line = stripped.splitlines()[0] if stripped else ""
-    return line[:limit] + ("…" if len(line) > limit or line != stripped else "")
 
 
 def _detail(step: StepStatus, status: RunStatus) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .render import evidence_text
+from .render_evidence import evidence_text
 
 if TYPE_CHECKING:
     from .index import EvidenceRow

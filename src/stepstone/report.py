@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from . import message, render
+from .render_evidence import evidence_text
 from .report_history import History, read_commits, read_history
 from .report_steps import ORDER, STATE_WORDS, e, steps_html, strength_badge, value_html, when
 from .report_style import CSS
@@ -140,7 +141,7 @@ def _plan(status: RunStatus, history: History) -> str:
 
 
 def _why(step: StepStatus, status: RunStatus) -> str:
-    said = render.evidence_text(step.evidence) if step.state == "verified" else step.reason
+    said = evidence_text(step.evidence) if step.state == "verified" else step.reason
     if step.state == "pending" and not said:
         said = "not run yet"
     read = render.reads_text(status.inputs.get(step.name) or {})

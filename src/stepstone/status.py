@@ -1,6 +1,7 @@
 """Where a run stands: every step's state, decisions, unknowns, effects, the next action.
 
-The data and its JSON shape; `render` shows it to people (text, HTML, rich)."""
+The data and its JSON shape; `render` shows it to people (text, HTML, rich), and
+nothing here renders."""
 
 from __future__ import annotations
 
@@ -34,13 +35,6 @@ class StepStatus(NamedTuple):
         """`strong` (re-checkable evidence), `weak` (only a note, or the code completed)
         or None (no record)."""
         return strength(kind for _, kind, _, _ in self.evidence)
-
-    @property
-    def evidence_text(self) -> str:
-        """The step's evidence in one short line (`render.evidence_text`)."""
-        from . import render
-
-        return render.evidence_text(self.evidence)
 
 
 def _evidence_json(evidence: tuple[EvidenceRow, ...]) -> list[dict[str, Any]]:
@@ -190,15 +184,3 @@ class RunStatus:
         rest = json.dumps(self.to_json(steps=False))
         with collector_paused():
             return '{"steps": ' + self.steps_json() + ", " + rest[1:]
-
-    def render_text(self, *, every: bool = False) -> str:
-        """A plain-text status table for a terminal (`render.status_text`)."""
-        from . import render
-
-        return render.status_text(self, every=every)
-
-    def render_html(self) -> str:
-        """An HTML status table for Jupyter (`render.status_html`)."""
-        from . import render
-
-        return render.status_html(self)

@@ -7,15 +7,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput, StepstoneError
 
-if TYPE_CHECKING:
-    from .facade import Run
-
-_driven: list[Run] = []  # the run this process drives now (opened last, not closed)
-_stepping: ContextVar[Run | None] = ContextVar("stepstone_stepping", default=None)
+# Runs are held as objects: this module sits below the `Run` it keeps track of (the
+# module-level API, `opening`, types what it gets back)
+_driven: list[object] = []  # the run this process drives now (opened last, not closed)
+_stepping: ContextVar[object | None] = ContextVar("stepstone_stepping", default=None)
 
 
 @dataclass
@@ -30,7 +28,7 @@ class Trace:
 _trace: ContextVar[Trace | None] = ContextVar("stepstone_trace", default=None)
 
 
-def active_run() -> Run:
+def active_run() -> object:
     """The run whose step is running in this context, else the run this process drives
     now (opened last and not closed)."""
     stepping = _stepping.get()
@@ -43,24 +41,24 @@ def active_run() -> Run:
     return _driven[-1]
 
 
-def driven_run() -> Run | None:
+def driven_run() -> object | None:
     """The run this process drives now, if any."""
     return _driven[-1] if _driven else None
 
 
-def now_driving(run: Run) -> None:
+def now_driving(run: object) -> None:
     """`run` is the one this process drives now."""
     _driven[:] = [run]
 
 
-def let_go(run: Run) -> None:
+def let_go(run: object) -> None:
     """`run` was closed: it is no longer the one driven."""
     if _driven and _driven[-1] is run:
         _driven.clear()
 
 
 @contextmanager
-def stepping_in(run: Run, trace: Trace) -> Iterator[None]:
+def stepping_in(run: object, trace: Trace) -> Iterator[None]:
     """While the body runs, this context's steps and effects belong to `run`, and what
     it writes and reads is kept in `trace`."""
     token, traced = _stepping.set(run), _trace.set(trace)

@@ -1,14 +1,28 @@
-"""Finishing a run (its summary, committed and tagged) and reopening a finished one."""
+"""Finishing a run (its summary, committed and tagged) and reopening a finished one.
+
+The summary's text is presentation, made above the run layer: the `stepstone` package
+hands its writer down (`write_summary_with`), so this layer imports no rendering.
+"""
 
 from __future__ import annotations
 
-from .. import message, render
+from collections.abc import Callable
+
+from .. import message
 from ..errors import InvalidInput, StepstoneError
 from ..message import one_line
 from ..models import now
 from ..status import RunStatus
 from .layout import SUMMARY
 from .ledger import Ledger
+
+_summary: Callable[[RunStatus], str] | None = None  # set by the package above
+
+
+def write_summary_with(writer: Callable[[RunStatus], str]) -> None:
+    """Make `writer` the one that writes a finished run's `summary.md` from its status."""
+    global _summary
+    _summary = writer
 
 
 def finish(ledger: Ledger, status: RunStatus | None, *, force: bool) -> str:
@@ -36,7 +50,8 @@ def finish(ledger: Ledger, status: RunStatus | None, *, force: bool) -> str:
             + "; ".join(blockers)
             + ". Settle these, or finish anyway with force=True (--force)"
         )
-    text = render.summary(status)
+    assert _summary is not None, "stepstone's package hands the summary's writer down"
+    text = _summary(status)
     state.info = state.info.model_copy(update={"finished": now()})
     ledger.commit(
         {SUMMARY: text.encode()},

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import names
 from ..errors import StepstoneError
@@ -95,13 +95,13 @@ def problems_at(store: GitStore, run: str, commit: str) -> list[str]:
 
 def decided(key: str, default: Any = None) -> Any:
     """The value decided for `key` in the run this process drives, or `default`."""
-    return active.active_run().decided(key, default)
+    return _active().decided(key, default)
 
 
 def answer(unknown_id: str, default: Any = None) -> Any:
     """The answer to question `unknown_id` (`U1`) in the run this process drives, or
     `default` while it is open; a step that reads it rests on it."""
-    return active.active_run().answer(unknown_id, default)
+    return _active().answer(unknown_id, default)
 
 
 def effect(
@@ -134,7 +134,7 @@ def effect(
     keyed receiver keeps keys: an intent older than that is not retried with its key
     but raises `UnresolvedEffect`, as a retry would be a new request.
     """
-    return active.active_run().effect(
+    return _active().effect(
         name,
         do,
         keyed=keyed,
@@ -161,8 +161,13 @@ def fence_token() -> str | None:
     the store has no remote. Pass it with an effect's write: a receiver that refuses a
     token lower than one it has seen refuses a driver that was paused while another
     took the run over."""
-    run = active.active_run()
+    run = _active()
     return None if run.ledger.epoch is None else f"{run.id}:{run.ledger.epoch}"
+
+
+def _active() -> Run:
+    """The run a bare call means (see `active.active_run`)."""
+    return cast(Run, active.active_run())
 
 
 def _default_run(store: GitStore) -> str:
