@@ -278,7 +278,7 @@ class World:
             )
             shutil.copy(source.path / NOTEBOOK, path / NOTEBOOK)
         lineage = dict(source.lineage)
-        if not source.store.exists():  # nothing recorded yet: the copy's run is a run of its own
+        if not _holds(path / ".stepstone", run or source.run):  # a run of its own
             fresh = self.new_lineage()
             lineage = {i: fresh for i in range(STEPS)}
         folder = Folder(name, path, source.notebook.copy(), run or source.run, lineage)
@@ -489,6 +489,15 @@ class World:
         time.sleep(delay)
         copy = self.add_folder(folder, how)
         copy.torn = True
+        lock = copy.store / "stepstone" / "locks" / f"{folder.run}.lock"
+        ref = subprocess.run(
+            ["git", "--git-dir", str(copy.store), "rev-parse", "--verify", "-q", folder.run],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        said = lock.read_text()[:120] if lock.exists() else "no lock file"
+        copy.history.append(f"copied: ref {ref[:10] or 'missing'}, lock {said}")
         proc.communicate(timeout=300)
         copy.history.append(f"copied from {folder.name} while driven ({delay:.2f}s in)")
         return copy
@@ -624,6 +633,25 @@ class World:
             for name in names:
                 key = (folder.lineage[i], i, name)
                 assert seen[key] == 1, (folder.name, key, seen[key], self.story())
+
+
+def _holds(store: Path, run: str) -> bool:
+    """Whether a copied store holds the run, or will take it in from where it was copied
+    (its run lock names the store it came from): then the copy shares its lineage. A copy
+    taken before its original made its run makes a run of its own."""
+    if not store.exists():
+        return False
+    found = subprocess.run(
+        ["git", "--git-dir", str(store), "rev-parse", "--verify", "-q", run],
+        capture_output=True,
+        check=False,
+    )
+    lock = store / "stepstone" / "locks" / f"{run}.lock"
+    try:
+        named = bool(json.loads(lock.read_text()).get("lock"))
+    except (OSError, ValueError, AttributeError):
+        named = False
+    return found.returncode == 0 or named
 
 
 def _last_line(text: str) -> str:
