@@ -77,6 +77,16 @@ def fsck(store: Path | str) -> None:
     raise AssertionError(stderr)
 
 
+def all_objects(store: Path | str) -> bytes:
+    """Every object of a Git repository, as `git cat-file --batch` prints them."""
+    return subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"],
+        cwd=store,
+        capture_output=True,
+        check=True,
+    ).stdout
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without STEPSTONE_* variables, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}

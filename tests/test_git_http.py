@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import fsck, git, stepstone_cli
+from conftest import all_objects, fsck, git, stepstone_cli
 from gitserver import PASSWORD, GitServer
 
 import stepstone
@@ -40,14 +40,8 @@ def _cli(*args: str, cwd: Path, server: GitServer) -> subprocess.CompletedProces
 
 def _everything_in(store: Path) -> bytes:
     """Every object of a repository, and every file of its Git directory, as bytes."""
-    objects = subprocess.run(
-        ["git", "cat-file", "--batch-all-objects", "--batch"],
-        cwd=store,
-        capture_output=True,
-        check=True,
-    ).stdout
     files = b"".join(p.read_bytes() for p in store.rglob("*") if p.is_file())
-    return objects + files
+    return all_objects(store) + files
 
 
 def test_push_clone_lease_and_fence_over_http_with_basic_auth(tmp_path: Path, server: GitServer):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import stepstone_cli
+from conftest import all_objects, stepstone_cli
 from IPython.core.interactiveshell import InteractiveShell
 from nbformat.v4 import new_code_cell, new_notebook
 
@@ -141,13 +141,7 @@ def test_the_working_folder_and_variables_a_step_set_come_back(ip: InteractiveSh
         os.environ.pop("REGION", None)
         if "/opt/helpers" in sys.path:
             sys.path.remove("/opt/helpers")
-    store = (workdir / ".stepstone").as_posix()
-    import subprocess
-
-    objects = subprocess.run(
-        ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=store, capture_output=True
-    ).stdout
-    assert b"not-kept-9f2" not in objects
+    assert b"not-kept-9f2" not in all_objects(workdir / ".stepstone")
 
 
 def test_a_generator_made_in_a_plain_cell_and_advanced_by_steps_draws_as_it_would_have(

@@ -1,10 +1,9 @@
 """Credentials planted everywhere never reach the repository; foreign artifacts are checked."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import git, stepstone_cli
+from conftest import all_objects, git, stepstone_cli
 from IPython.core.interactiveshell import InteractiveShell
 from test_records import _commit_edit
 
@@ -12,13 +11,7 @@ import stepstone
 
 
 def _all_objects_text(store: Path) -> str:
-    done = subprocess.run(
-        ["git", "cat-file", "--batch-all-objects", "--batch"],
-        cwd=store,
-        capture_output=True,
-        check=True,
-    )
-    return done.stdout.decode(errors="replace")
+    return all_objects(store).decode(errors="replace")
 
 
 def test_planted_credentials_appear_in_no_object(workdir: Path, monkeypatch, capsys):
