@@ -188,3 +188,15 @@ def test_an_edited_plain_cell_makes_the_steps_that_read_it_stale(workdir: Path):
     assert again.returncode == 0, again.stderr
     assert "first: skipped" in again.stderr and "report: done" in again.stderr
     assert (workdir / "out.txt").read_text() == "us"  # it said eu: the step was skipped
+
+
+def test_a_large_value_of_a_plain_cell_is_not_fingerprinted_at_every_step():
+    import numpy as np
+
+    from stepstone.kernelsession import PLAIN_LIMIT, _state_print
+
+    small, large = np.zeros(1000), np.zeros(PLAIN_LIMIT // 8 + 1)
+    assert _state_print(small) is not None
+    assert _state_print(large) is None
+    assert _state_print(list(range(10))) is not None
+    assert _state_print(b"x" * (PLAIN_LIMIT + 1)) is None  # by its pickle's size

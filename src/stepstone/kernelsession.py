@@ -168,10 +168,14 @@ def _plain_values(
     }
 
 
+PLAIN_LIMIT = 16 << 20  # bytes: a larger value of a plain cell is not watched per step
+
+
 def _state_print(value: Any) -> str | None:
     """A fingerprint of a value's state, to tell whether a cell changed it in place: a
     random generator's state, an array's or frame's content, else its pickle's; None
-    when there is none to take."""
+    when there is none to take, or the value is too large to take one at every step
+    (`PLAIN_LIMIT`: a big frame a plain cell loaded is read, not hashed, by each step)."""
     state = getattr(getattr(value, "bit_generator", value), "state", None)  # NumPy's
     if state is None and hasattr(value, "getstate"):  # random.Random
         try:
@@ -181,9 +185,15 @@ def _state_print(value: Any) -> str | None:
     try:
         if state is not None:
             return hashlib.sha256(pickle.dumps(state)).hexdigest()
+        size = getattr(value, "nbytes", None)  # an array's
+        if size is None and hasattr(value, "memory_usage"):  # a frame's or Series'
+            size = int(value.memory_usage(index=True).sum())
+        if size is not None and size > PLAIN_LIMIT:
+            return None
         found = namespace.fingerprint(value)
         if found is not None:
             return found
-        return hashlib.sha256(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return None if len(data) > PLAIN_LIMIT else hashlib.sha256(data).hexdigest()
     except Exception:
         return None
