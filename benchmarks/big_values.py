@@ -11,7 +11,12 @@ a new process's skip of the same `%%step` in a real IPython shell (native: the l
 joblib's `dump`/`load` (what `joblib.Memory` stores a result with; `pip install -e
 ".[bench]"`) is measured beside them when installed.
 
+A "strframe" is a frame as people have them: int ids, floats, unique string labels
+and a city from 8 values (pandas 3 gives the strings its Arrow-backed `str` dtype).
+Feather (Arrow IPC, uncompressed) is measured beside Parquet for frames.
+
     python benchmarks/big_values.py [--mb 200] [--rounds 3] [--huge-mb 1024]
+        [--what array,frame,strframe]
 """
 
 from __future__ import annotations
@@ -66,6 +71,17 @@ def _make(what: str, mb: int) -> Any:
         return rng.random(n)
     import pandas as pd
 
+    if what == "strframe":  # ids, floats, unique labels and a city of 8: ~56 bytes a row
+        rows = mb * (1 << 20) // 56
+        cities = np.array(["Paris", "Lyon", "Berlin", "Madrid", "Rome", "Oslo", "Lima", "Quito"])
+        return pd.DataFrame(
+            {
+                "id": np.arange(rows, dtype=np.int64),
+                "value": rng.random(rows),
+                "label": [f"label-{i:010d}" for i in range(rows)],
+                "city": cities[rng.integers(0, 8, rows)],
+            }
+        )
     return pd.DataFrame({f"c{i}": rng.random(n // 5) for i in range(5)})
 
 
@@ -79,6 +95,8 @@ def _child(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
     import pandas as pd
 
     native = folder / ("value.npy" if what == "array" else "value.parquet")
+    if kind.startswith("feather"):
+        return _feather(kind, what, mb, folder)
     if kind.startswith("joblib"):
         return _joblib(kind, what, mb, folder)
     value = _make(what, mb) if kind.endswith("save") else None
@@ -115,7 +133,7 @@ def _child(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
         seconds = time.perf_counter() - start
     if kind.startswith("stepstone"):
         magics = ip.magics_manager.registry["StepstoneMagics"]
-        record = magics.run.records["big"]
+        record = magics.session.run.records["big"]
         skipped = kind == "stepstone-load"
         assert "a" in record.outputs, "the step saved no value"
         if skipped:
@@ -144,6 +162,25 @@ def _joblib(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
     return {"seconds": seconds, "extra": (rss.peak - rss.base) / _nbytes(value)}
 
 
+def _feather(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
+    """Arrow IPC (Feather v2, uncompressed), the other native format of a frame."""
+    import pandas as pd
+
+    path = folder / f"{what}.feather"
+    value = _make(what, mb) if kind == "feather-save" else None
+    with _PeakRss() as rss:
+        start = time.perf_counter()
+        if value is not None:
+            value.to_feather(path, compression="uncompressed")
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        else:
+            value = pd.read_feather(path)
+        seconds = time.perf_counter() - start
+    return {"seconds": seconds, "extra": (rss.peak - rss.base) / _nbytes(value)}
+
+
 def _run_child(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, __file__, "--child", kind, "--what", what, "--mb", str(mb), str(folder)],
@@ -164,6 +201,9 @@ def _measure(what: str, mb: int, rounds: int) -> dict[str, list[dict[str, float]
         if _has_joblib():
             kinds[2:2] = ["joblib-save"]
             kinds.append("joblib-load")
+        if what != "array":
+            kinds[2:2] = ["feather-save"]
+            kinds.append("feather-load")
         for kind in kinds:
             results.setdefault(kind, []).append(_run_child(kind, what, mb, folder))
         subprocess.run(["rm", "-rf", str(folder)], check=True)
@@ -199,7 +239,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--huge-mb", type=int, default=1024, help="0: skip the 1 GB rows")
     parser.add_argument("--child")
-    parser.add_argument("--what", default="array")
+    parser.add_argument("--what", default="array,frame,strframe", help="which values")
     parser.add_argument("folder", nargs="?")
     args = parser.parse_args()
     if args.child:
@@ -208,14 +248,16 @@ def main() -> None:
     print(f"median of {args.rounds} rounds in turns, each call in a fresh process")
     print("| value, operation | this s | native s | ratio | extra memory × value | native × |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for what in ("array", "frame"):
+    values = args.what.split(",")
+    for what in values:
         results = _measure(what, args.mb, args.rounds)
         for op in ("save", "load"):
             print(_row(f"{args.mb} MB {what}", results, op), flush=True)
-            if f"joblib-{op}" in results:
-                print(_row(f"  peer joblib.dump/load: {what}", results, op, "joblib"), flush=True)
+            for peer, label in (("feather", "to_feather/read_feather"), ("joblib", "joblib")):
+                if f"{peer}-{op}" in results:
+                    print(_row(f"  peer {label}: {what}", results, op, peer), flush=True)
     if args.huge_mb:
-        for what in ("array", "frame"):
+        for what in values:
             results = _measure(what, args.huge_mb, 1)
             for op in ("save", "load"):
                 print(_row(f"{args.huge_mb} MB {what}", results, op), flush=True)

@@ -54,7 +54,7 @@ def main() -> None:
             start = time.perf_counter()
             ip.run_cell_magic("step", name, cell)
             saving[what].append(time.perf_counter() - start)
-            record = magics.run.records[name]
+            record = magics.session.run.records[name]
             sizes[what] = sum(a.size for a in record.outputs.values())
     restoring: dict[str, list[float]] = {k: [] for k in CELLS}
     ip.run_line_magic("resume", "--run bench")

@@ -630,7 +630,6 @@ def test_arrays_inside_containers_come_back_exact(arrays: list[np.ndarray]):
 def test_a_numeric_frames_fingerprint_follows_its_cells_index_and_dtypes():
     frame = pd.DataFrame({"a": np.arange(5.0), "b": np.arange(5)})
     first = namespace.fingerprint(frame)
-    assert namespace._numeric_columns(frame)  # the fast path is the one tested
     assert namespace.fingerprint(frame.copy()) == first
     changed = frame.copy()
     changed.iloc[2, 1] = 7
@@ -638,3 +637,26 @@ def test_a_numeric_frames_fingerprint_follows_its_cells_index_and_dtypes():
     assert namespace.fingerprint(frame.set_axis(range(1, 6))) != first
     assert namespace.fingerprint(frame.astype({"b": "int32"})) != first
     assert namespace.fingerprint(frame.rename(columns={"a": "c"})) != first
+
+
+@pytest.mark.parametrize(
+    "column, other",
+    [
+        (["a", "b", None], "z"),  # pandas' str (Arrow-backed)
+        (pd.Categorical(["x", "y", "x"], categories=["y", "x", "w"]), "w"),
+        (pd.array([1, None, 3], dtype="Int64"), 9),
+        (pd.date_range("2024-01-01", periods=3, tz="Europe/Paris"), pd.Timestamp("2020", tz="UTC")),
+        (pd.array([1, None, 3], dtype="int64[pyarrow]"), 9),
+        ([1, "mixed", None], "z"),  # object: pandas' own hash
+    ],
+)
+def test_a_frames_fingerprint_follows_every_kind_of_column_and_index(column, other):
+    frame = pd.DataFrame({"c": column, "n": np.arange(3)}, index=pd.Index(["p", "q", "r"]))
+    first = namespace.fingerprint(frame)
+    assert first is not None and namespace.fingerprint(frame.copy()) == first
+    changed = frame.copy()
+    changed.iloc[1, 0] = other
+    assert namespace.fingerprint(changed) != first
+    assert namespace.fingerprint(frame.set_axis(["p", "q", "s"])) != first
+    multi = frame.set_index(["n"], append=True)
+    assert namespace.fingerprint(multi) != namespace.fingerprint(multi.rename(index={"r": "t"}))

@@ -2,12 +2,14 @@
 
 A NumPy array of `THRESHOLD` bytes or more is written as `.npy` straight from its
 own memory (the header, then the array's buffer in `CHUNK`-sized views: no copy),
-a pandas DataFrame as Parquet through a scratch file beside the store's packs
+a pandas DataFrame as Arrow IPC when its schema proves the round trip exact
+(`arrowframes`), else as Parquet through a scratch file beside the store's packs
 (checked to come back equal, as every Parquet value is). Both go to a sink that
 hashes while it writes (`store.bigblobs`). The bytes are exactly those the small
 path (`artifacts.encode`) makes, so a value's sha256 does not depend on the path.
-Loading reads the `.npy` buffer straight into a new array, and Parquet through a
-seekable file over the stored blob (a plain frame column by column: `plainframes`).
+Loading reads the `.npy` buffer straight into a new array, Arrow IPC a column at a
+time, and Parquet through a seekable file over the stored blob (a plain frame column
+by column: `plainframes`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from . import artifacts, plainframes
+from . import arrowframes, artifacts, plainframes
 
 THRESHOLD = 1 << 20  # values this big (in memory) take the streaming path
 CHUNK = 16 << 20
-FORMATS = frozenset({"npy", "parquet"})
+FORMATS = frozenset({"npy", "parquet", arrowframes.FORMAT})
 
 
 class Written(Protocol):
@@ -69,7 +71,33 @@ def save(value: Any, store: BigStore) -> tuple[str, Written] | None:
     if type(value).__name__ == "ndarray":
         header, size, chunks = _npy_parts(value)
         return "npy", _drain(store.sink(size), [header], chunks)
+    table = arrowframes.table_of(value)
+    if table is not None:
+        sink = store.sink(arrowframes.size(table))
+        try:
+            arrowframes.write(table, sink.write)
+        except BaseException:
+            sink.abort()
+            raise
+        return arrowframes.FORMAT, sink.close()
     return _save_parquet(value, store)
+
+
+def sha256_as(fmt: str, value: Any) -> str | None:
+    """The sha256 of big `value` saved as `fmt` (`npy` or `arrow`), without keeping
+    the bytes; None when it is not saved that way."""
+    import hashlib
+
+    if fmt == "npy" and type(value).__name__ == "ndarray":
+        return npy_sha256(value)
+    if fmt == arrowframes.FORMAT:
+        table = arrowframes.table_of(value)
+        if table is None:
+            return None
+        digest = hashlib.sha256()
+        arrowframes.write(table, digest.update)
+        return digest.hexdigest()
+    return None
 
 
 def npy_sha256(value: Any) -> str:
@@ -199,6 +227,8 @@ def load(fmt: str, reader: io.RawIOBase, size: int) -> Any:
     """The value saved as `fmt` in the `size` bytes `reader` gives."""
     if fmt == "npy":
         return _load_npy(reader, size)
+    if fmt == arrowframes.FORMAT:
+        return arrowframes.read(reader)
     if fmt == "parquet":
         import pandas as pd
 

@@ -319,30 +319,67 @@ def fingerprint(value: Any) -> str | None:
                 getattr(index, "freq", None),
             )
             digest = hashlib.sha256(pickle.dumps(shape))
-            if cls.__name__ == "Series" or not _numeric_columns(value):
-                digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
-                return digest.hexdigest()
             if type(index) is pd.RangeIndex:
                 digest.update(repr((index.start, index.stop, index.step)).encode())
             else:
-                digest.update(pd.util.hash_pandas_object(index).to_numpy().tobytes())
-            for _, column in value.items():  # each column's memory, as it is: no copy
-                digest.update(memoryview(column.to_numpy(copy=False)).cast("B"))
+                _hash_into(digest, index)
+            columns = [value] if cls.__name__ == "Series" else [c for _, c in value.items()]
+            for column in columns:
+                _hash_into(digest, column)
             return digest.hexdigest()
     except (TypeError, ValueError, pickle.PicklingError):
         return None
     return None
 
 
-def _numeric_columns(frame: Any) -> bool:
-    """Whether every column of `frame` is a contiguous NumPy number or bool column."""
-    for _, column in frame.items():
-        kind = getattr(column.dtype, "kind", "O")
-        if not type(column.dtype).__module__.startswith("numpy") or kind not in "biuf":
-            return False
-        if not column.to_numpy(copy=False).flags.c_contiguous:
-            return False
-    return True
+def _hash_into(digest: Any, values: Any) -> None:
+    """Add a column's or an index's content to `digest`: its memory as it is, without a
+    copy, where its array keeps it in buffers (NumPy, Arrow, masked, categorical);
+    else pandas' own hash of its values."""
+    import pandas as pd
+
+    if isinstance(values, pd.MultiIndex):
+        for level in values.levels:
+            _hash_into(digest, level)
+        for codes in values.codes:
+            _hash_into(digest, codes)
+        return
+    parts = _buffers(getattr(values, "array", values))
+    if parts is None:
+        digest.update(pd.util.hash_pandas_object(values, index=False).to_numpy().tobytes())
+        return
+    for part in parts:
+        digest.update(part)
+
+
+def _buffers(array: Any) -> list[Any] | None:
+    """The memory that holds `array`'s values, in pieces; None when it has no such."""
+    import numpy as np
+
+    if isinstance(array, np.ndarray):
+        if array.dtype.hasobject:
+            return None
+        flat = np.ascontiguousarray(array).reshape(-1)
+        return [repr((array.dtype.str, array.shape)).encode(), flat.view(np.uint8).data]
+    inner = getattr(array, "_pa_array", None)  # an Arrow-backed column
+    if inner is not None:
+        parts: list[Any] = []
+        for chunk in inner.chunks:
+            parts.append(repr((chunk.offset, len(chunk), str(chunk.type))).encode())
+            arrays = [chunk, chunk.dictionary] if hasattr(chunk, "dictionary") else [chunk]
+            for each in arrays:
+                parts += [memoryview(b) for b in each.buffers() if b is not None]
+        return parts
+    if hasattr(array, "_data") and hasattr(array, "_mask"):  # nullable numbers and bools
+        return (_buffers(array._data) or []) + (_buffers(array._mask) or [])
+    if hasattr(array, "codes") and hasattr(array, "categories"):  # a categorical
+        codes = _buffers(np.asarray(array.codes))
+        categories = _buffers(array.categories.array)
+        return None if codes is None or categories is None else codes + categories
+    ndarray = getattr(array, "_ndarray", None)  # datetimes (with a time zone), timedeltas
+    if isinstance(ndarray, np.ndarray):
+        return _buffers(ndarray)
+    return None
 
 
 class Seen:

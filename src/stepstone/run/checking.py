@@ -3,13 +3,14 @@ outputs, and the run's status (what is verified, stale, failed, pending)."""
 
 from __future__ import annotations
 
+import io
 import shlex
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import artifacts, bigvalues, checks, dependencies, effects, names, trust
+from .. import arrowframes, artifacts, bigvalues, checks, dependencies, effects, names, trust
 from ..bulk import collector_paused
 from ..effectbook import MAYBE_HAPPENED
 from ..errors import StepstoneError, StoreError
@@ -321,6 +322,8 @@ class Checker:
             raise StepstoneError(
                 f"saved output {var!r} is missing or does not match its record's size and sha256"
             )
+        if art.format == arrowframes.FORMAT:
+            return arrowframes.read(io.BytesIO(data))
         return artifacts.decode(art.format, data)
 
 

@@ -62,9 +62,9 @@ Writes = dict[str, bytes | StoredBlob | None]
 
 
 def _unchanged(value: Any, before: models.Artifact) -> bool:
-    if before.format == "npy" and bigvalues.is_big(value):
+    if before.format in ("npy", "arrow") and bigvalues.is_big(value):
         try:
-            return bigvalues.npy_sha256(value) == before.sha256
+            return bigvalues.sha256_as(before.format, value) == before.sha256
         except Exception:
             return False
     quick = artifacts.encoded_as(before.format, value)

@@ -26,10 +26,11 @@ _LOADERS = {
     "json": "json.load(open({file!r}))",
     "npy": "numpy.load({file!r})",
     "parquet": "pandas.read_parquet({file!r})",
+    "arrow": "pandas.read_feather({file!r})",
     "pickle": "pickle.load(open({file!r}, 'rb'))  # runs code: only from a store you trust",
     tagged.FORMAT: "stepstone.tagged.loads(open({file!r}, 'rb').read())",
 }
-_SUFFIXES = {"json": "json", "npy": "npy", "parquet": "parquet", "pickle": "pkl"}
+_SUFFIXES = {"json": "json", "npy": "npy", "parquet": "parquet", "arrow": "arrow", "pickle": "pkl"}
 
 
 def show(view: RunView, step: str) -> dict[str, Any]:
@@ -162,6 +163,16 @@ def _what(view: RunView, art: Artifact) -> dict[str, Any]:
             "shape": [meta.num_rows, len(columns)],
             "columns": columns,
         }
+    if art.format == "arrow":
+        import pyarrow as pa
+
+        with _seekable(view, art) as source:
+            schema = pa.ipc.open_file(source).schema
+        rows = json.loads(schema.metadata[b"stepstone"])["rows"]
+        meta = schema.pandas_metadata
+        stored = [c for c in meta["index_columns"] if isinstance(c, str)]
+        columns = [name for name in schema.names if name not in stored]
+        return {"type": "pandas.DataFrame", "shape": [rows, len(columns)], "columns": columns}
     if art.format == "pickle":
         return {"type": _pickled_class(_head(view, art, 1 << 16)) or "pickle", "loaded": False}
     data = b"".join(_chunks(view, art))
