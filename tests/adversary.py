@@ -85,7 +85,7 @@ class Notebook:
     lines, a plain cell's comment, and the run its %resume names."""
 
     names: list[str] = field(default_factory=lambda: [f"s{i}" for i in range(STEPS)])
-    said_was: set[int] = field(default_factory=set)  # steps whose line says --was
+    said_was: dict[int, str] = field(default_factory=dict)  # the --was each step says
     effect_names: dict[int, str] = field(default_factory=dict)  # renamed effects
     mode: str = "sum"
     mode_revised: bool = False
@@ -95,7 +95,7 @@ class Notebook:
     def copy(self) -> Notebook:
         return Notebook(
             list(self.names),
-            set(self.said_was),
+            dict(self.said_was),
             dict(self.effect_names),
             self.mode,
             self.mode_revised,
@@ -122,7 +122,7 @@ class Notebook:
     def step_cell(self, i: int) -> str:
         line = f"%%step {self.names[i]} --check file:out/s{i}.txt"
         if i in self.said_was:
-            line += f" --was s{i}"
+            line += f" --was {self.said_was[i]}"
         if i % 2 == 0:
             line += " --keep"
         body = [f'ran("s{i}")', f"value = previous({i}) + {i}"]
@@ -405,9 +405,10 @@ class World:
 
     def rename_step(self, folder: Folder, i: int, say_was: bool) -> None:
         nb = folder.notebook
+        was = nb.names[i]
         nb.names[i] = f"s{i}-r{self.rng.randrange(1000)}"
-        if say_was:
-            nb.said_was.add(i)
+        if say_was:  # the name it had, as its author would say
+            nb.said_was[i] = was
         nb.write(folder.path / NOTEBOOK)
         folder.history.append(f"renamed step {i} to {nb.names[i]} (--was: {say_was})")
 
@@ -579,9 +580,9 @@ class World:
                 self.settle(folder)
             elif renamed := re.search(r"If '([^']+)' is '([^']+)' renamed, say so", said):
                 step = folder.notebook.names.index(renamed.group(1))
-                folder.notebook.said_was.add(step)  # its first name: s{step}
+                folder.notebook.said_was[step] = renamed.group(2)
                 folder.notebook.write(folder.path / NOTEBOOK)
-                folder.history.append(f"said step {step} was s{step}, as told")
+                folder.history.append(f"said step {step} was {renamed.group(2)}, as told")
             elif kept := re.search(r"decision 'mode' was already made as '(\w+)'", said):
                 folder.notebook.mode, folder.notebook.mode_revised = kept.group(1), False
                 folder.notebook.write(folder.path / NOTEBOOK)
@@ -637,8 +638,9 @@ class World:
 
 def _holds(store: Path, run: str) -> bool:
     """Whether a copied store holds the run, or will take it in from where it was copied
-    (its run lock names the store it came from): then the copy shares its lineage. A copy
-    taken before its original made its run makes a run of its own."""
+    (its run lock names the store it came from, or it is a clone, whose `origin` does):
+    then the copy shares its lineage. A copy taken before its original made its run,
+    with nothing that names the original, makes a run of its own."""
     if not store.exists():
         return False
     found = subprocess.run(
@@ -651,7 +653,12 @@ def _holds(store: Path, run: str) -> bool:
         named = bool(json.loads(lock.read_text()).get("lock"))
     except (OSError, ValueError, AttributeError):
         named = False
-    return found.returncode == 0 or named
+    origin = subprocess.run(
+        ["git", "--git-dir", str(store), "config", "--get", "remote.origin.url"],
+        capture_output=True,
+        check=False,
+    )
+    return found.returncode == 0 or named or bool(origin.stdout.strip())
 
 
 def _last_line(text: str) -> str:
