@@ -411,12 +411,9 @@ def test_a_reader_of_a_renamed_step_is_not_tied_to_a_new_step_that_took_its_old_
         return [entry["subject"] for entry in json.loads(done.stdout)]
 
     # each step's log has its own commits: fetch's under its old name, not the new load's
-    assert logged("load") == ["step 3 load: confirmed", "plan: update step 3 load"]
-    assert logged("fetch") == [
-        "plan: update step 1 fetch",
-        "step 1 load: confirmed",
-        "plan: update step 1 load",
-    ]
+    # a step's plan entry rides in its first commit: one commit a step
+    assert logged("load") == ["step 3 load: confirmed"]
+    assert logged("fetch") == ["plan: update step 1 fetch", "step 1 load: confirmed"]
 
 
 def test_a_step_cell_compiles_as_a_plain_cell_does(ip, workdir: Path):
@@ -599,3 +596,27 @@ def test_a_failed_attempt_does_not_put_back_a_value_a_step_before_changed_throug
     assert ip.user_ns["t"] == 6.0  # as one run top to bottom: double's change stands
     for name in ("np", "a", "b", "t"):
         ip.user_ns.pop(name, None)
+
+
+def _commits(workdir: Path) -> int:
+    return int(git("rev-list", "--count", "--all", cwd=workdir / ".stepstone").strip())
+
+
+def test_a_step_a_plan_names_costs_one_commit_as_an_unplanned_one_does(ip, workdir: Path):
+    ip.run_line_magic("resume", "--run planned")
+    ip.run_cell_magic("plan", "", '["a", "b", "c"]')
+    planned = _commits(workdir)
+    for name in "abc":
+        ip.run_cell_magic("step", f"{name} --check expr:True", f"x_{name} = 1")
+    assert _commits(workdir) - planned == 3
+    with stepstone.open_run("api", drive=True) as run:
+        run.set_plan([{"name": "p", "checks": ["expr:True"]}, "q"])
+        planned = _commits(workdir)
+        run.step("p", lambda: 1, checks=["expr:True"])
+        run.step("q", lambda: 2)
+    assert _commits(workdir) - planned == 2
+    subjects = git("log", "--format=%s", "api", cwd=workdir / ".stepstone").split("\n")
+    assert not [s for s in subjects if s.startswith("plan: update")]
+    with stepstone.open_run("api", drive=False) as reader:  # the entries were committed
+        assert [s.state for s in reader.status().steps] == ["verified", "verified"]
+        assert reader.plan.steps[0].checks == ("expr:True",)

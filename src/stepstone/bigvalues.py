@@ -241,6 +241,13 @@ def load(fmt: str, reader: io.RawIOBase, size: int) -> Any:
     raise ValueError(f"no streaming load for {fmt!r}")
 
 
+def decode(fmt: str, data: bytes) -> Any:
+    """A value saved by either path, from its bytes (read whole: a blob Git re-packed)."""
+    if fmt == arrowframes.FORMAT:
+        return arrowframes.read(io.BytesIO(data))
+    return artifacts.decode(fmt, data)
+
+
 def _load_npy(reader: io.RawIOBase, size: int) -> Any:
     import numpy as np
 

@@ -3,14 +3,13 @@ outputs, and the run's status (what is verified, stale, failed, pending)."""
 
 from __future__ import annotations
 
-import io
 import shlex
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import arrowframes, artifacts, bigvalues, checks, dependencies, effects, names, trust
+from .. import artifacts, bigvalues, checks, dependencies, effects, names, trust
 from ..bulk import collector_paused
 from ..effectbook import MAYBE_HAPPENED
 from ..errors import StepstoneError, StoreError
@@ -322,9 +321,7 @@ class Checker:
             raise StepstoneError(
                 f"saved output {var!r} is missing or does not match its record's size and sha256"
             )
-        if art.format == arrowframes.FORMAT:
-            return arrowframes.read(io.BytesIO(data))
-        return artifacts.decode(art.format, data)
+        return bigvalues.decode(art.format, data)
 
 
 def _streamed(state: RunState, path: str, art: Artifact) -> Any:

@@ -174,12 +174,15 @@ class Planner:
         if existing == wanted:
             return existing
         state.put_step(wanted)
-        if existing is None and name not in state.records and not in_place:
-            # a new step commits nothing yet: its entry rides in the step's first commit
-            # (its record, or its effects' intent), so a step costs one commit
+        renaming = in_place or (existing is not None and renamed_from != existing.renamed_from)
+        if name not in state.records and not renaming:
+            # a step that has not run commits nothing yet: its entry (new, or filled in
+            # from a plan that named it) rides in the step's first commit (its record, or
+            # its effects' intent), so a step costs one commit, planned or not
+            if existing is not None:
+                self.notes.append(f"step {number} {name} changed since it was planned")
             self.ledger.pending[plan_path(number)] = dump(wanted)
             return wanted
-        renaming = in_place or (existing is not None and renamed_from != existing.renamed_from)
         moved = self._moved_records([wanted], list(state.steps)) if renaming else []
         writes: dict[str, bytes | None] = {plan_path(number): dump(wanted)}
         self._apply_moves(moved, writes)
