@@ -109,6 +109,8 @@ def test_every_power_cut_leaves_a_store_that_opens_and_forgets_nothing(
     print(json.dumps({k: v for k, v in report.items() if k != "violations"}))
     assert report["states checked"] == power_states, report
     assert not report["violations"], "\n".join(report["violations"][:5])
+    if power_states >= 300:  # an index is not flushed: some cuts lose one after its commit
+        assert any("index rebuilt" in kind for kind in report["outcomes"]), report["outcomes"]
 
 
 def test_the_checker_finds_what_a_store_without_flushes_loses(tmp_path: Path):

@@ -101,6 +101,8 @@ def _open_and_check(outcome: Outcome, marks: list[str]) -> None:
     status = json.loads(said[said.index("{") :])
     if any("torn pack" in note for note in status["notes"]):
         outcome.kind += "+torn"
+    if any("rebuilt the index" in note for note in status["notes"]):
+        outcome.kind += "+index rebuilt"
     steps = {s["name"]: s["state"] for s in status["steps"]}
     effects = {e["key"] for e in status["effects"]}
     decisions = {d["key"] for d in status["decisions"]}

@@ -151,7 +151,7 @@ class BlobSink:
             handle.write(format_index([(oid, self._crc, 12)], digest))
         os.replace(tmp_index, f"{name}.idx")
         if self._unflushed is not None:
-            self._unflushed.add(f"{name}.pack", f"{name}.idx")
+            self._unflushed.add(f"{name}.pack")  # the index is not flushed: see `torn`
         return StoredBlob(oid.hex(), self._sha256.hexdigest(), self._size)
 
     def abort(self) -> None:

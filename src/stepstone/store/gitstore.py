@@ -145,6 +145,8 @@ class GitStore:
     def clear_leftovers(self, run: str, *, locks: bool = True, always: bool = False) -> list[str]:
         """Clear what a crash left: torn packs (`torn`); with `locks` (run lock held), ref locks."""
         said = torn.clear(self.git_dir, needed=self._objects.reachable_commits, always=always)
+        if said:  # libgit2 keeps the packs it has listed: have it list them afresh
+            self._repo.free()
         stale = self._refs.clear_stale_locks(run) if locks else []
         return said + [f"removed a stale lock {p.name} left by a killed process" for p in stale]
 

@@ -189,9 +189,10 @@ class PackWriter:
         index = format_index(
             ((o.oid, o.crc, at) for o, at in zip(objects, offsets, strict=True)), sha
         )
-        # the .pack before its .idx: readers find a pack through its index
+        # the .pack before its .idx: readers find a pack through its index, which is not
+        # flushed (derived data: a power cut that tears it has it rebuilt, see `torn`)
         self._install(f"{name}.pack", pack)
-        self._install(f"{name}.idx", index)
+        self._install(f"{name}.idx", index, flush=False)
         self._undeltified.add(name)
         if self._packs is not None:
             self._packs[name] = len(pack)
@@ -214,14 +215,14 @@ class PackWriter:
             os.makedirs(self.pack_dir, exist_ok=True)
         return os.open(tmp, flags, 0o444), tmp
 
-    def _install(self, filename: str, data: bytes) -> None:
+    def _install(self, filename: str, data: bytes, *, flush: bool = True) -> None:
         fd, tmp = self._create_tmp()
         try:
             os.write(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, f"{self.pack_dir}/{filename}")
-        if self.unflushed is not None:
+        if flush and self.unflushed is not None:
             self.unflushed.add(f"{self.pack_dir}/{filename}")
 
     def scan(self) -> dict[str, int]:
@@ -346,7 +347,7 @@ class PackWriter:
         os.replace(tmp, f"{self.pack_dir}/{name}.pack")
         if self.unflushed is not None:
             self.unflushed.add(f"{self.pack_dir}/{name}.pack")
-        self._install(f"{name}.idx", format_index(triples, digest))
+        self._install(f"{name}.idx", format_index(triples, digest))  # flushed: it replaces
         assert self._packs is not None
         self._packs[name] = at + 20  # header and entries, then the checksum
         self._undeltified.add(name)

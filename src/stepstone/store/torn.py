@@ -11,10 +11,16 @@ A pack is torn when its index does not hold together (size, magic, checksum) or
 does not match the pack (object count, trailer, the last offset, its hash end to
 end: bytes can be lost in the middle of a pack whose trailer survived).
 
-Only a power cut tears a pack, and a power cut means a new boot: packs are checked
-on the first open after the machine started again (or in a store copied from
-another machine: the boot id recorded in `<git dir>/stepstone/checked-boot`
-differs), and by every `stepstone repair`. Otherwise nothing is read.
+A pack's index is derived data, and not flushed with its commit (only the pack,
+its folder and the ref's lock file are): a power cut after the commit may leave the
+pack whole and its index torn or empty. Such an index is rebuilt from its pack
+(`git index-pack`) before anything is set aside.
+
+Only a power cut tears a pack or loses an index, and a power cut means a new boot:
+packs are checked on the first open after the machine started again (or in a store
+copied from another machine: the boot id recorded in
+`<git dir>/stepstone/checked-boot` differs), and by every `stepstone repair`.
+Otherwise nothing is read.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import hashlib
 import os
 import struct
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -136,22 +143,88 @@ def clear(git_dir: Path, *, needed: Callable[[], set[bytes]], always: bool = Fal
     with contextlib.suppress(OSError):
         if not always and boot and marker.read_text() == boot:
             return []
+    try:
+        rebuilt = rebuild_indexes(git_dir)
+    except OSError:
+        rebuilt = []
+    said = [f"rebuilt the index of pack {name} (a power cut lost it)" for name in rebuilt]
     found = torn_packs(git_dir, needed=needed)
     try:
         moved = set_aside(git_dir, found)
         if boot:
             write_atomic(marker, boot.encode())
     except OSError:
-        return [
+        return said + [
             f"torn pack {name} (left by a power cut; no run needs it): "
             "`stepstone repair` on a writable copy sets it aside"
             for name in found
         ]
-    return [
+    return said + [
         f"set aside torn pack {name} (left by a power cut; no run needs it) in "
         f"{git_dir}/stepstone/damaged/packs"
         for name in moved
     ]
+
+
+def rebuild_indexes(git_dir: Path) -> list[str]:
+    """Rebuild the index of every pack that is whole (its trailer is the hash of its
+    bytes) but whose index is torn, empty or missing; the packs whose index was rebuilt.
+    Needs `git` (without it, such a pack is left to `torn_packs`)."""
+    folder = git_dir / "objects" / "pack"
+    try:
+        names = sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".pack"))
+    except OSError:
+        return []
+    rebuilt = []
+    for name in names:
+        pack = folder / f"{name}.pack"
+        if _sound(pack, _index(folder / f"{name}.idx")) or not _whole(pack):
+            continue
+        tmp = folder / f"tmp_idx_stepstone_{os.getpid()}"
+        try:
+            subprocess.run(
+                ["git", "index-pack", "-o", str(tmp), str(pack)],
+                cwd=git_dir,
+                capture_output=True,
+                check=True,
+            )
+        except (OSError, subprocess.CalledProcessError):
+            tmp.unlink(missing_ok=True)
+            continue
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, folder / f"{name}.idx")
+        rebuilt.append(name)
+    if rebuilt:
+        fsync_dir(folder)
+    return rebuilt
+
+
+def _whole(pack_path: Path) -> bool:
+    """Whether a pack holds together on its own: its header, and a trailer that is the
+    hash of everything before it."""
+    try:
+        with open(pack_path, "rb") as pack:
+            size = os.fstat(pack.fileno()).st_size
+            if size < 32:
+                return False
+            summed = hashlib.sha1()
+            left = size - 20
+            while left > 0:
+                chunk = pack.read(min(left, 1 << 20))
+                if not chunk:
+                    return False
+                summed.update(chunk)
+                left -= len(chunk)
+            trailer = pack.read(20)
+            pack.seek(0)
+            header = pack.read(4)
+    except OSError:
+        return False
+    return header == b"PACK" and trailer == summed.digest()
 
 
 def _boot_id() -> str:
