@@ -554,8 +554,8 @@ class World:
         self.counts["retention expired"] += 1
 
     def typo(self, folder: Folder) -> None:
-        if not folder.store.exists() or folder.run != RUN:
-            return
+        if not _holds_the_run(folder.store, RUN) or folder.run != RUN:
+            return  # no run 'job' yet: 'jbo' is no typo of anything
         done = self.cli(folder, "run", NOTEBOOK, "--run", "jbo")
         assert done.returncode == 2 and "did you mean --run job" in done.stderr, done.stderr
         self.counts["typos refused"] += 1
@@ -634,6 +634,18 @@ class World:
             for name in names:
                 key = (folder.lineage[i], i, name)
                 assert seen[key] == 1, (folder.name, key, seen[key], self.story())
+
+
+def _holds_the_run(store: Path, run: str) -> bool:
+    """Whether `store` has a ref of `run`."""
+    if not store.exists():
+        return False
+    found = subprocess.run(
+        ["git", "--git-dir", str(store), "rev-parse", "--verify", "-q", run],
+        capture_output=True,
+        check=False,
+    )
+    return found.returncode == 0
 
 
 def _holds(store: Path, run: str) -> bool:

@@ -593,3 +593,23 @@ def test_a_copy_torn_by_a_commit_made_while_it_was_copied_is_mended_by_its_origi
     assert done.returncode == 0, done.stderr
     fsck(copy / ".stepstone")
     assert [line.split()[0] for line in sent.read_text().splitlines()] == ["e1", "e2", "e3", "e4"]
+
+
+def test_settling_a_copy_clears_the_ref_lock_a_killed_commit_left_before_taking_in(
+    tmp_path: Path,
+):
+    from stepstone.run.copies import settle_now
+    from stepstone.store import GitStore
+
+    original, copy, _ = _copied_while_driven(tmp_path)
+    store = copy / ".stepstone"
+    behind = GitStore(store, create=False).tip("job")
+    lock = store / "refs" / "heads" / "job.lock"
+    lock.write_text(f"{behind}\n")  # what a writer killed between lock and rename leaves
+    notes = settle_now(GitStore(store, create=False), "job")
+    assert any("stale lock" in note for note in notes)
+    assert any("took in run 'job'" in note for note in notes)
+    assert GitStore(store, create=False).tip("job") == GitStore(
+        original / ".stepstone", create=False
+    ).tip("job")
+    assert not lock.exists()

@@ -222,8 +222,8 @@ def settle_now(store: GitStore, run: str) -> list[str]:
     it takes: before a kernel opens it, so that a refusal is the command's, not a cell's."""
     lock = run_lock(store, run, holder_identity())
     lock.acquire()
-    try:
-        return take_turns(store, run, lock)
+    try:  # first what a killed writer left here (a ref's lock file), as a driver does
+        return store.clear_leftovers(run) + take_turns(store, run, lock)
     finally:
         lock.release()
 
