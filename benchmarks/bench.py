@@ -3,6 +3,7 @@
     python benchmarks/bench.py                      # sizes 0, 1,000, 10,000 (a few minutes)
     python benchmarks/bench.py --sizes 0,1000,10000,100000
     python benchmarks/bench.py --steps 10000        # also time 10,000 real steps in a row
+    python benchmarks/bench.py --planned            # %%step after a %%plan of names
 
 Prints two tables. The first: the floor (an atomic fsync'd write of a 300-byte
 record), SQLite's durable insert, raw Git bindings committing one small file
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import queue
 import shutil
@@ -262,21 +264,26 @@ def stepstone_incremental(tmp: Path) -> tuple[Sampler, Callable[[], None]]:
     return (lambda i: run.step(f"s{i + 10}", lambda: None) and None), run.close
 
 
-def stepstone_magic(tmp: Path) -> tuple[Sampler, Callable[[], None]]:
+def stepstone_magic(tmp: Path, planned: int = 0) -> tuple[Sampler, Callable[[], None]]:
     """What `%%step` adds to a cell in a real IPython shell, no notebook file (so the
-    plan is incremental): a `%%step NAME` cell of `x = 1  # cell i` less the same plain cell,
-    the two timed in turns (each cell's code its own, as in a notebook); in ms."""
+    plan is incremental, or, with `planned`, a `%%plan` listing that many names): a
+    `%%step NAME` cell of `x = 1  # cell i` less the same plain cell, the two timed in
+    turns (each cell's code its own, as in a notebook); in ms."""
     import io
 
     from IPython.core.interactiveshell import InteractiveShell
 
-    folder = tmp / "magic"
+    folder = tmp / ("planned" if planned else "magic")
     folder.mkdir()
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "stepstone")
     quiet = contextlib.redirect_stdout(io.StringIO())
     with quiet:
-        ip.run_line_magic("resume", f"--run magic --repo {folder / 'store'}")
+        name = "planned" if planned else "magic"
+        ip.run_line_magic("resume", f"--run {name} --repo {folder / 'store'}")
+        if planned:
+            names = [f"m{i + 10}" for i in range(planned)]
+            ip.run_cell_magic("plan", "", json.dumps(names))
 
     def one(i: int) -> float:
         with quiet:
@@ -578,6 +585,9 @@ def main() -> None:
     )
     parser.add_argument("--no-gc", action="store_true", help="skip `git gc` of the sized runs")
     parser.add_argument(
+        "--planned", action="store_true", help="the %%step row after a %%plan that lists names"
+    )
+    parser.add_argument(
         "--no-auto-gc",
         action="store_true",
         help="no background `git gc --auto` during the steps in a row (gc.auto=0)",
@@ -599,7 +609,7 @@ def main() -> None:
         closers.append(close)
         incremental, close = stepstone_incremental(tmp)
         closers.append(close)
-        magic, close = stepstone_magic(tmp)
+        magic, close = stepstone_magic(tmp, planned=n + 10 if args.planned else 0)
         closers.append(close)
         graph_step, close = langgraph_step(tmp)
         closers.append(close)
@@ -614,7 +624,8 @@ def main() -> None:
             "peer: LangGraph adds to a graph's step (SqliteSaver, sync)": graph_step,
             "stepstone step (record + commit)": step,
             "stepstone step, incremental plan (no plan given)": incremental,
-            "stepstone %%step adds to an IPython cell (incremental plan)": magic,
+            "stepstone %%step adds to an IPython cell "
+            + ("(after a %%plan of names)" if args.planned else "(incremental plan)"): magic,
             "stepstone skip path (verify file check + restore value)": skip,
             "stepstone effect (intent + confirmation commits)": effect,
             "stepstone decision (one commit)": decision,

@@ -289,3 +289,11 @@ print(sorted(m for m in sys.modules if m.startswith(("stepstone.cli.", "stepston
     imported = done.stdout.strip().splitlines()[-1]
     wanted = ["stepstone.cli.commands", "stepstone.cli.common", "stepstone.notebook_plan"]
     assert imported == repr(wanted)
+
+
+def test_rerun_of_a_name_the_run_does_not_have_says_which_names_it_has_and_how(workdir: Path):
+    _make_run(workdir)
+    bad = cli("rerun", "s2-renamed", "--why", "the feed was late", cwd=workdir)
+    assert bad.returncode == 2
+    assert "has no step 's2-renamed'" in bad.stderr and "s1, s2, s3" in bad.stderr
+    assert "stepstone rerun OLD_NAME --why REASON" in bad.stderr

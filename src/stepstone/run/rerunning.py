@@ -28,6 +28,9 @@ def rerun(
     if planned is None:
         raise InvalidInput(
             f"run {state.id!r} has no step {name!r}; its steps: {names.listing(state.steps.names)}"
+            f". Name one of those: a step renamed in the notebook keeps the name the run "
+            f"recorded until the notebook runs with the new one (`stepstone rerun OLD_NAME "
+            f"--why REASON`)"
         )
     marked = [name] + (_dependents(ledger, planned.number) if downstream else [])
     writes: dict[str, bytes | None] = {}
