@@ -479,7 +479,8 @@ class World:
         shared = set(range(k + 1))
         status = self.status(forked)
         assert status is not None
-        shared |= {int(e["step"][1:]) for e in status["effects"]}
+        # a step's name is s{i}, or s{i}-r{n} once renamed
+        shared |= {int(re.match(r"s(\d+)", e["step"])[1]) for e in status["effects"]}
         own = self.new_lineage()
         forked.lineage = {i: folder.lineage[i] if i in shared else own for i in range(STEPS)}
         self.counts["forks"] += 1
