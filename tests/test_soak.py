@@ -131,17 +131,18 @@ def test_random_kills_of_stepstone_run_with_its_kernel(workdir: Path):
             cwd=workdir,
             env=env,
             start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         try:
-            proc.wait(timeout=rng.uniform(1.0, 4.0) if kills < 8 else 120)
+            said, _ = proc.communicate(timeout=rng.uniform(1.0, 4.0) if kills < 8 else 120)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the command and its kernel
-            proc.wait()
+            proc.communicate()
             kills += 1
             continue
-        assert proc.returncode == 0
+        assert proc.returncode == 0, said
         break
     executions = (workdir / "executions.log").read_text().split()
     assert sum(executions.count(f"s{i}") - 1 for i in range(4)) <= kills
