@@ -656,11 +656,6 @@ def _holds(store: Path, run: str) -> bool:
     with nothing that names the original, makes a run of its own."""
     if not store.exists():
         return False
-    found = subprocess.run(
-        ["git", "--git-dir", str(store), "rev-parse", "--verify", "-q", run],
-        capture_output=True,
-        check=False,
-    )
     lock = store / "stepstone" / "locks" / f"{run}.lock"
     try:
         named = bool(json.loads(lock.read_text()).get("lock"))
@@ -671,7 +666,7 @@ def _holds(store: Path, run: str) -> bool:
         capture_output=True,
         check=False,
     )
-    return found.returncode == 0 or named or bool(origin.stdout.strip())
+    return _holds_the_run(store, run) or named or bool(origin.stdout.strip())
 
 
 def _last_line(text: str) -> str:

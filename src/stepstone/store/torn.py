@@ -39,20 +39,30 @@ from .packs import read_index
 _INDEX_HEADER = 8 + 256 * 4
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 CHECKED = "checked-boot"
+_Hashed = tuple[bytes, int, bytes, bytes]  # header, size, sha1 of all but the trailer, trailer
 
 
-def torn_packs(git_dir: Path, *, needed: Callable[[], set[bytes]] | None = None) -> list[str]:
+def torn_packs(
+    git_dir: Path,
+    *,
+    needed: Callable[[], set[bytes]] | None = None,
+    hashed: dict[Path, _Hashed | None] | None = None,
+) -> list[str]:
     """The names (`pack-<sha>`) of the torn packs in `git_dir`'s objects/pack that no
     commit needs: a pack whose index is sound is kept when it holds a commit of
     `needed()` (the commits the refs reach) and not all of its objects are in sound
-    packs too (damage to a written pack is `stepstone repair`'s, not this)."""
+    packs too (damage to a written pack is `stepstone repair`'s, not this). `hashed`
+    keeps the packs' hashes for a caller that reads them again."""
     folder = git_dir / "objects" / "pack"
     try:
         names = sorted(n[:-4] for n in os.listdir(folder) if n.endswith(".idx"))
     except OSError:
         return []
     indexes = {name: _index(folder / f"{name}.idx") for name in names}
-    sound = {name: _sound(folder / f"{name}.pack", index) for name, index in indexes.items()}
+    hashed = {} if hashed is None else hashed
+    sound = {
+        name: _sound(folder / f"{name}.pack", index, hashed) for name, index in indexes.items()
+    }
     torn = [name for name, ok in sound.items() if not ok]
     if not torn or needed is None:
         return torn
@@ -89,30 +99,55 @@ def _ids(index: bytes | None) -> set[bytes] | None:
     return None if index is None else {oid for oid, _, _ in read_index(index)}
 
 
-def _sound(pack_path: Path, index: bytes | None) -> bool:
-    """Whether the pack matches its sound `index`: header, object count, the last
-    offset, and its hash end to end, which its trailer and the index both give."""
-    last = None if index is None else _last_offset(index)
-    if index is None or last is None:
-        return False
+def _hash(pack_path: Path, hashed: dict[Path, _Hashed | None]) -> _Hashed | None:
+    """A pack's first 12 bytes, its size, the hash of what precedes its trailer and the
+    trailer (once per `hashed`); None when it cannot be read whole."""
+    if pack_path in hashed:
+        return hashed[pack_path]
+    found: _Hashed | None = None
     try:
         with open(pack_path, "rb") as pack:
             size = os.fstat(pack.fileno()).st_size
             header = pack.read(12)
-            if size < 32 or header[:4] != b"PACK" or header[8:12] != index[1028:1032]:
-                return False
             summed = hashlib.sha1(header)
             left = size - 32
             while left > 0:
                 chunk = pack.read(min(left, 1 << 20))
                 if not chunk:
-                    return False
+                    break
                 summed.update(chunk)
                 left -= len(chunk)
-            trailer = pack.read(20)
+            if size >= 32 and left == 0:
+                found = (header, size, summed.digest(), pack.read(20))
     except OSError:
-        return False  # an index without its pack
-    return trailer == index[-40:-20] == summed.digest() and last < size - 20
+        pass  # an index without its pack
+    hashed[pack_path] = found
+    return found
+
+
+def _sound(pack_path: Path, index: bytes | None, hashed: dict[Path, _Hashed | None]) -> bool:
+    """Whether the pack matches its sound `index`: header, object count, the last
+    offset, and its hash end to end, which its trailer and the index both give."""
+    last = None if index is None else _last_offset(index)
+    if index is None or last is None:
+        return False
+    found = _hash(pack_path, hashed)
+    if found is None:
+        return False
+    header, size, digest, trailer = found
+    return (
+        header[:4] == b"PACK"
+        and header[8:12] == index[1028:1032]
+        and trailer == index[-40:-20] == digest
+        and last < size - 20
+    )
+
+
+def _whole(pack_path: Path, hashed: dict[Path, _Hashed | None]) -> bool:
+    """Whether a pack holds together on its own: its header, and a trailer that is the
+    hash of everything before it."""
+    found = _hash(pack_path, hashed)
+    return found is not None and found[0][:4] == b"PACK" and found[3] == found[2]
 
 
 def _last_offset(index: bytes) -> int | None:
@@ -143,12 +178,13 @@ def clear(git_dir: Path, *, needed: Callable[[], set[bytes]], always: bool = Fal
     with contextlib.suppress(OSError):
         if not always and boot and marker.read_text() == boot:
             return []
+    hashed: dict[Path, _Hashed | None] = {}  # each pack read and hashed once
     try:
-        rebuilt = rebuild_indexes(git_dir)
+        rebuilt = rebuild_indexes(git_dir, hashed)
     except OSError:
         rebuilt = []
     said = [f"rebuilt the index of pack {name} (a power cut lost it)" for name in rebuilt]
-    found = torn_packs(git_dir, needed=needed)
+    found = torn_packs(git_dir, needed=needed, hashed=hashed)
     try:
         moved = set_aside(git_dir, found)
         if boot:
@@ -166,10 +202,11 @@ def clear(git_dir: Path, *, needed: Callable[[], set[bytes]], always: bool = Fal
     ]
 
 
-def rebuild_indexes(git_dir: Path) -> list[str]:
+def rebuild_indexes(git_dir: Path, hashed: dict[Path, _Hashed | None] | None = None) -> list[str]:
     """Rebuild the index of every pack that is whole (its trailer is the hash of its
     bytes) but whose index is torn, empty or missing; the packs whose index was rebuilt.
     Needs `git` (without it, such a pack is left to `torn_packs`)."""
+    hashed = {} if hashed is None else hashed
     folder = git_dir / "objects" / "pack"
     try:
         names = sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".pack"))
@@ -178,7 +215,7 @@ def rebuild_indexes(git_dir: Path) -> list[str]:
     rebuilt = []
     for name in names:
         pack = folder / f"{name}.pack"
-        if _sound(pack, _index(folder / f"{name}.idx")) or not _whole(pack):
+        if _sound(pack, _index(folder / f"{name}.idx"), hashed) or not _whole(pack, hashed):
             continue
         tmp = folder / f"tmp_idx_stepstone_{os.getpid()}"
         try:
@@ -201,30 +238,6 @@ def rebuild_indexes(git_dir: Path) -> list[str]:
     if rebuilt:
         fsync_dir(folder)
     return rebuilt
-
-
-def _whole(pack_path: Path) -> bool:
-    """Whether a pack holds together on its own: its header, and a trailer that is the
-    hash of everything before it."""
-    try:
-        with open(pack_path, "rb") as pack:
-            size = os.fstat(pack.fileno()).st_size
-            if size < 32:
-                return False
-            summed = hashlib.sha1()
-            left = size - 20
-            while left > 0:
-                chunk = pack.read(min(left, 1 << 20))
-                if not chunk:
-                    return False
-                summed.update(chunk)
-                left -= len(chunk)
-            trailer = pack.read(20)
-            pack.seek(0)
-            header = pack.read(4)
-    except OSError:
-        return False
-    return header == b"PACK" and trailer == summed.digest()
 
 
 def _boot_id() -> str:
