@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,36 +148,38 @@ def _joblib(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
     `joblib.Memory` does with a cached function's result (no compression, its default)."""
     import joblib
 
-    path = folder / f"{what}.joblib"
-    value = _make(what, mb) if kind == "joblib-save" else None
-    with _PeakRss() as rss:
-        start = time.perf_counter()
-        if value is not None:
-            joblib.dump(value, path)
-            fd = os.open(path, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
-        else:
-            value = joblib.load(path)
-        seconds = time.perf_counter() - start
-    return {"seconds": seconds, "extra": (rss.peak - rss.base) / _nbytes(value)}
+    return _peer(kind, what, mb, folder / f"{what}.joblib", joblib.dump, joblib.load)
 
 
 def _feather(kind: str, what: str, mb: int, folder: Path) -> dict[str, float]:
     """Arrow IPC (Feather v2, uncompressed), the other native format of a frame."""
     import pandas as pd
 
-    path = folder / f"{what}.feather"
-    value = _make(what, mb) if kind == "feather-save" else None
+    def dump(value: Any, path: Path) -> None:
+        value.to_feather(path, compression="uncompressed")
+
+    return _peer(kind, what, mb, folder / f"{what}.feather", dump, pd.read_feather)
+
+
+def _peer(
+    kind: str,
+    what: str,
+    mb: int,
+    path: Path,
+    dump: Callable[[Any, Path], Any],
+    load: Callable[[Path], Any],
+) -> dict[str, float]:
+    """A peer's save (`dump`, then the file fsynced) or load of the value, timed."""
+    value = _make(what, mb) if kind.endswith("-save") else None
     with _PeakRss() as rss:
         start = time.perf_counter()
         if value is not None:
-            value.to_feather(path, compression="uncompressed")
+            dump(value, path)
             fd = os.open(path, os.O_RDONLY)
             os.fsync(fd)
             os.close(fd)
         else:
-            value = pd.read_feather(path)
+            value = load(path)
         seconds = time.perf_counter() - start
     return {"seconds": seconds, "extra": (rss.peak - rss.base) / _nbytes(value)}
 

@@ -183,3 +183,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(kind) for kind in SLOW_KINDS):
             item.add_marker(pytest.mark.slow)
+
+
+_RESTORE = """
+import resource, numpy as np, pandas as pd, pyarrow, pyarrow.parquet, stepstone
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with stepstone.open_run("big") as run:
+    back = run.step("make", lambda: 1 / 0).value
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((peak - base) * 1024 / back.memory_usage(index=False).sum())
+"""
+
+
+def restore_held(workdir: Path, save: str) -> float:
+    """The peak memory a new process held restoring the frame step "make" of run "big"
+    saved (by `save`, run first in its own process), as a multiple of the frame."""
+    run_python(save, cwd=workdir)
+    return float(run_python(_RESTORE, cwd=workdir).stdout.split()[-1])

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import stepstone
 from stepstone import arrowframes, artifacts, bigvalues
-from tests.conftest import git, run_python, stepstone_cli
+from tests.conftest import git, restore_held, stepstone_cli
 
 MB = 1 << 20
 KINDS = [
@@ -206,14 +206,5 @@ frame = pd.DataFrame({"id": np.arange(rows), "x": np.random.default_rng(1).rando
                       "city": np.array(["Paris", "Lyon", "Rome", "Oslo"])[np.arange(rows) % 4]})
 stepstone.open_run("big").step("make", lambda: frame)
 """
-    run_python(save, cwd=workdir)
-    restore = """
-import resource, numpy as np, pandas as pd, pyarrow, stepstone
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-with stepstone.open_run("big") as run:
-    back = run.step("make", lambda: 1 / 0).value
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((peak - base) * 1024 / back.memory_usage(index=False).sum())
-"""
-    held = float(run_python(restore, cwd=workdir).stdout.split()[-1])
+    held = restore_held(workdir, save)
     assert held < 1.6, f"restoring held {held:.2f}x the frame's size (the frame included)"

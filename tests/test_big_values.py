@@ -17,7 +17,7 @@ import stepstone
 from stepstone import artifacts, bigvalues
 from stepstone.store import GIT_OPTIONS, GitStore
 from stepstone.store.packs import read_index
-from tests.conftest import fsck, git, run_python
+from tests.conftest import fsck, git, restore_held, run_python
 
 MB = 1 << 20
 
@@ -280,16 +280,7 @@ frame = pd.DataFrame({f"c{i}": rng.random(1_250_000) for i in range(8)})  # 80 M
 frame["n"] = np.arange(len(frame))
 stepstone.open_run("big").step("make", lambda: frame)
 """
-    run_python(save, cwd=workdir)
-    restore = """
-import resource, numpy as np, pandas as pd, pyarrow.parquet, stepstone
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-with stepstone.open_run("big") as run:
-    back = run.step("make", lambda: 1 / 0).value
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((peak - base) * 1024 / back.memory_usage(index=False).sum())
-"""
-    held = float(run_python(restore, cwd=workdir).stdout.split()[-1])
+    held = restore_held(workdir, save)
     assert held < 1.6, f"restoring held {held:.2f}x the frame's size (the frame included)"
 
 

@@ -242,14 +242,12 @@ def _read(source: Any) -> Any:
     import pyarrow as pa
 
     file = pa.PythonFile(_In(source), mode="r")
-    reader = pa.ipc.open_file(file)
-    schema = reader.schema
+    schema = pa.ipc.open_file(file).schema
     meta = schema.pandas_metadata
     mine = json.loads(schema.metadata[_META])
     rows, attrs = int(mine["rows"]), mine["attrs"]
     template = schema.empty_table().to_pandas()
-    stored = [c for c in meta["index_columns"] if isinstance(c, str)]
-    fields = [name for name in schema.names if name not in stored]
+    fields = _column_fields(schema)
     if len(fields) != len(template.columns):
         raise ValueError("the file's fields are not its frame's columns")
 
@@ -288,6 +286,21 @@ def _pool() -> Any:
 
 
 _POOL: Any = None
+
+
+def shape(source: Any) -> tuple[int, list[str]]:
+    """The rows and column fields of the frame in the Arrow IPC file `source`, read
+    from its schema alone."""
+    import pyarrow as pa
+
+    schema = pa.ipc.open_file(source).schema
+    return int(json.loads(schema.metadata[_META])["rows"]), _column_fields(schema)
+
+
+def _column_fields(schema: Any) -> list[str]:
+    """The fields of `schema` that hold columns (the others hold the index)."""
+    stored = [c for c in schema.pandas_metadata["index_columns"] if isinstance(c, str)]
+    return [name for name in schema.names if name not in stored]
 
 
 def _index(template: Any, meta: dict[str, Any], rows: int, chunks: Any, schema: Any) -> Any:

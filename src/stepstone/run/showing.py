@@ -13,7 +13,7 @@ import pickletools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .. import artifacts, bigvalues, message, names, tagged
+from .. import arrowframes, artifacts, bigvalues, message, names, tagged
 from ..errors import InvalidInput, StepstoneError
 from ..models import Artifact, StepRecord
 
@@ -163,15 +163,9 @@ def _what(view: RunView, art: Artifact) -> dict[str, Any]:
             "shape": [meta.num_rows, len(columns)],
             "columns": columns,
         }
-    if art.format == "arrow":
-        import pyarrow as pa
-
+    if art.format == arrowframes.FORMAT:
         with _seekable(view, art) as source:
-            schema = pa.ipc.open_file(source).schema
-        rows = json.loads(schema.metadata[b"stepstone"])["rows"]
-        meta = schema.pandas_metadata
-        stored = [c for c in meta["index_columns"] if isinstance(c, str)]
-        columns = [name for name in schema.names if name not in stored]
+            rows, columns = arrowframes.shape(source)
         return {"type": "pandas.DataFrame", "shape": [rows, len(columns)], "columns": columns}
     if art.format == "pickle":
         return {"type": _pickled_class(_head(view, art, 1 << 16)) or "pickle", "loaded": False}
