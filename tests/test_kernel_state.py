@@ -200,3 +200,57 @@ def test_a_large_value_of_a_plain_cell_is_not_fingerprinted_at_every_step():
     assert _state_print(large) is None
     assert _state_print(list(range(10))) is not None
     assert _state_print(b"x" * (PLAIN_LIMIT + 1)) is None  # by its pickle's size
+
+
+def _resumed(ip: InteractiveShell, run: str, cells: list[str], then: str) -> tuple[dict, dict]:
+    """The names `then` binds after `cells` ran, and after a kernel killed in `then`
+    resumed (every cell before it skipped)."""
+    ip.run_line_magic("resume", f"--run {run}")
+    for cell in cells:
+        assert ip.run_cell(cell).success
+    assert ip.run_cell(then).success
+    clean = dict(ip.user_ns["seen"])
+    made = {n for c in cells for n in ip.user_ns if n in c}
+    _new_kernel(ip, *made, "seen")
+    step = then.split()[1]
+    stepstone.run.active.driven_run().rerun(step, "the kernel died in it")
+    ip.run_line_magic("resume", f"--run {run}")
+    for cell in cells:
+        assert ip.run_cell(cell).success  # skipped
+    assert ip.run_cell(then).success
+    return clean, dict(ip.user_ns["seen"])
+
+
+def test_a_view_changed_by_a_later_step_is_still_a_view_of_its_base_after_a_skip(ip):
+    cells = [
+        "%%step a\nimport numpy as np\narr = np.arange(10)\nview = arr[2:5]\n"
+        "grid = np.arange(12).reshape(3, 4)\ncorner = grid[:2, :2]",
+        "%%step b\nview[:] = -1\ncorner[0, 0] = 99",
+    ]
+    then = (
+        "%%step c\nview[0] = 7\ncorner[1, 1] = 55\n"  # a change through the view, after
+        "seen = {'arr': arr.tolist(), 'view': view.tolist(), 'grid': grid.tolist()}"
+    )
+    clean, resumed = _resumed(ip, "views", cells, then)
+    assert clean["arr"] == [0, 1, 7, -1, -1, 5, 6, 7, 8, 9]
+    assert resumed == clean
+
+
+def test_names_that_share_an_index_or_a_list_share_it_after_a_skip(ip):
+    cells = [
+        "%%step a\nimport pandas as pd\n"
+        "pop = pd.Series([1, 2, 3, 4], index=pd.MultiIndex.from_tuples("
+        "[('ca', 2000), ('ca', 2010), ('ny', 2000), ('ny', 2010)]))\n"
+        "pop_df = pd.DataFrame({'total': pop})\n"
+        "rows = [1]\nby_id = {'r': rows}\nouter = {'inner': {'k': 0}}",
+        "%%step b\npop.index.names = ['state', 'year']\nrows.append(2)\nouter['inner']['k'] = 1",
+    ]
+    then = (
+        "%%step c\nby_id['r'].append(3)\n"  # through the other name, after the skip
+        "seen = {'names': list(pop_df.index.names), 'same': pop_df.index is pop.index,"
+        " 'rows': list(rows), 'by_id': by_id['r'] is rows, 'outer': outer['inner']['k']}"
+    )
+    clean, resumed = _resumed(ip, "shared", cells, then)
+    assert clean == {"names": ["state", "year"], "same": True, "rows": [1, 2, 3],
+                     "by_id": True, "outer": 1}  # fmt: skip
+    assert resumed == clean

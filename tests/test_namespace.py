@@ -660,3 +660,19 @@ def test_a_frames_fingerprint_follows_every_kind_of_column_and_index(column, oth
     assert namespace.fingerprint(frame.set_axis(["p", "q", "s"])) != first
     multi = frame.set_index(["n"], append=True)
     assert namespace.fingerprint(multi) != namespace.fingerprint(multi.rename(index={"r": "t"}))
+
+
+def test_iterators_and_groupings_come_back_where_they_were():
+    left, right = [1, 2, 3], ["a", "b", "c"]
+    pairs = zip(left, right, strict=True)
+    next(pairs)
+    fmt, back = round_trip(pairs)
+    assert fmt == "pickle" and list(back) == [(2, "b"), (3, "c")]
+    assert list(pairs) == [(2, "b"), (3, "c")]  # saving it did not move it
+    done = zip(left, right, strict=True)
+    list(done)
+    assert list(round_trip(done)[1]) == []  # an iterator used up stays used up
+    frame = pd.DataFrame({"key": ["x", "y", "x"], "v": [1.0, 2.0, 4.0]})
+    for grouped in (frame.groupby("key")["v"], frame.groupby(["key"], sort=False)):
+        fmt, back = round_trip(grouped)
+        assert fmt == "pickle" and back.sum().equals(grouped.sum())

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from types import CodeType
 from typing import Any
 
-from . import dependencies, namespace, processstate, retrying
+from . import dependencies, namespace, processstate, retrying, sharing
 from .errors import StepstoneError
 from .run import Run
 
@@ -88,6 +88,20 @@ class KernelSession:
                 kept[name] = value
         return kept
 
+    def shared(
+        self, given: Iterable[str], read: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """After a step's code ran: the values earlier steps saved that share an object
+        with what it gives back or may have changed (`view` of `arr`: a change through
+        one is a change of the other), to be saved again when they changed; and the links
+        that make the names it gives back share again on a skip (`sharing`)."""
+        ns = self.ip.user_ns
+        found = sharing.Sharing(user_values(ns))
+        given = set(given)
+        partners = found.partners(given | read.keys())
+        changed = {n: ns[n] for n in partners if n in self.kept and n not in read}
+        return changed, found.links(given | changed.keys() | read.keys())
+
     def give_back(
         self,
         step: str,
@@ -100,6 +114,7 @@ class KernelSession:
         kernel; the names its definitions made again, and the process state it set."""
         ns = self.ip.user_ns
         values = dict(values)
+        links = values.pop(sharing.KEY, None) or []
         process = processstate.restore(values.pop(processstate.KEY, None) or {})
         process = [f"{part} state" for part in process]
         ns.update(values := namespace.living_globals(values, ns))
@@ -108,6 +123,7 @@ class KernelSession:
             if name in ns and self.given.get(name) == id(ns[name]):
                 del ns[name]
         if shape is None:
+            sharing.relink(ns, links)
             return process
         remade = (
             sorted(shape.defined)
@@ -120,6 +136,7 @@ class KernelSession:
             else:
                 ns.pop(name, None)
                 remade.remove(name)
+        sharing.relink(ns, links)
         return [name for name in remade if name not in values] + process
 
     def left_changed(self, step: str, shape: namespace.Cell | None) -> str:
@@ -147,6 +164,21 @@ class KernelSession:
                 "failed attempt left them: restart the kernel and run all to start from the "
                 "saved values"
             )
+
+
+_SHELL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
+
+
+def user_values(ns: dict[str, Any]) -> dict[str, Any]:
+    """The kernel's names a notebook made: not IPython's own (`_`, `_i3`, `In`), nor
+    modules, functions and classes, which hold nothing to share."""
+    return {
+        name: value
+        for name, value in ns.items()
+        if not name.startswith("_")
+        and name not in _SHELL_NAMES
+        and not isinstance(value, (types.ModuleType, type, types.FunctionType))
+    }
 
 
 def _plain_values(

@@ -22,6 +22,7 @@ from . import (
     processstate,
     render,
     render_cells,
+    sharing,
 )
 from .errors import StepstoneError
 from .index import evidence_rows
@@ -266,9 +267,14 @@ class StepstoneMagics(Magics):
                     attempt.offer(theirs)
                     if shape is not None:
                         needed = self.session.later.get(parsed.name)
-                        attempt.offer(namespace.offered(shape, ns, parsed.outputs, needed))
+                        offered = namespace.offered(shape, ns, parsed.outputs, needed)
+                        attempt.offer(offered)
                         read = namespace.touched(shape, ns, self.session.kept, needed)
-                        attempt.offer_changed(self.session.seen.maybe_changed(read))
+                        given = {*offered, *parsed.outputs, *theirs}
+                        partners, links = self.session.shared(given, read)
+                        attempt.offer_changed(self.session.seen.maybe_changed(read | partners))
+                        if links:
+                            attempt.offer({sharing.KEY: links})
                         self.session.unrestored.bound(shape.binds)
         except BaseException as exc:
             left = self.session.left_changed(parsed.name, shape) if ran else ""
@@ -299,7 +305,9 @@ class StepstoneMagics(Magics):
             back = {*attempt.values, *remade, *lost}
             unread = [n for n in record.binds if n not in back and n not in ns]
             self.session.unrestored.skipped(parsed.name, lost, unread)
-            values = {k: v for k, v in attempt.values.items() if k != processstate.KEY}
+            values = {
+                k: v for k, v in attempt.values.items() if k not in (processstate.KEY, sharing.KEY)
+            }
             said = render.kernel_names(values, remade, lost, skipped=True)
         else:
             said = render.kernel_names((), (), record.unsaved, skipped=False)
