@@ -254,3 +254,34 @@ def test_names_that_share_an_index_or_a_list_share_it_after_a_skip(ip):
     assert clean == {"names": ["state", "year"], "same": True, "rows": [1, 2, 3],
                      "by_id": True, "outer": 1}  # fmt: skip
     assert resumed == clean
+
+
+def test_a_cell_stopped_partway_and_run_again_starts_from_what_it_started_from(ip, workdir):
+    ip.run_line_magic("resume", "--run retry")
+    assert ip.run_cell("%%step a\nn = 10\nitems = [1, 2]\nseen = {'k': 0}\nlabel = 'x'").success
+    # the same cell twice: stopped partway the first time (Ctrl-C), whole the second
+    cell = (
+        "%%step b\nimport os\nn = n + 1\nitems.append(3)\nseen['k'] += 1\nlabel += 'y'\n"
+        "fresh = 1\nif not os.path.exists('go'):\n    raise KeyboardInterrupt"
+    )
+    assert not ip.run_cell(cell).success
+    (workdir / "go").write_text("")
+    assert ip.run_cell(cell).success
+    ns = ip.user_ns
+    assert (ns["n"], ns["items"], ns["seen"], ns["label"]) == (11, [1, 2, 3], {"k": 1}, "xy")
+
+
+def test_a_large_array_a_stopped_attempt_changed_is_put_back_from_the_store(ip, workdir, capsys):
+    ip.run_line_magic("resume", "--run big-retry")
+    load = "%%step load\nimport numpy as np\nprices = np.ones(300_000)"  # 2.4 MB: not copied
+    assert ip.run_cell(load, store_history=True).success
+    cell = (
+        "%%step scale\nimport os\nprices *= 2\nif not os.path.exists('go'):\n"
+        "    raise KeyboardInterrupt\ntotal = float(prices.sum())"
+    )
+    assert not ip.run_cell(cell, store_history=True).success
+    assert "it changed prices in place" in capsys.readouterr().out
+    (workdir / "go").write_text("")
+    assert ip.run_cell(cell, store_history=True).success
+    assert "prices (saved by step load)" in capsys.readouterr().out
+    assert ip.user_ns["total"] == 600_000.0

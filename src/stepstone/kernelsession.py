@@ -77,6 +77,7 @@ class KernelSession:
         watch = processstate.Watch()
         plain = _plain_values(shape, ns, self.kept)
         before = {name: _state_print(value) for name, value in plain.items()}
+        self.retries.began(ns, self._may_change(shape, ns))
         with cell_code():
             exec(compiled(self.ip, code), ns)
         changed, left = watch.changed()
@@ -87,6 +88,19 @@ class KernelSession:
             if ns.get(name) is value and before[name] not in (None, _state_print(value)):
                 kept[name] = value
         return kept
+
+    def _may_change(self, shape: namespace.Cell | None, ns: dict[str, Any]) -> list[set[str]]:
+        """The names a cell's code may change in place, each with the names it shares
+        objects with: what it reads (all, when it may read any or calls the notebook's
+        own functions), of the values a notebook made."""
+        values = user_values(ns)
+        reads = None if shape is None else shape.reads
+        if reads is not None and any(namespace.calls_notebook_code(ns.get(n)) for n in reads):
+            reads = None
+        names = set(values) if reads is None else {n for n in reads if n in values}
+        if not names:
+            return []
+        return sharing.Sharing(values).groups(names)
 
     def shared(
         self, given: Iterable[str], read: dict[str, Any]
@@ -149,7 +163,7 @@ class KernelSession:
         else:
             read = {name: ns[name] for name in self.kept if name in ns}
         try:
-            return self.retries.failed(step, read, self.ip.execution_count)
+            return self.retries.failed(step, read, self.ip.execution_count, ns)
         except Exception:
             return ""
 

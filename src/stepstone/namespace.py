@@ -122,7 +122,7 @@ def touched(
     and reads too (`prices *= 2`, `df = df.dropna()`), as a failed attempt may have
     left them."""
     reads = cell.reads
-    if reads is None or any(_notebook_code(namespace.get(n)) for n in reads):
+    if reads is None or any(calls_notebook_code(namespace.get(n)) for n in reads):
         names: Iterable[str] = kept
     else:
         names = [n for n in reads if n in kept]
@@ -137,7 +137,7 @@ def touched(
     }
 
 
-def _notebook_code(value: Any) -> bool:
+def calls_notebook_code(value: Any) -> bool:
     """A function, method or class the notebook defined: calling it may change any
     value it reaches."""
     value = getattr(value, "__func__", value)

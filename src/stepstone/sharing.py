@@ -122,9 +122,7 @@ class Sharing:
                 continue
         self.places = {key: at for key, at in found.items() if len(at) > 1}
 
-    def partners(self, names: Iterable[str]) -> set[str]:
-        """The names that share an object with one of `names`, transitively (`names`
-        themselves left out)."""
+    def _groups(self) -> dict[str, set[str]]:
         groups: dict[str, set[str]] = {}
         for at in self.places.values():
             group = {name for name, _ in at}
@@ -132,8 +130,24 @@ class Sharing:
                 group |= groups.get(name, set())
             for name in group:
                 groups[name] = group
-        wanted = set(names)
+        return groups
+
+    def partners(self, names: Iterable[str]) -> set[str]:
+        """The names that share an object with one of `names`, transitively (`names`
+        themselves left out)."""
+        groups, wanted = self._groups(), set(names)
         return {n for w in wanted for n in groups.get(w, ())} - wanted
+
+    def groups(self, names: Iterable[str]) -> list[set[str]]:
+        """`names` with the names they share objects with, one set for each group of
+        names that share."""
+        groups, made, met = self._groups(), [], set()
+        for name in sorted(set(names)):
+            if name not in met:
+                group = groups.get(name, {name})
+                met |= group
+                made.append(group)
+        return made
 
     def links(self, given: Iterable[str]) -> list[dict[str, Any]]:
         """The links that make `given` (the names a skipped step gives back) share again
