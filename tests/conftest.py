@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 import stepstone.run
@@ -200,3 +201,8 @@ def restore_held(workdir: Path, save: str) -> float:
     saved (by `save`, run first in its own process), as a multiple of the frame."""
     run_python(save, cwd=workdir)
     return float(run_python(_RESTORE, cwd=workdir).stdout.split()[-1])
+
+
+# generated cases are not timed: the suite must pass on a busy machine as on an idle one
+hypothesis.settings.register_profile("stepstone", deadline=None)
+hypothesis.settings.load_profile("stepstone")

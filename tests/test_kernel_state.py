@@ -285,3 +285,103 @@ def test_a_large_array_a_stopped_attempt_changed_is_put_back_from_the_store(ip, 
     assert ip.run_cell(cell, store_history=True).success
     assert "prices (saved by step load)" in capsys.readouterr().out
     assert ip.user_ns["total"] == 600_000.0
+
+
+FOLLOW = {"STEPSTONE_FOLLOW_INPUTS": "1"}
+LOG = "open('executions.log', 'a').write('{name}\\n')\n"
+
+
+def _job(folder: Path, *cells: str) -> None:
+    nbformat.write(
+        new_notebook(cells=[new_code_cell(c) for c in ("%load_ext stepstone\n%resume", *cells)]),
+        str(folder / "nb.ipynb"),
+    )
+
+
+def _step(name: str, line: str, body: str) -> str:
+    return f"%%step {name} {line}\n{LOG.format(name=name)}{body}"
+
+
+def _ran(folder: Path, **env: str) -> list[str]:
+    """Run the notebook to its end: the steps that ran this time."""
+    log = folder / "executions.log"
+    before = len(log.read_text().split()) if log.exists() else 0
+    done = stepstone_cli("run", "nb.ipynb", cwd=folder, **env)
+    assert done.returncode == 0, done.stderr
+    return log.read_text().split()[before:] if log.exists() else []
+
+
+@pytest.mark.kernel
+def test_a_helper_from_a_plain_cell_lets_the_steps_that_call_it_follow_their_inputs(
+    workdir: Path,
+):
+    helper = (
+        "from pathlib import Path\nSUFFIX = '.txt'\n"
+        "def mark(name):\n    Path(name + SUFFIX).write_text(name)"
+    )
+    steps = [_step(n, f"--check file:{n}.txt", f"mark('{n}')") for n in "abc"]
+    _job(workdir, helper, *steps)
+    assert _ran(workdir, **FOLLOW) == ["a", "b", "c"]
+    assert stepstone_cli("rerun", "a", "--why", "check it", cwd=workdir).returncode == 0
+    # every step read `mark`, so each kept the conservative rule and ran again
+    assert _ran(workdir, **FOLLOW) == ["a"]
+    _job(workdir, helper.replace("'.txt'", "'.txt'  # same"), *steps)
+    assert _ran(workdir, **FOLLOW) == ["a", "b", "c"]  # the helper's cell is theirs
+
+
+@pytest.mark.kernel
+def test_a_file_read_through_a_path_built_at_run_time_is_an_input(workdir: Path):
+    (workdir / "data").mkdir()
+    (workdir / "input.csv").write_text("a\nb\n")
+    load = _step(
+        "load",
+        "--in file:input.csv --check file:data/clean.csv",
+        "from pathlib import Path\n"
+        "Path('data/clean.csv').write_text(Path('input.csv').read_text().upper())",
+    )
+    count = _step(
+        "count",
+        "--check file:count.txt",
+        "import os\n"
+        "rows = open(os.path.join('data', 'clean' + '.csv')).read().splitlines()\n"
+        "open('count.txt', 'w').write(str(len(rows)))",
+    )
+    _job(workdir, load, count)
+    assert _ran(workdir, **FOLLOW) == ["load", "count"]
+    (workdir / "input.csv").write_text("a\nb\nc\n")
+    assert _ran(workdir, **FOLLOW) == ["load", "count"]  # count was skipped, saying 2
+    assert (workdir / "count.txt").read_text() == "3"
+    assert _ran(workdir, **FOLLOW) == []
+
+
+@pytest.mark.kernel
+def test_a_step_whose_input_file_changed_runs_again_by_default(workdir: Path):
+    (workdir / "in").mkdir()
+    (workdir / "in" / "x.txt").write_text("1")
+    read = _step(
+        "read",
+        "--check file:out.txt",
+        "import os\nopen('out.txt', 'w').write(open(os.path.join('in', 'x.txt')).read() * 2)",
+    )
+    _job(workdir, read, _step("after", "", "pass"))
+    assert _ran(workdir) == ["read", "after"]
+    assert _ran(workdir) == []
+    (workdir / "in" / "x.txt").write_text("2")
+    status = json.loads(stepstone_cli("status", "--json", cwd=workdir).stdout)
+    assert [s["state"] for s in status["steps"]] == ["stale", "stale"]
+    assert _ran(workdir) == ["read", "after"]  # it was skipped, out.txt saying 11
+    assert (workdir / "out.txt").read_text() == "22"
+
+
+@pytest.mark.kernel
+def test_files_that_later_steps_write_or_remove_do_not_make_a_step_run_again(workdir: Path):
+    steps = [
+        _step("make", "", "open('tmp.txt', 'w').write('t')"),
+        _step("use", "", "used = open('tmp.txt').read() + open('log.txt').read()"),
+        _step("tidy", "", "import os\nos.remove('tmp.txt')\nopen('log.txt', 'a').write('x')"),
+    ]
+    (workdir / "log.txt").write_text("")
+    _job(workdir, *steps)
+    assert _ran(workdir) == ["make", "use", "tidy"]
+    assert _ran(workdir) == []
+    assert _ran(workdir, **FOLLOW) == []

@@ -33,13 +33,14 @@ import hashlib
 import json
 import posixpath
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 from .models import StepRecord
 
 DECISION = "decision:"
 FILE = "file:"
+READ = "read:"  # a file its code opened for reading (traced), made by no step before it
 STEP = "step:"
 UNKNOWN = "unknown:"
 _WEAK = ("note", "completed")
@@ -287,12 +288,17 @@ def recorded_inputs(
     answers: Mapping[str, str | None],
     earlier: Iterable[StepRecord],
     workdir: Path,
+    read: Collection[str] = (),
+    plain: Collection[str] = (),
 ) -> tuple[dict[str, str | None] | None, tuple[str, ...], tuple[str, ...]]:
     """(the inputs to record for a step, the kernel names its cell reads, the names it
     binds). Inputs are None for a step that cannot be read: a `run.step` function (its
     closures cannot be seen; the decisions and unknowns it read are still recorded)
     or a cell that is not plain Python. `answers` are the unknowns' answers now (None:
-    open); `earlier` the records of the steps before it, in plan order."""
+    open); `earlier` the records of the steps before it, in plan order; `read` the files
+    its code opened for reading (traced); `plain` the names it reads that plain cells
+    before it make anew from nothing a step made (not kernel reads: their cells are
+    part of its source hash)."""
     found: dict[str, str | None] = {f"{DECISION}{k}": v for k, v in sorted(decisions.items())}
     for item in declared:
         if item.startswith(UNKNOWN):
@@ -305,14 +311,49 @@ def recorded_inputs(
     if names is None:
         return None, (), ()
     reads, binds = names
-    reads |= {d for d in declared if d.isidentifier()}  # `--in VAR`
+    reads = (reads - frozenset(plain)) | {d for d in declared if d.isidentifier()}  # `--in VAR`
     for record in earlier:
         for check in record.checks:
             path = checked_file(check)
-            if path and path in source:
+            if path and (path in source or path in read):
                 found[f"{FILE}{path}"] = file_digest(workdir / path)
                 found[f"{STEP}{record.name}"] = fingerprint(record)  # the file's maker
     return found, tuple(sorted(reads)), tuple(sorted(binds))
+
+
+def traced_inputs(
+    read: Iterable[str],
+    *,
+    step: str,
+    checked: Collection[str],
+    writers: Mapping[str, set[str]],
+    number_of: Callable[[str], int | None],
+    record_of: Callable[[str], StepRecord | None],
+    workdir: Path,
+) -> dict[str, str | None]:
+    """The inputs of the files a step's code opened for reading (`read`, traced as it
+    ran), other than those an earlier step's `file:` check names (`recorded_inputs`
+    reads those as it reads a path in the cell's code): a file another step's code wrote
+    is an input through the newest step before this one that wrote it (`step:NAME`, as
+    a checked file's maker); any other file by its sha256 (`read:PATH`), so that a
+    change to it makes the step stale unless a step after this one writes it."""
+    found: dict[str, str | None] = {}
+    me = number_of(step)
+    for path in read:
+        if path in checked:
+            continue
+        made_by = [
+            (n, name)
+            for name in writers.get(path, set()) - {step}
+            if (n := number_of(name)) is not None and me is not None and n < me
+        ]
+        if made_by:
+            maker = record_of(max(made_by)[1])
+            if maker is not None:
+                found[f"{STEP}{maker.name}"] = fingerprint(maker)
+        else:
+            found[f"{READ}{path}"] = file_digest(workdir / path)
+    return found
 
 
 def checked_file(check: str) -> str:
@@ -331,11 +372,13 @@ def changed_input(
     workdir: Path,
     upstream: Callable[[str, str | None], tuple[str, StepRecord | None]],
     kept: Callable[[str, str | None], bool] = lambda path, seen: False,
+    written: Callable[[str], bool] = lambda path: False,
 ) -> str | None:
     """Why a step's recorded inputs no longer hold, or None. `decision(key)` is a
     decision's value now; `upstream(name, seen)` the state now and the record of the
     step once named `name` that made `seen`; `kept(path, seen)` whether a missing file
-    is kept in the store as it was seen."""
+    is kept in the store as it was seen; `written(path)` whether the code of a step
+    after it writes a file it read (traced): a change to it is that step's."""
     for key, seen in inputs.items():
         if key.startswith(DECISION):
             name = key[len(DECISION) :]
@@ -352,6 +395,12 @@ def changed_input(
             now = file_digest(workdir / path)
             if now != seen and not (now is None and kept(path, seen)):
                 return f"its input {path} changed since it ran"
+        elif key.startswith(READ):
+            path = key[len(READ) :]
+            now = file_digest(workdir / path)
+            if now != seen and not written(path):
+                gone = "is gone" if now is None else "changed"
+                return f"the file {path} it read {gone} since it ran"
         elif key.startswith(STEP):
             name = key[len(STEP) :]
             state, record = upstream(name, seen)

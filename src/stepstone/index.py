@@ -24,7 +24,7 @@ from . import dependencies, trust
 from .models import PlannedStep, StepRecord
 from .store import CACHE_AFTER, GitStore, Snapshot
 
-FORMAT = 5  # bump when the layout changes: an index of another format is rebuilt
+FORMAT = 6  # bump when the layout changes: an index of another format is rebuilt
 INDEXED = ("plan", "steps")  # the top folders whose records the index holds
 
 # (check, kind, value, detail)
@@ -37,10 +37,11 @@ PlanRow = tuple[
     str, tuple[str, ...], tuple[str, ...], tuple[str, ...], "str | None", tuple[str, ...]
 ]
 # what many step records share: (status, checks, source_hash, error, evidence, world,
-# follows, rests_on), where `world` says that the record must be re-checked against the world
+# follows, rests_on, wrote), where `world` says that the record must be re-checked against the world
 # (evidence or inputs to re-check, or a pickled output this user did not write: it may
 # not load here), `follows` that it is a cell's record with inputs (one that may follow
-# its inputs, see `dependencies.following`), and `rests_on` the unknowns it rests on
+# its inputs, see `dependencies.following`), `rests_on` the unknowns it rests on, and
+# `wrote` the files its code opened for writing
 Shape = tuple[
     str,
     tuple[str, ...],
@@ -49,6 +50,7 @@ Shape = tuple[
     tuple[EvidenceRow, ...],
     bool,
     bool,
+    tuple[str, ...],
     tuple[str, ...],
 ]
 
@@ -92,6 +94,7 @@ class RecordTable:
         self._shape_ids = {shape: i for i, shape in enumerate(self.shapes)}
         self._checked_files: set[str] = set()
         self._checked_upto = 0  # shapes before it are in `_checked_files`
+        self._writers: dict[str, set[str]] | None = None  # built on first use
         self.at: dict[str | None, int] = dict(zip(self.names, range(len(self.names)), strict=True))
         self.at.pop(None, None)
 
@@ -113,11 +116,13 @@ class RecordTable:
             ),
             record.inputs is not None and record.source_hash is not None,
             dependencies.rests_on(record.inputs),
+            record.wrote,
         )
         kind = self._shape_ids.get(shape)
         if kind is None:
             kind = self._shape_ids[shape] = len(self.shapes)
             self.shapes.append(shape)
+        self._wrote(record.name, record.wrote)
         at = self.at.get(record.name)
         if at is None:
             self.at[record.name] = len(self.names)
@@ -131,9 +136,32 @@ class RecordTable:
             self.kinds[at] = kind
 
     def discard(self, name: str) -> None:
+        self._wrote(name, ())
         at = self.at.pop(name, None)
         if at is not None:
             self.names[at] = None
+
+    def writers(self) -> dict[str, set[str]]:
+        """The steps whose code wrote each file (`StepRecord.wrote`), by path: built once,
+        then kept up to date as records are put."""
+        if self._writers is None:
+            self._writers = {}
+            for name, at in self.at.items():
+                if name is not None:
+                    for path in self.shapes[self.kinds[at]][8]:
+                        self._writers.setdefault(path, set()).add(name)
+        return self._writers
+
+    def _wrote(self, name: str, wrote: tuple[str, ...]) -> None:
+        """`name`'s record now says it wrote `wrote`."""
+        if self._writers is None:
+            return
+        at = self.at.get(name)
+        before = self.shapes[self.kinds[at]][8] if at is not None else ()
+        for path in set(before) - set(wrote):
+            self._writers.get(path, set()).discard(name)
+        for path in wrote:
+            self._writers.setdefault(path, set()).add(name)
 
     def plain_kinds(self) -> list[bool]:
         """For each shape: confirmed, recorded without checks, its evidence only

@@ -12,6 +12,7 @@ import pickle
 import types
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import PurePath
 from types import CodeType
 from typing import Any
 
@@ -57,15 +58,33 @@ class KernelSession:
         self.run: Run | None = None
         self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
         self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
+        self.plain: dict[str, frozenset[str]] = {}  # step -> what plain cells make anew
         self.seen = namespace.Seen()  # large values as last saved or restored
         self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
         self.kept: set[str] = set()  # the names the steps met so far saved
         self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
 
-    def fresh(self, later: dict[str, frozenset[str] | None]) -> None:
-        """A run opened (again): what later cells read; nothing saved or failed yet."""
-        self.later, self.kept = later, set()
+    def fresh(
+        self,
+        later: dict[str, frozenset[str] | None],
+        plain: dict[str, frozenset[str]] | None = None,
+    ) -> None:
+        """A run opened (again): what later cells read, and what plain cells before each
+        step make anew (`plaincells.made_anew`); nothing saved or failed yet."""
+        self.later, self.kept, self.plain = later, set(), plain or {}
         self.retries = retrying.Retries(self.seen)
+
+    def made_anew(self, step: str, shape: namespace.Cell | None) -> frozenset[str]:
+        """The names `step`'s cell reads that plain cells before it make anew, and whose
+        values now are ones a plain cell makes alike every time (a function, a class, a
+        module, a number, a string, a tuple of such): not kernel reads of what an earlier
+        step left. A list or an array a plain cell made is not among them (a step may
+        have changed it in place)."""
+        clean = self.plain.get(step)
+        if not clean or shape is None or shape.reads is None:
+            return frozenset()
+        ns = self.ip.user_ns
+        return frozenset(n for n in shape.reads & clean if n in ns and _alike(ns[n]))
 
     def execute(self, code: str, shape: namespace.Cell | None) -> dict[str, Any]:
         """Run a step cell's code in the kernel; what it changed that is not its own to
@@ -178,6 +197,20 @@ class KernelSession:
                 "failed attempt left them: restart the kernel and run all to start from the "
                 "saved values"
             )
+
+
+_SCALARS = (int, float, complex, str, bytes, bool, type(None), range, PurePath)
+_DEFINED = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)
+
+
+def _alike(value: Any, depth: int = 0) -> bool:
+    """Whether a plain cell's value is made alike each time its cell runs and cannot be
+    changed in place: a definition, or an immutable value of immutable parts."""
+    if isinstance(value, _DEFINED) or type(value) in _SCALARS:
+        return True
+    if type(value) in (tuple, frozenset) and depth < 4 and len(value) <= 1000:
+        return all(_alike(item, depth + 1) for item in value)
+    return False
 
 
 _SHELL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})

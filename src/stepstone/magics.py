@@ -35,6 +35,7 @@ from .notebook_plan import (
     plan_from_notebook,
     refuse_to_leave_out,
 )
+from .plaincells import made_anew
 from .run import Run, open_run
 from .run.questions import rewords, standing_over_line
 from .settings import STEAL_ENV
@@ -175,7 +176,9 @@ class StepstoneMagics(Magics):
         self.session.fresh({})
         if notebook is not None and plan is not None:
             cells = notebook_cells(notebook, self.ip.transform_cell)
-            self.session.fresh(namespace.later_reads(cells))
+            self.session.fresh(
+                namespace.later_reads(cells), made_anew([(n, code) for n, code, _ in cells])
+            )
             moved = claim(run, notebook)
             if moved:
                 run.notes.append(moved)
@@ -260,6 +263,7 @@ class StepstoneMagics(Magics):
                     )
                 else:
                     self.session.put_back(parsed.name, run)
+                    attempt.start.plain = self.session.made_anew(parsed.name, shape)
                     cell_raised = ran = True
                     theirs = self.session.execute(code, shape)
                     cell_raised = False

@@ -12,13 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .errors import RecordError, SchemaTooNew
 
-SCHEMA_VERSION = 3  # the newest this version reads
+SCHEMA_VERSION = 4  # the newest this version reads
 # fields added since schema 1, with the schema that added them: left out while empty, so
 # that a record that does not use them stays readable by earlier versions; one that uses
 # them says that schema, which an earlier version refuses with "upgrade" rather than
 # misreading
 _ADDED = {
-    "StepRecord": {"unsaved": 2, "kept": 2},
+    "StepRecord": {"unsaved": 2, "kept": 2, "wrote": 4},
     "Decision": {"by": 2, "over": 2},
     "Unknown": {"why": 2},
     "RunInfo": {"forked_from": 2, "parameters": 2, "inherited": 3},
@@ -127,6 +127,7 @@ class StepRecord(Record):
     inputs: dict[str, str | None] | None = None  # what it read, with the value seen
     reads: tuple[str, ...] = ()  # the kernel names its cell may read
     binds: tuple[str, ...] = ()  # the kernel names its cell binds
+    wrote: tuple[str, ...] = ()  # the files in the work folder its code opened for writing
     rerun: str | None = None  # why a person asked it to run again (`stepstone rerun`)
     reran_for: str | None = None  # the last such reason, after which it ran
 

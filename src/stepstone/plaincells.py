@@ -52,3 +52,32 @@ def contexts(cells: Sequence[tuple[str | None, str]]) -> dict[str, str]:
         used = [src for (src, _), picked in zip(plain, chosen, strict=True) if picked]
         found[name] = "\n\0\n".join(used)
     return found
+
+
+def made_anew(cells: Sequence[tuple[str | None, str | None]]) -> dict[str, frozenset[str]]:
+    """For each step of a notebook, the names the plain cells before it bind from
+    nothing a step makes: a plain cell whose code, and the code of the functions it
+    defines, reads no name any step binds, and that is plain Python. Such names are made
+    again as they were whenever the notebook runs, and the cells that make them are in
+    the step's source hash (`contexts`): a step that reads them does not read what an
+    earlier step left in the kernel. `cells`: each code cell as (its step name or None,
+    its code as Python or None when it does not parse)."""
+    shapes = [(name, read_cell(code) if code is not None else None) for name, code in cells]
+    if any(shape is None for name, shape in shapes if name is not None):
+        return {name: frozenset() for name, _ in shapes if name is not None}
+    made_by_steps = {n for name, shape in shapes if name is not None for n in shape.binds}  # type: ignore[union-attr]
+    clean: set[str] = set()
+    dirty = set(made_by_steps)
+    poisoned = False
+    found: dict[str, frozenset[str]] = {}
+    for name, shape in shapes:
+        if name is not None:
+            found[name] = frozenset(clean)
+        elif shape is None:  # binds what it likes: nothing after it is known to be clean
+            poisoned, clean = True, set()
+        elif poisoned or shape.reads is None or (shape.reads | shape.deferred) & dirty:
+            dirty |= set(shape.binds)
+            clean -= set(shape.binds)
+        else:
+            clean |= set(shape.binds) - dirty
+    return found

@@ -188,7 +188,7 @@ def step_states(
         if slot is None:
             state = "pending"
         else:
-            status, recorded_checks, source, error, evidence, world, _, _ = shapes[kinds[slot]]
+            status, recorded_checks, source, error, evidence, world, _, _, _ = shapes[kinds[slot]]
             seq = seqs[slot]
             finished = finished_at[slot]
             if status == "failed":

@@ -9,6 +9,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from ..errors import InvalidInput, StepstoneError
+from ..filetrace import FileTrace, tracing
 
 # Runs are held as objects: this module sits below the `Run` it keeps track of (the
 # module-level API, `opening`, types what it gets back)
@@ -23,6 +24,7 @@ class Trace:
     notes: list[str] = field(default_factory=list)
     decisions: dict[str, str | None] = field(default_factory=dict)  # key -> value read
     unknowns: set[str] = field(default_factory=set)  # the questions whose answer it read
+    files: FileTrace = field(default_factory=FileTrace)  # the files it opened
 
 
 _trace: ContextVar[Trace | None] = ContextVar("stepstone_trace", default=None)
@@ -63,7 +65,8 @@ def stepping_in(run: object, trace: Trace) -> Iterator[None]:
     it writes and reads is kept in `trace`."""
     token, traced = _stepping.set(run), _trace.set(trace)
     try:
-        yield
+        with tracing(trace.files):
+            yield
     finally:
         _trace.reset(traced)
         _stepping.reset(token)

@@ -106,6 +106,7 @@ class Checker:
                     not self.driving()
                     and keeping.kept_as_seen(self.state, path, self.workdir, seen)
                 ),
+                written=lambda path: written_after(self.state, path, planned.number),
             )
         return None
 
@@ -347,3 +348,9 @@ def check_scope(namespace: Mapping[str, Any] | None, values: Mapping[str, Any]) 
     if RETURN in values:
         scope["result"] = values[RETURN]
     return scope
+
+
+def written_after(state: RunState, path: str, number: int) -> bool:
+    """Whether the code of a step after step `number` wrote the file at `path`."""
+    writers = state.records.table.writers().get(path, ())
+    return any((state.numbers.get(name) or 0) > number for name in writers)

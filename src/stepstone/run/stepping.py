@@ -8,10 +8,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from .. import checks, dependencies, message, models, names
+from .. import checks, message, models, names
 from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
 from ..models import PlannedStep, StepRecord, dump, now
 from ..redaction import error_text, redact
@@ -19,6 +18,7 @@ from ..verdicts import Verdicts
 from . import keeping, questions
 from .active import Trace, stepping_in
 from .checking import RETURN, Checker, check_scope
+from .inputs import recorded_inputs
 from .layout import source_hash, step_path
 from .ledger import Ledger
 from .planning import Planner
@@ -38,6 +38,7 @@ class StepStart:
     started: str = field(default_factory=now)
     check_specs: tuple[checks.CheckSpec, ...] = ()
     source: str | None = None  # the cell's code, when the step is a cell
+    plain: frozenset[str] = frozenset()  # names it reads that plain cells make anew
     trace: Trace = field(default_factory=Trace)  # what the step wrote and read as it ran
 
 
@@ -300,8 +301,7 @@ class Stepper:
             except checks.CheckNotPassed as exc:
                 self._fail(start, f"check {spec.text} did not pass: {exc}")
                 raise CheckFailed(planned.name, spec.text, str(exc)) from None
-        if not evidence:
-            evidence.append(models.Evidence(check="completed", kind="completed", value=True))
+        evidence = evidence or [models.Evidence(check="completed", kind="completed", value=True)]
         try:
             writes, saved, unsaved = saved_outputs(
                 values, offered, touched, self.state, planned.number
@@ -311,7 +311,7 @@ class Stepper:
             self._fail(start, str(exc))
             raise
         writes.update(kept_writes)
-        inputs, reads, binds = _recorded_inputs(self.state, start, self.checker.workdir)
+        inputs, reads, binds, wrote = recorded_inputs(self.state, start, self.checker.workdir)
         record = self._record(
             start,
             "confirmed",
@@ -321,6 +321,7 @@ class Stepper:
             inputs=inputs,
             reads=reads,
             binds=binds,
+            wrote=wrote or None,
             unsaved=unsaved or None,
             kept=kept or None,
         )
@@ -384,28 +385,6 @@ class Stepper:
         )
 
 
-def _recorded_inputs(
-    state: RunState, start: StepStart, workdir: Path
-) -> tuple[dict[str, str | None] | None, tuple[str, ...], tuple[str, ...]]:
-    """What step `start` read (its inputs, with the values seen) and its cell's names."""
-    return dependencies.recorded_inputs(
-        source=start.source,
-        declared=(*start.planned.inputs, *(dependencies.UNKNOWN + u for u in start.trace.unknowns)),
-        decisions=start.trace.decisions,
-        answers={u.id: u.answer for u in state.unknowns.values()},
-        earlier=_records_before(state, start.planned.number)
-        if start.source and _names_a_checked_file(state, start.source)
-        else (),
-        workdir=workdir,
-    )
-
-
-def _names_a_checked_file(state: RunState, source: str) -> bool:
-    """Whether `source` holds a path some record's `file:` check names (a step's cost
-    stays flat as the run grows: the table keeps those paths)."""
-    return any(path in source for path in state.records.table.checked_files())
-
-
 def _expr_scope(
     start: StepStart, namespace: Mapping[str, Any] | None, values: Mapping[str, Any]
 ) -> dict[str, Any] | None:
@@ -434,15 +413,6 @@ def _state_before(state: RunState, verdicts: Verdicts, number: int) -> Callable[
         return verdicts.state(name) if found is not None and found < number else "pending"
 
     return state_of
-
-
-def _records_before(state: RunState, number: int) -> Iterator[StepRecord]:
-    """The records of the steps before step `number`, in plan order."""
-    records = state.records
-    for name in state.steps.names[: number - 1]:
-        record = records.get(name)
-        if record is not None:
-            yield record
 
 
 def _note(start: StepStart, values: Mapping[str, Any]) -> models.Evidence:

@@ -1,0 +1,92 @@
+"""The files a step opens as it runs, seen by Python's audit hook (`sys.addaudithook`):
+what it read and what it wrote, whatever built the path (`os.path.join`, `glob`,
+pandas' and NumPy's readers and writers, which open through Python).
+
+A file opened by code that is not Python (a C library that opens it itself, as
+pyarrow's Parquet reader does) is not seen. The hook is installed once, on the first
+step, and costs a comparison per audited event while no step runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+_WRITING = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+@dataclass
+class FileTrace:
+    """The absolute paths of the files opened while it was active, by how."""
+
+    read: set[str] = field(default_factory=set)
+    wrote: set[str] = field(default_factory=set)
+
+    def relative(self, root: str, skip: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+        """(the files read but not written, the files written), as paths under `root`
+        in POSIX form, sorted; files outside it, in a folder named in `skip` or
+        `__pycache__`, or in a hidden folder (`.stepstone`, `.ipynb_checkpoints`) left
+        out, and Python's own modules (`.py`, read only when its cached bytecode is
+        stale: an import would be an input now and then)."""
+
+        def under(paths: set[str]) -> set[str]:
+            found = set()
+            for path in paths:
+                rel = os.path.relpath(path, root)
+                parts = rel.split(os.sep)
+                if rel.startswith("..") or os.path.isabs(rel) or rel == ".":
+                    continue
+                if any(p.startswith(".") or p == "__pycache__" for p in parts[:-1]):
+                    continue
+                if any(path == s or path.startswith(s + os.sep) for s in skip):
+                    continue
+                if path.endswith((".py", ".pyc")) and paths is self.read:
+                    continue
+                found.add("/".join(parts))
+            return found
+
+        wrote = under(self.wrote)
+        return sorted(under(self.read) - wrote), sorted(wrote)
+
+
+_active: list[FileTrace] = []
+_lock = threading.Lock()
+_installed = False
+
+
+def _hook(event: str, args: tuple[object, ...]) -> None:
+    if event != "open" or not _active:
+        return
+    path, mode, flags = args
+    if isinstance(path, int):  # open(fd): opened before, by name
+        return
+    try:
+        name = os.path.abspath(os.fsdecode(path))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return
+    if isinstance(mode, str):
+        writing = any(c in mode for c in "wax+")
+    else:
+        writing = isinstance(flags, int) and bool(flags & _WRITING)
+    for trace in list(_active):
+        (trace.wrote if writing else trace.read).add(name)
+
+
+@contextmanager
+def tracing(trace: FileTrace) -> Iterator[FileTrace]:
+    """While the body runs, every file opened (by any thread) is noted in `trace`."""
+    global _installed
+    with _lock:
+        if not _installed:
+            sys.addaudithook(_hook)
+            _installed = True
+        _active.append(trace)
+    try:
+        yield trace
+    finally:
+        with _lock:
+            _active.remove(trace)

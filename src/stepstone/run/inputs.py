@@ -1,0 +1,81 @@
+"""What a step read as it ran, recorded with it: its inputs (decisions, unknowns, files
+declared, named in its code or opened by it, the steps that made them), the kernel names
+its cell reads and binds, and the files its code wrote (`dependencies`, `filetrace`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+from .. import dependencies
+from ..models import PlannedStep, StepRecord
+from .active import Trace
+from .state import RunState
+
+
+class Begun(Protocol):
+    """A step under way (`stepping.StepStart`): what it is, and what it did as it ran."""
+
+    planned: PlannedStep
+    source: str | None  # its cell's code
+    trace: Trace  # what it read and wrote as it ran
+    plain: frozenset[str]  # the names it reads that plain cells make anew
+
+
+def recorded_inputs(
+    state: RunState, start: Begun, workdir: Path
+) -> tuple[dict[str, str | None] | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """What a step read as it ran (its inputs, with the values seen), the names its cell
+    reads, less those plain cells make anew, and binds, and the files its code wrote."""
+    planned, source, trace, plain, store = (
+        start.planned,
+        start.source,
+        start.trace,
+        start.plain,
+        state.store.path,
+    )
+    root = os.path.realpath(workdir)
+    read, wrote = trace.files.relative(root, skip=(os.path.realpath(store),))
+    table = state.records.table
+    inputs, reads, binds = dependencies.recorded_inputs(
+        source=source,
+        declared=(*planned.inputs, *(dependencies.UNKNOWN + u for u in trace.unknowns)),
+        decisions=trace.decisions,
+        answers={u.id: u.answer for u in state.unknowns.values()},
+        earlier=_records_before(state, planned.number)
+        if _names_a_checked_file(state, source or "", read)
+        else (),
+        workdir=workdir,
+        read=read,
+        plain=plain,
+    )
+    if read and (inputs is not None or source is None):
+        traced = dependencies.traced_inputs(
+            read,
+            step=planned.name,
+            checked=table.checked_files(),
+            writers=table.writers(),
+            number_of=state.numbers.get,
+            record_of=state.records.get,
+            workdir=workdir,
+        )
+        inputs = {**traced, **(inputs or {})}
+    return inputs, reads, binds, tuple(wrote)
+
+
+def _names_a_checked_file(state: RunState, source: str, read: Iterable[str]) -> bool:
+    """Whether `source` holds a path some record's `file:` check names, or the step
+    opened one (a step's cost stays flat as the run grows: the table keeps those paths)."""
+    checked = state.records.table.checked_files()
+    return any(path in source for path in checked) or any(path in checked for path in read)
+
+
+def _records_before(state: RunState, number: int) -> Iterator[StepRecord]:
+    """The records of the steps before step `number`, in plan order."""
+    records = state.records
+    for name in state.steps.names[: number - 1]:
+        record = records.get(name)
+        if record is not None:
+            yield record
