@@ -516,6 +516,38 @@ def test_copies_of_an_idle_store_driven_one_after_the_other_send_each_effect_onc
     assert len(tips) == 1  # the same history in both
 
 
+@pytest.mark.parametrize("how", ["cp -r", "git clone --bare"])
+def test_a_copy_taken_before_the_original_made_its_run_takes_turns_with_it(
+    tmp_path: Path, how: str
+):
+    """The original's first driver was killed before its first commit (a store and a run
+    lock, no run), then the folder was copied: the copy drives first, then the original,
+    then the copy again. One lineage: each effect is sent once (found by the adversary:
+    the clone made a run of its own, the original another, and each sent everything)."""
+    import shutil
+
+    from conftest import git
+
+    from stepstone.run.copies import run_lock
+    from stepstone.store import GitStore
+
+    original, copy, sent = tmp_path / "original", tmp_path / "copy", tmp_path / "sent.txt"
+    original.mkdir()
+    store = GitStore(original / ".stepstone", create=True)
+    lock = run_lock(store, "job", "killed@host")
+    lock.acquire()
+    lock.release()
+    if how == "cp -r":
+        shutil.copytree(original, copy, symlinks=True)
+    else:
+        copy.mkdir()
+        git("clone", "--bare", "-q", str(store.git_dir), str(copy / ".stepstone"), cwd=tmp_path)
+    for folder in (copy, original, copy):
+        done = _drive_copy(folder, sent)
+        assert done.returncode == 0, done.stderr
+    assert [line.split()[0] for line in sent.read_text().splitlines()] == ["e1", "e2", "e3", "e4"]
+
+
 def test_a_copy_is_not_driven_while_its_original_is(tmp_path: Path):
     import shutil
     import subprocess

@@ -86,7 +86,7 @@ def _cloned_from(store: GitStore, run: str) -> Path | None:
         origin = GitStore(folder, create=False)
     except StepstoneError:
         return None
-    if origin.git_dir.resolve() == store.git_dir.resolve() or origin.tip(run) is None:
+    if origin.git_dir.resolve() == store.git_dir.resolve():
         return None
     return _lock_path(origin.git_dir.resolve(), run)
 
@@ -95,9 +95,14 @@ def _cloned_from(store: GitStore, run: str) -> Path | None:
 class _Copy:
     lock: Path
     store: GitStore
-    tip: str
+    tip: str | None  # None: it holds no run yet (copied from before its first commit)
     first: bool  # never seen by this store: fetched whatever its tip (a copy taken while
     # driven may name a commit whose objects it lacks)
+
+    @property
+    def seen(self) -> str:
+        """What the copies it knows keep of it: its tip, or "" while it holds no run."""
+        return self.tip or ""
 
 
 def _copies_of(store: GitStore, run: str, lock: RunLock) -> dict[str, str | None]:
@@ -124,19 +129,19 @@ def take_turns(store: GitStore, run: str, lock: RunLock) -> list[str]:
     copies = _reach(store, run, lock, known, notes)
     here = store.tip(run)
     newest = _newest(store, run, here, copies)
-    if newest is not None and newest.tip != here:
+    if newest is not None and newest.tip is not None and newest.tip != here:
         store.move_run(run, newest.tip, here)
         notes.append(
             f"took in run {run!r} as the copy of this store at {_store_of(newest.lock)} left "
             f"it (driven there since this store last was): nothing it did is done again"
         )
     tip = store.tip(run)
-    seen: dict[str, str | None] = {str(c.lock): c.tip for c in copies}
+    seen: dict[str, str | None] = {str(c.lock): c.seen for c in copies}
     _save_known(mine, seen)
     for copy in copies:  # each learns of this one (and of the others), as seen now
         theirs = _known(copy.lock)
         theirs.update({k: v for k, v in seen.items() if k != str(copy.lock)})
-        theirs[str(mine)] = tip
+        theirs[str(mine)] = tip or ""
         _save_known(copy.lock, theirs)
     return notes
 
@@ -144,7 +149,10 @@ def take_turns(store: GitStore, run: str, lock: RunLock) -> list[str]:
 def _reach(
     store: GitStore, run: str, lock: RunLock, known: dict[str, str | None], notes: list[str]
 ) -> list[_Copy]:
-    """Every copy reachable from `known` (the copies the copies know, too), each locked."""
+    """Every copy reachable from `known` (the copies the copies know, too), each locked.
+    A copy that holds no run yet (this store was copied from it before its first commit,
+    or it from this one) is one all the same: whichever drives first, the other takes in
+    its history."""
     copies: list[_Copy] = []
     queue = list(known)
     visited = {str(lock.path)}
@@ -160,7 +168,7 @@ def _reach(
             tip = there.tip(run) if there is not None else None
         except StepstoneError:
             there, tip = None, None
-        if there is None or tip is None:
+        if there is None or (tip is None and known.get(path)):
             if path in known and known[path] is None:
                 raise Diverged(
                     run,
@@ -184,7 +192,7 @@ def _newest(store: GitStore, run: str, here: str | None, copies: list[_Copy]) ->
     newest: _Copy | None = None
     newest_tip = here
     for copy in copies:
-        if copy.tip == newest_tip and not copy.first:
+        if copy.tip is None or (copy.tip == newest_tip and not copy.first):
             continue
         fetched = f"{COPY_REFS}{hashlib.sha256(str(copy.lock).encode()).hexdigest()[:16]}"
         git(
