@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import checks, dependencies, message, models, names
+from ..effects.redaction import error_text, redact
 from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
-from ..models import PlannedStep, StepRecord, dump, now
-from ..redaction import error_text, redact
-from ..verdicts import Verdicts
+from ..model import message, models, names
+from ..model.models import PlannedStep, StepRecord, dump, now
+from ..rules import checks, dependencies
+from ..rules.verdicts import Verdicts
 from . import keeping, questions
 from .active import Trace, stepping_in
 from .checking import RETURN, Checker, check_scope
