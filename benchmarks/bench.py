@@ -38,8 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import stepstone
-from stepstone.atomic import write_atomic
 from stepstone.settings import Settings
+from stepstone.store.atomic import write_atomic
 from stepstone.store.opening import batch_sync
 
 RECORD = b'{"step": 1, "status": "confirmed", ' + b'"x": "' + b"a" * 250 + b'"}\n'
@@ -495,7 +495,7 @@ def disk_usage(path: Path) -> int:
 
 def build_run(store: Path, workdir: Path, size: int) -> None:
     """A run of `size` confirmed steps, 1,000 step records per commit."""
-    from stepstone.models import Evidence, StepRecord, dump, now
+    from stepstone.model.models import Evidence, StepRecord, dump, now
     from stepstone.run import step_path
 
     with stepstone.open_run("sized", repo=store, workdir=workdir) as run:

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import stepstone
-from stepstone.atomic import write_atomic
 from stepstone.settings import Settings
+from stepstone.store.atomic import write_atomic
 
 RECORD = b'{"step": 1, "status": "confirmed", "x": "' + b"a" * 250 + b'"}\n'
 

@@ -250,8 +250,8 @@ def test_the_docs_name_every_command_and_every_mcp_tool():
 
     import click
 
+    from stepstone.agent.mcpserver import make_server
     from stepstone.cli import main
-    from stepstone.mcpserver import make_server
 
     agents = (ROOT / "docs" / "agents.md").read_text()
     readme = (ROOT / "README.md").read_text()

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stepstone
-from stepstone import arrowframes, artifacts, bigvalues
+from stepstone.values import arrowframes, artifacts, bigvalues
 from tests.conftest import git, restore_held, stepstone_cli
 
 MB = 1 << 20

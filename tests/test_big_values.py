@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stepstone
-from stepstone import artifacts, bigvalues
 from stepstone.store import GIT_OPTIONS, GitStore
 from stepstone.store.packs import read_index
+from stepstone.values import artifacts, bigvalues
 from tests.conftest import fsck, git, restore_held, run_python
 
 MB = 1 << 20

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import stepstone
-from stepstone import checks
+from stepstone.rules import checks
 
 
 def _ev(spec, workdir, **kw):

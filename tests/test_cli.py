@@ -9,7 +9,7 @@ from conftest import stepstone_cli as cli
 from test_records import _commit_edit
 
 import stepstone
-from stepstone import render
+from stepstone.present import render
 
 
 def _make_run(workdir: Path, steps: int = 3, run_id: str = "job") -> None:
@@ -283,11 +283,12 @@ try:
     main(["status"])
 except SystemExit:
     pass
-print(sorted(m for m in sys.modules if m.startswith(("stepstone.cli.", "stepstone.notebook"))))
+shown = ("stepstone.cli.", "stepstone.notebook.notebook")
+print(sorted(m for m in sys.modules if m.startswith(shown)))
 """
     done = run_python(code, cwd=workdir)
     imported = done.stdout.strip().splitlines()[-1]
-    wanted = ["stepstone.cli.commands", "stepstone.cli.common", "stepstone.notebook_plan"]
+    wanted = ["stepstone.cli.commands", "stepstone.cli.common", "stepstone.notebook.notebook_plan"]
     assert imported == repr(wanted)
 
 

@@ -245,7 +245,7 @@ def test_an_engine_killed_mid_step_resumes_from_that_step(workdir: Path, engine:
 
 
 def test_each_client_names_its_notebook_its_own_way(workdir: Path, monkeypatch: pytest.MonkeyPatch):
-    from stepstone import clients
+    from stepstone.kernel import clients
 
     folder = workdir / "sub" / "dir"
     folder.mkdir(parents=True)

@@ -17,7 +17,7 @@ import pytest
 from conftest import clean_env, stepstone_cli
 from nbformat.v4 import new_code_cell, new_notebook
 
-from stepstone.dependencies import cell_names
+from stepstone.rules.dependencies import cell_names
 
 FOLLOW = {"STEPSTONE_FOLLOW_INPUTS": "1"}  # cells may follow their inputs (opt-in)
 
@@ -243,7 +243,7 @@ def test_a_kill_in_the_middle_then_a_revised_decision_reruns_only_what_it_must(
 
 
 def test_each_cell_is_read_from_its_own_code_when_cells_follow_one_another():
-    from stepstone.namespace import read_cell
+    from stepstone.notebook.namespace import read_cell
 
     for a, b in [("x = y", "y = x"), ("x = y\n", "x = y + 1"), ("!ls", "x = y")]:
         first, second = cell_names(a), cell_names(b)

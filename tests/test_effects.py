@@ -14,8 +14,8 @@ from conftest import stepstone_cli as _cli
 from receiver import Receiver
 
 import stepstone
-from stepstone.effectkeys import derive_key, fingerprint
-from stepstone.redaction import redact
+from stepstone.effects.effectkeys import derive_key, fingerprint
+from stepstone.effects.redaction import redact
 
 DRIVER = str(Path(__file__).resolve().parent / "drivers" / "effect_driver.py")
 

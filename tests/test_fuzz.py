@@ -8,9 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stepstone
-from stepstone import cellargs, checks, names
-from stepstone.effectkeys import derive_key, effect_path
-from stepstone.models import Decision, PlannedStep, RunInfo, StepRecord, Unknown, load
+from stepstone.effects.effectkeys import derive_key, effect_path
+from stepstone.model import names
+from stepstone.model.models import Decision, PlannedStep, RunInfo, StepRecord, Unknown, load
+from stepstone.notebook import cellargs
+from stepstone.rules import checks
 from stepstone.run import plan_path, step_path
 
 TEXT = st.text(min_size=0, max_size=80)

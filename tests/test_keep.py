@@ -16,8 +16,8 @@ from conftest import stepstone_cli as cli
 from nbformat.v4 import new_code_cell, new_notebook
 
 import stepstone
-from stepstone.cellargs import parse_step_line
-from stepstone.models import dump
+from stepstone.model.models import dump
+from stepstone.notebook.cellargs import parse_step_line
 
 BIG = os.urandom(3 << 20)  # over the streaming threshold
 

@@ -13,7 +13,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from nbformat.v4 import new_code_cell, new_notebook
 
 import stepstone.run
-from stepstone.notebook_plan import plan_from_notebook
+from stepstone.notebook.notebook_plan import plan_from_notebook
 from stepstone.run.layout import source_hash
 
 SPACES = "%%step a\ndef f():\n    return 1\n    \nx = f()"  # a line of four spaces in it
@@ -193,7 +193,7 @@ def test_an_edited_plain_cell_makes_the_steps_that_read_it_stale(workdir: Path):
 def test_a_large_value_of_a_plain_cell_is_not_fingerprinted_at_every_step():
     import numpy as np
 
-    from stepstone.kernelsession import PLAIN_LIMIT, _state_print
+    from stepstone.kernel.kernelsession import PLAIN_LIMIT, _state_print
 
     small, large = np.zeros(1000), np.zeros(PLAIN_LIMIT // 8 + 1)
     assert _state_print(small) is not None

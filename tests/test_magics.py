@@ -352,7 +352,7 @@ def test_step_rerun_runs_a_verified_cell_once_for_its_reason(ip, workdir: Path, 
 
 
 def test_step_force_help_says_what_it_does(ip):
-    from stepstone import cellargs
+    from stepstone.notebook import cellargs
 
     usage = " ".join(cellargs._parser("step").format_help().split())
     assert "--force run the step although the step before it is not verified" in usage

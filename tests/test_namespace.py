@@ -20,7 +20,8 @@ from hypothesis.extra import pandas as hpd
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from stepstone import artifacts, namespace
+from stepstone.notebook import namespace
+from stepstone.values import artifacts
 
 
 def same(a: Any, b: Any) -> bool:
@@ -297,7 +298,7 @@ def _notebook_of(folder: Path, *cells: str) -> Path:
 
 
 def _in_notebook(ip, monkeypatch: pytest.MonkeyPatch, path: Path) -> Any:
-    from stepstone.notebook import NOTEBOOK_ENV
+    from stepstone.notebook.notebook import NOTEBOOK_ENV
 
     monkeypatch.setenv(NOTEBOOK_ENV, str(path))
     ip.run_line_magic("resume", "")
@@ -515,7 +516,7 @@ def test_in_a_notebook_a_class_body_del_and_query_text_count_as_reads(ip, workdi
     ids=["series-name", "categorical-order", "wide-columns"],
 )
 def test_a_fingerprint_sees_what_a_step_changed_in_place(change: str):
-    from stepstone.namespace import fingerprint
+    from stepstone.notebook.namespace import fingerprint
 
     scope: dict[str, Any] = {"pd": pd, "np": np}
     exec(

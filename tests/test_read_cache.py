@@ -133,7 +133,7 @@ def test_status_json_text_equals_to_json(workdir: Path):
 
 
 def _saved_index(workdir: Path) -> tuple:
-    from stepstone.index import StepIndex
+    from stepstone.rules.index import StepIndex
 
     index = StepIndex.loads(_caches(workdir)[1].read_bytes())
     names, seqs, finished, kinds, shapes = index.records.columns()
@@ -171,7 +171,7 @@ def test_a_driver_that_wrote_records_around_the_index_does_not_save_it(workdir: 
     saved = _saved_index(workdir)
     with stepstone.open_run("big") as run:
         record = run.records["s1"].model_copy(update={"seq": 999})
-        from stepstone.models import dump
+        from stepstone.model.models import dump
 
         run.commit_record(step_path("s1"), dump(record), "by hand", [])
     assert _saved_index(workdir) == saved

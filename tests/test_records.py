@@ -8,7 +8,7 @@ import pytest
 from conftest import git
 
 import stepstone
-from stepstone.models import SCHEMA_VERSION, StepRecord, dump, load
+from stepstone.model.models import SCHEMA_VERSION, StepRecord, dump, load
 
 
 def _commit_edit(store: Path, path: str, content: str) -> str:

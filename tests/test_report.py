@@ -20,9 +20,9 @@ from conftest import run_python
 from conftest import stepstone_cli as cli
 
 import stepstone
-from stepstone.models import Decision, dump, now
-from stepstone.report import html_report
-from stepstone.report_timeline import axis
+from stepstone.model.models import Decision, dump, now
+from stepstone.present.report.page import html_report
+from stepstone.present.report.timeline import axis
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("plan", "timeline", "steps", "decisions", "unknowns", "effects", "commits")
@@ -164,7 +164,7 @@ def test_the_timeline_shows_failed_and_interrupted_attempts_before_the_confirmed
 def test_a_step_that_took_a_renamed_steps_old_name_is_credited_only_its_own_attempts(
     workdir: Path,
 ):
-    from stepstone.report_history import read_commits, read_history
+    from stepstone.present.report.history import read_commits, read_history
 
     def clean() -> None:
         if not (workdir / "second.txt").exists():
@@ -189,7 +189,7 @@ def test_a_step_that_took_a_renamed_steps_old_name_is_credited_only_its_own_atte
 
 @pytest.mark.fault
 def test_only_sessions_that_stopped_in_a_step_are_reported_as_interrupted(workdir: Path):
-    from stepstone.report_history import read_commits, read_history
+    from stepstone.present.report.history import read_commits, read_history
 
     session = textwrap.dedent(
         """

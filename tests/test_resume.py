@@ -175,7 +175,7 @@ def test_reading_an_unknown_run_lists_the_runs(workdir: Path):
 
 
 def test_a_run_begun_with_the_two_level_layout_keeps_it(workdir: Path):
-    from stepstone.models import StepRecord, dump, now
+    from stepstone.model.models import StepRecord, dump, now
     from stepstone.run import step_path
 
     with stepstone.open_run("old") as run:

@@ -22,8 +22,8 @@ from conftest import stepstone_cli
 from receiver import Receiver, find, send
 
 import stepstone
-from stepstone import render
 from stepstone.errors import UnresolvedEffect
+from stepstone.present import render
 from stepstone.settings import Settings
 
 DRIVER = str(Path(__file__).resolve().parent / "drivers" / "effect_driver.py")

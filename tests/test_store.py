@@ -8,7 +8,7 @@ import pytest
 from conftest import fsck, git, run_python
 
 import stepstone
-from stepstone.message import CommitMessage
+from stepstone.model.message import CommitMessage
 from stepstone.store import GitStore, durable
 from stepstone.store.packs import read_index
 

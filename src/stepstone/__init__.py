@@ -6,7 +6,6 @@ resume re-verifies that evidence before it skips a step.
 
 from typing import Any as _Any
 
-from .checks import check
 from .errors import (
     CheckFailed,
     DecisionConflict,
@@ -30,9 +29,10 @@ from .errors import (
     UnknownCheck,
     UnresolvedEffect,
 )
+from .rules.checks import check
+from .rules.status import RunStatus, StepStatus
 from .run import Run, StepResult, answer, decided, effect, fence_token, note, open_run
 from .run import finishing as _finishing
-from .status import RunStatus, StepStatus
 
 __version__ = "0.1.0"
 
@@ -76,7 +76,7 @@ __all__ = [
 
 
 def _summary(status: RunStatus) -> str:
-    from .render import summary  # presentation: imported once a run is finished
+    from .present.render import summary  # presentation: imported once a run is finished
 
     return summary(status)
 
@@ -86,13 +86,13 @@ _finishing.write_summary_with(_summary)
 
 def load_ipython_extension(ipython: _Any) -> None:
     """Register the stepstone magics (`%load_ext stepstone`)."""
-    from .magics import register
+    from .kernel.magics import register
 
     register(ipython)
 
 
 def unload_ipython_extension(ipython: _Any) -> None:
     """Let go of the run the magics hold."""
-    from .magics import unregister
+    from .kernel.magics import unregister
 
     unregister(ipython)

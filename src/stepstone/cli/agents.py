@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .. import actions
+from ..agent import actions
 from ..errors import InvalidInput
 from .common import errors_as_exit_codes, json_option, main, open_reader, repo_option
 from .common import run_option as run_option
@@ -80,7 +80,7 @@ def decide(
 ) -> None:
     """Decide KEY=VALUE with its reason. A revision stands over the notebook's `%decide`
     line for KEY until that line is edited; the steps that read KEY run again."""
-    from .. import render
+    from ..present import render
 
     done = actions.decide(run_id, repo, key, value, why, revise=revise, dry_run=dry_run, via="cli")
     if dry_run:
@@ -101,7 +101,7 @@ def decide(
 def show(step: str, run_id: str | None, repo: str | None, as_json: bool) -> None:
     """Everything recorded about STEP: its state, evidence, what it read, its outputs
     (type, shape, size, how to load them), the commit that recorded it, its effects."""
-    from ..render_steps import shown_step
+    from ..present.render_steps import shown_step
 
     shown = actions.show(run_id, repo, step)
     click.echo(json.dumps(shown, indent=2) if as_json else shown_step(shown), nl=as_json)
@@ -131,7 +131,7 @@ def outputs(
     """The values STEP saved, described without loading them; with --get NAME, write
     one out (`.npy`, Parquet, JSON or pickle, as stored; checked against its sha256)."""
     if name is None:
-        from ..render_steps import output_lines
+        from ..present.render_steps import output_lines
 
         listed = actions.outputs(run_id, repo, step)
         click.echo(json.dumps(listed, indent=2) if as_json else output_lines(listed))
@@ -156,7 +156,7 @@ def mcp_command(repo: str | None) -> None:
     outputs, get_output, verify, answer, ask, decide, resolve, rerun, fork, diff): the
     same JSON as these commands' --json. Add it to an MCP client as the command `stepstone mcp`."""
     try:
-        from ..mcpserver import serve
+        from ..agent.mcpserver import serve
 
         serve(repo)
     except ModuleNotFoundError as exc:

@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
-from .. import notebook_plan, render
 from ..errors import NothingToRepair, StoreError
+from ..notebook import notebook_plan
+from ..present import render
 from ..run import holding, open_run, problems_at
 from ..settings import AUTOPUSH_KEY
 from ..store import DEFAULT_STORE, GitStore, holder_identity
@@ -98,7 +99,7 @@ def log(
 
         click.echo(graph_of(GitStore(repo, create=False)), nl=False)
         return
-    from .. import actions
+    from ..agent import actions
 
     entries = actions.log(run_id, repo, step_name)
     if as_json:
@@ -182,7 +183,7 @@ def rerun(
     run_id: str | None, repo: str | None, step: str, why: str, downstream: bool, as_json: bool
 ) -> None:
     """Mark STEP to run again at the next run (its confirmed effects are not repeated)."""
-    from .. import actions
+    from ..agent import actions
 
     done = actions.rerun(run_id, repo, step, why, downstream=downstream, via="cli")
     marked, run = done["marked"], done["run"]
@@ -233,7 +234,7 @@ def resolve(
             value = json.loads(receipt)
         except ValueError:
             value = receipt
-    from .. import actions
+    from ..agent import actions
 
     done = actions.resolve(run_id, repo, key, happened=happened, receipt=value, why=why, via="cli")
     if as_json:
@@ -250,7 +251,7 @@ def resolve(
 @errors_as_exit_codes
 def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) -> None:
     """A short Markdown hand-off brief for a person or an agent whose context was reset."""
-    from .. import brief as briefing
+    from ..present import brief as briefing
 
     reader = open_reader(run_id, repo)
     state = notebook_plan.seeing_the_notebook(reader, reader.status(recheck=recheck))
@@ -265,8 +266,8 @@ def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) ->
 def schema() -> None:
     """The JSON Schema of every file in a run and of `status --json`, generated from the
     models."""
-    from ..models import json_schemas
-    from ..shapes import schemas
+    from ..model.models import json_schemas
+    from ..model.shapes import schemas
 
     click.echo(json.dumps({**json_schemas(), **schemas()}, indent=2))
 
@@ -307,7 +308,7 @@ def trust(repo: str | None) -> None:
 
     Values this user's own drivers wrote are trusted without it. The trust is kept in
     this user's configuration folder, never in the store, so it does not travel."""
-    from .. import trust as trusting
+    from ..values import trust as trusting
 
     store = GitStore(repo, create=False)
     noted = trusting.trust_store(store.git_dir)
@@ -388,8 +389,8 @@ def clone_command(url: str, directory: str) -> None:
 @errors_as_exit_codes
 def handoff(run_id: str | None, repo: str | None) -> None:
     """Push the run, release its lease, and print the brief and the next agent's commands."""
-    from .. import brief as briefing
     from .. import remote
+    from ..present import brief as briefing
 
     with open_driver(run_id, repo) as run:
         remote.push(run.store, run.id)

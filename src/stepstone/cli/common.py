@@ -46,7 +46,7 @@ def errors_as_exit_codes(fn: F) -> F:
 
 def open_reader(run_id: str | None, repo: str | None, *, cached: bool = True) -> Run:
     """The run, opened to read (no lock, no lease, nothing created)."""
-    from ..actions import reader
+    from ..agent.actions import reader
 
     return reader(run_id, repo, cached=cached)
 
@@ -103,6 +103,6 @@ def main(ctx: click.Context, repo: str | None, run_id: str | None) -> None:
 
 def open_driver(run_id: str | None, repo: str | None) -> Run:
     """The run, held as its driver for one change; its commits say they came via cli."""
-    from ..actions import driver
+    from ..agent.actions import driver
 
     return driver(run_id, repo, "cli")

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from .. import actions
+from ..agent import actions
 from ..store import GitStore
 from .common import errors_as_exit_codes, json_option, main, repo_option
 
@@ -55,7 +55,7 @@ def fork(run: str, at: str, new: str, repo: str | None, as_json: bool) -> None:
 def diff(run_a: str, run_b: str, repo: str | None, as_json: bool) -> None:
     """The steps, decisions, evidence, outputs and answers RUN_A and RUN_B recorded
     differently. Exit 1 when they differ."""
-    from ..render_steps import diff_lines
+    from ..present.render_steps import diff_lines
 
     found = actions.diff(run_a, run_b, repo)
     click.echo(json.dumps(found, indent=2) if as_json else diff_lines(found), nl=as_json)

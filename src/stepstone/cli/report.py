@@ -26,8 +26,8 @@ def report(run_id: str | None, repo: str | None, output: Path) -> None:
     timeline of the attempts (failed and interrupted ones too), evidence, saved
     outputs, decisions, unknowns, effects and the Git commits. The page loads nothing
     from elsewhere; reading the run runs no code."""
-    from .. import atomic
-    from ..report import html_report
+    from ..present.report.page import html_report
+    from ..store import atomic
 
     reader = open_reader(run_id, repo)
     atomic.write_atomic(output, html_report(reader).encode())

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import click
 
-from .. import names, notebook_plan
-from .. import notebook as nbrun
-from .. import parameters as params
+from ..model import names
+from ..notebook import notebook as nbrun
+from ..notebook import notebook_plan
+from ..notebook import parameters as params
 from ..run import open_run
 from ..run.copies import settle_now
 from ..store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore

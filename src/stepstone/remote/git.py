@@ -8,9 +8,9 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from .. import trust
 from ..errors import GitFailed, StoreError
 from ..store import GIT_OPTIONS, GitStore
+from ..values import trust
 
 # settings of a store's own config that make git run a command (hooks and fsmonitor
 # are turned off by GIT_OPTIONS instead)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from ..effectbook import state_rank
+from ..effects.effectbook import state_rank
 from ..errors import Diverged, GitFailed, StoreError
-from ..message import FROM, KEY, STATUS, CommitMessage, run_commit
+from ..model.message import FROM, KEY, STATUS, CommitMessage, run_commit
 from ..store import (
     BRANCH_REFS,
     DIVERGED_REFS,

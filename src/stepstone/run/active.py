@@ -9,7 +9,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from ..errors import InvalidInput, StepstoneError
-from ..filetrace import FileTrace, tracing
+from .filetrace import FileTrace, tracing
 
 # Runs are held as objects: this module sits below the `Run` it keeps track of (the
 # module-level API, `opening`, types what it gets back)

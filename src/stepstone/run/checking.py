@@ -9,14 +9,17 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import artifacts, bigvalues, checks, dependencies, effects, names, trust
-from ..bulk import collector_paused
-from ..effectbook import MAYBE_HAPPENED
+from ..effects import effects
+from ..effects.effectbook import MAYBE_HAPPENED
 from ..errors import StepstoneError, StoreError
-from ..models import Artifact, Evidence, PlannedStep, StepRecord
+from ..model import names
+from ..model.bulk import collector_paused
+from ..model.models import Artifact, Evidence, PlannedStep, StepRecord
+from ..rules import checks, dependencies
+from ..rules.status import RunStatus, StepStatus
+from ..rules.verdicts import Verdicts, plan_changed, step_states
 from ..settings import Settings
-from ..status import RunStatus, StepStatus
-from ..verdicts import Verdicts, plan_changed, step_states
+from ..values import artifacts, bigvalues, trust
 from . import keeping
 from .state import RunState
 

@@ -28,12 +28,12 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import message
-from ..atomic import write_atomic
 from ..errors import Diverged, StepstoneError
-from ..lock import RunLock
+from ..model import message
 from ..remote.git import REMOTE_KEY, git
 from ..store import GitStore, holder_identity
+from ..store.atomic import write_atomic
+from ..store.lock import RunLock
 from .ledger import Ledger
 from .state import RunState
 

@@ -15,13 +15,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .. import checks, effects, message, models, names
+from ..effects import effects
 from ..errors import InvalidInput, RunNotFound, StepstoneError
-from ..index import INDEXED
-from ..models import Decision, EffectRecord, PlannedStep, StepRecord, Unknown
+from ..model import message, models, names
+from ..model.models import Decision, EffectRecord, PlannedStep, StepRecord, Unknown
+from ..rules import checks
+from ..rules.index import INDEXED
+from ..rules.verdicts import Verdicts
 from ..settings import Settings
 from ..store import GitStore, holder_identity
-from ..verdicts import Verdicts
 from . import active, copies, finishing, questions, rerunning
 from .checking import RETURN, Checker
 from .copies import run_lock

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import message
 from ..errors import InvalidInput, StepstoneError
-from ..message import one_line
-from ..models import now
-from ..status import RunStatus
+from ..model import message
+from ..model.message import one_line
+from ..model.models import now
+from ..rules.status import RunStatus
 from .layout import SUMMARY
 from .ledger import Ledger
 

@@ -16,9 +16,9 @@ import secrets
 from collections.abc import Iterable
 from typing import Any
 
-from .. import message, names
 from ..errors import InvalidInput
-from ..models import StepRecord
+from ..model import message, names
+from ..model.models import StepRecord
 from ..settings import Settings
 from ..store import GitStore
 from .opening import open_run

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..effectbook import state_rank
+from ..effects.effectbook import state_rank
 from ..errors import StoreError
 from ..store import READ_ERRORS, GitStore
 

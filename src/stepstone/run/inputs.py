@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
-from .. import dependencies
-from ..models import PlannedStep, StepRecord
+from ..model.models import PlannedStep, StepRecord
+from ..rules import dependencies
 from .active import Trace
 from .state import RunState
 

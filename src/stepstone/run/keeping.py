@@ -17,10 +17,11 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from .. import artifacts, bigvalues, checks
 from ..errors import InvalidInput, StepstoneError
-from ..models import Artifact, StepRecord
+from ..model.models import Artifact, StepRecord
+from ..rules import checks
 from ..store import StoredBlob
+from ..values import artifacts, bigvalues
 from .state import RunState
 
 KEEP = "keep:"

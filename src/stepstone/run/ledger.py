@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable, Mapping
 
 from ..errors import RunFinished
-from ..index import INDEXED, StepIndex, save_index
-from ..message import run_commit
-from ..models import dump, now
+from ..model.message import run_commit
+from ..model.models import dump, now
+from ..rules.index import INDEXED, StepIndex, save_index
 from ..settings import Settings
 from ..store import StoredBlob
 from .layout import RUN_INFO

@@ -10,8 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from .. import names
 from ..errors import StepstoneError
+from ..model import names
 from ..settings import Settings
 from ..store import GitStore, holder_identity
 from . import active

@@ -7,12 +7,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import checks, message, models, names
 from ..errors import PlanError
-from ..index import NO_EXTRA, PlanRow, plan_extra, plan_row
-from ..message import one_line
-from ..models import PlannedStep, StepRecord, dump
-from ..verdicts import Verdicts
+from ..model import message, models, names
+from ..model.message import one_line
+from ..model.models import PlannedStep, StepRecord, dump
+from ..rules import checks
+from ..rules.index import NO_EXTRA, PlanRow, plan_extra, plan_row
+from ..rules.verdicts import Verdicts
 from .layout import keeping_context, plan_path, step_path
 from .ledger import Ledger
 from .state import RunState

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .. import dependencies, message, names
 from ..errors import DecisionConflict, InvalidInput
-from ..message import one_line
-from ..models import Decision, Unknown, dump, now
+from ..model import message, names
+from ..model.message import one_line
+from ..model.models import Decision, Unknown, dump, now
+from ..rules import dependencies
 from .layout import decision_path, unknown_path
 from .ledger import Ledger
 from .state import RunState

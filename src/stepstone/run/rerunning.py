@@ -4,10 +4,10 @@ Effects it confirmed are not performed again: their keys and receipts stand."""
 
 from __future__ import annotations
 
-from .. import message, names
 from ..errors import InvalidInput
-from ..models import StepRecord, dump
-from ..verdicts import Verdicts
+from ..model import message, names
+from ..model.models import StepRecord, dump
+from ..rules.verdicts import Verdicts
 from .layout import step_path
 from .ledger import Ledger
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import artifacts, bigvalues, models, trust
 from ..errors import InvalidInput
+from ..model import models
 from ..store import StoredBlob
+from ..values import artifacts, bigvalues, trust
 from .checking import RETURN
 from .state import RunState
 

@@ -13,9 +13,10 @@ import pickletools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .. import arrowframes, artifacts, bigvalues, message, names, tagged
 from ..errors import InvalidInput, StepstoneError
-from ..models import Artifact, StepRecord
+from ..model import message, names
+from ..model.models import Artifact, StepRecord
+from ..values import arrowframes, artifacts, bigvalues, tagged
 
 if TYPE_CHECKING:
     from .view import RunView

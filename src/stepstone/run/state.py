@@ -9,14 +9,13 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from .. import dependencies, models
-from ..bulk import collector_paused
-from ..effectbook import EffectBook
-from ..effectkeys import derive_key
+from ..effects.effectbook import EffectBook
+from ..effects.effectkeys import derive_key
 from ..errors import RecordError, SchemaTooNew
-from ..index import PlanExtra, PlanSteps, RecordBook, read_index
-from ..message import CommitMessage
-from ..models import (
+from ..model import models
+from ..model.bulk import collector_paused
+from ..model.message import CommitMessage
+from ..model.models import (
     Decision,
     EffectRecord,
     Lineage,
@@ -27,6 +26,8 @@ from ..models import (
     load,
     now,
 )
+from ..rules import dependencies
+from ..rules.index import PlanExtra, PlanSteps, RecordBook, read_index
 from ..store import GitStore, Snapshot
 from .layout import RUN_INFO, plan_path, step_path
 

@@ -10,11 +10,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import checks, message, models, names
+from ..effects.redaction import error_text, redact
 from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
-from ..models import PlannedStep, StepRecord, dump, now
-from ..redaction import error_text, redact
-from ..verdicts import Verdicts
+from ..model import message, models, names
+from ..model.models import PlannedStep, StepRecord, dump, now
+from ..rules import checks
+from ..rules.verdicts import Verdicts
 from . import keeping, questions
 from .active import Trace, stepping_in
 from .checking import RETURN, Checker, check_scope

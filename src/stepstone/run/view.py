@@ -7,16 +7,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import dependencies, models, names
-from ..effectbook import EffectBook, rank
-from ..effectkeys import effect_path
+from ..effects.effectbook import EffectBook, rank
+from ..effects.effectkeys import effect_path
 from ..errors import InvalidInput, StepstoneError
-from ..index import PlanSteps, RecordBook
-from ..lock import RunLock
-from ..models import Decision, EffectRecord, RunInfo, Unknown, load
+from ..model import models, names
+from ..model.models import Decision, EffectRecord, RunInfo, Unknown, load
+from ..rules import dependencies
+from ..rules.index import PlanSteps, RecordBook
+from ..rules.status import RunStatus
 from ..settings import Settings
-from ..status import RunStatus
 from ..store import GitStore
+from ..store.lock import RunLock
 from . import active, keeping
 from .checking import Checker
 from .ledger import Ledger

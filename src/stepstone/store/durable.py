@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..atomic import fsync_dir
 from ..errors import RefMoved
+from .atomic import fsync_dir
 
 if TYPE_CHECKING:  # imported when first used: it costs a new process's start
     from concurrent.futures import ThreadPoolExecutor

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from .. import names
 from ..errors import StoreError
+from ..model import names
 from ..settings import Settings
 from . import durable, torn
 from .bigblobs import BigBlobs, StoredBlob, StoredReader

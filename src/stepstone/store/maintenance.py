@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pygit2
 
-from .. import names
 from ..errors import InvalidInput, NothingToRepair, StoreError
-from ..message import RUN, CommitMessage
+from ..model import names
+from ..model.message import RUN, CommitMessage
 from ..settings import Settings
 from . import durable, gitobjects
 from .derived import DerivedData

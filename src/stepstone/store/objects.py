@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pygit2
 
-from ..message import RUN, CommitMessage
+from ..model.message import RUN, CommitMessage
 from .errors import READ_ERRORS
 
 # Bounds on what a store (perhaps crafted) can make a reader hold in memory: a blob

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pygit2
 
-from ..atomic import fsync_dir, fsync_tree
 from ..errors import StoreError
 from ..settings import Settings
 from . import durable
+from .atomic import fsync_dir, fsync_tree
 from .errors import cannot_create, damaged_repository
 
 DEFAULT_STORE = ".stepstone"

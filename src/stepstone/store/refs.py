@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pygit2
 
-from .. import names
-from ..atomic import write_atomic
-from ..message import RUN, CommitMessage
+from ..model import names
+from ..model.message import RUN, CommitMessage
 from . import durable
+from .atomic import write_atomic
 from .config import Config
 from .errors import READ_ERRORS, damaged_ref, translated
 from .objects import Objects

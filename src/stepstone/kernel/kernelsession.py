@@ -1,0 +1,280 @@
+"""The kernel side of a notebook's run: what the `%%step` cells of one shell gave back,
+saved and saw, what a failed attempt left changed, and the process state a step set.
+
+The magics hold one `KernelSession` and delegate to it, as IPython's autoreload magics
+hold one `ModuleReloader`. It takes the shell as an object and imports no IPython.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import types
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import PurePath
+from types import CodeType
+from typing import Any
+
+from ..errors import StepstoneError
+from ..notebook import namespace
+from ..rules import dependencies
+from ..run import Run
+from . import processstate, retrying, sharing
+
+
+def compiler(ip: Any) -> namespace.Compiler:
+    """IPython's compiler, as it compiles a plain cell: the cell's own `__future__`
+    imports hold for later cells, and none of this module's apply."""
+    return lambda tree, filename: ip.compile(tree, filename, "exec")
+
+
+def compiled(ip: Any, code: str) -> CodeType:
+    """A cell's code compiled by `compiler`, from the tree `read_cell` parsed."""
+    filename = ip.compile.cache(code)
+    tree = dependencies.parsed(code)
+    if tree is None:  # raises the cell's SyntaxError
+        return compile(code, filename, "exec", dont_inherit=True)
+    return compiler(ip)(tree, filename)
+
+
+FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
+
+
+@contextmanager
+def cell_code() -> Iterator[None]:
+    """Around the user's code of a cell: a `StepstoneError` it raises (a failed
+    `stepstone.effect`, say) keeps its traceback instead of becoming a `UsageError`."""
+    try:
+        yield
+    except StepstoneError as exc:
+        setattr(exc, FROM_CELL, True)
+        raise
+
+
+class KernelSession:
+    """One shell's run and what its step cells left in the kernel."""
+
+    def __init__(self, ip: Any) -> None:
+        self.ip = ip
+        self.run: Run | None = None
+        self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
+        self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
+        self.plain: dict[str, frozenset[str]] = {}  # step -> what plain cells make anew
+        self.seen = namespace.Seen()  # large values as last saved or restored
+        self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
+        self.kept: set[str] = set()  # the names the steps met so far saved
+        self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
+
+    def fresh(
+        self,
+        later: dict[str, frozenset[str] | None],
+        plain: dict[str, frozenset[str]] | None = None,
+    ) -> None:
+        """A run opened (again): what later cells read, and what plain cells before each
+        step make anew (`plaincells.made_anew`); nothing saved or failed yet."""
+        self.later, self.kept, self.plain = later, set(), plain or {}
+        self.retries = retrying.Retries(self.seen)
+
+    def made_anew(self, step: str, shape: namespace.Cell | None) -> frozenset[str]:
+        """The names `step`'s cell reads that plain cells before it make anew, and whose
+        values now are ones a plain cell makes alike every time (a function, a class, a
+        module, a number, a string, a tuple of such): not kernel reads of what an earlier
+        step left. A list or an array a plain cell made is not among them (a step may
+        have changed it in place)."""
+        clean = self.plain.get(step)
+        if not clean or shape is None or shape.reads is None:
+            return frozenset()
+        ns = self.ip.user_ns
+        return frozenset(n for n in shape.reads & clean if n in ns and _alike(ns[n]))
+
+    def execute(self, code: str, shape: namespace.Cell | None) -> dict[str, Any]:
+        """Run a step cell's code in the kernel; what it changed that is not its own to
+        keep with its record: the process state (`processstate.KEY`), and the values of
+        plain cells it changed in place (a generator it drew from, a list it appended
+        to), which a plain cell run again on resume would make anew. Says what it
+        changed that cannot be kept."""
+        ns = self.ip.user_ns
+        watch = processstate.Watch()
+        plain = _plain_values(shape, ns, self.kept)
+        before = {name: _state_print(value) for name, value in plain.items()}
+        self.retries.began(ns, self._may_change(shape, ns))
+        with cell_code():
+            exec(compiled(self.ip, code), ns)
+        changed, left = watch.changed()
+        if left:
+            print(f"will not survive a resume: {', '.join(left)}")
+        kept: dict[str, Any] = {processstate.KEY: changed} if changed else {}
+        for name, value in plain.items():
+            if ns.get(name) is value and before[name] not in (None, _state_print(value)):
+                kept[name] = value
+        return kept
+
+    def _may_change(self, shape: namespace.Cell | None, ns: dict[str, Any]) -> list[set[str]]:
+        """The names a cell's code may change in place, each with the names it shares
+        objects with: what it reads (all, when it may read any or calls the notebook's
+        own functions), of the values a notebook made."""
+        values = user_values(ns)
+        reads = None if shape is None else shape.reads
+        if reads is not None and any(namespace.calls_notebook_code(ns.get(n)) for n in reads):
+            reads = None
+        names = set(values) if reads is None else {n for n in reads if n in values}
+        if not names:
+            return []
+        return sharing.Sharing(values).groups(names)
+
+    def shared(
+        self, given: Iterable[str], read: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """After a step's code ran: the values earlier steps saved that share an object
+        with what it gives back or may have changed (`view` of `arr`: a change through
+        one is a change of the other), to be saved again when they changed; and the links
+        that make the names it gives back share again on a skip (`sharing`)."""
+        ns = self.ip.user_ns
+        found = sharing.Sharing(user_values(ns))
+        given = set(given)
+        partners = found.partners(given | read.keys())
+        changed = {n: ns[n] for n in partners if n in self.kept and n not in read}
+        return changed, found.links(given | changed.keys() | read.keys())
+
+    def give_back(
+        self,
+        step: str,
+        values: dict[str, Any],
+        unsaved: Iterable[str],
+        shape: namespace.Cell | None,
+        defined: bool,
+    ) -> list[str]:
+        """Put a skipped step's saved values, definitions and process state back in the
+        kernel; the names its definitions made again, and the process state it set."""
+        ns = self.ip.user_ns
+        values = dict(values)
+        links = values.pop(sharing.KEY, None) or []
+        process = processstate.restore(values.pop(processstate.KEY, None) or {})
+        process = [f"{part} state" for part in process]
+        ns.update(values := namespace.living_globals(values, ns))
+        self.given.update({name: id(value) for name, value in values.items()})
+        for name in unsaved:  # as given back by an earlier step: from before this one ran
+            if name in ns and self.given.get(name) == id(ns[name]):
+                del ns[name]
+        if shape is None:
+            sharing.relink(ns, links)
+            return process
+        remade = (
+            sorted(shape.defined)
+            if defined
+            else namespace.remake(shape, ns, step, compiler(self.ip))
+        )
+        for name in shape.defined & shape.others:  # rebound after: its definition is not it
+            if name in values:
+                ns[name] = values[name]
+            else:
+                ns.pop(name, None)
+                remade.remove(name)
+        sharing.relink(ns, links)
+        return [name for name in remade if name not in values] + process
+
+    def left_changed(self, step: str, shape: namespace.Cell | None) -> str:
+        """What a failed attempt of `step` changed of the values earlier steps saved, said
+        in a sentence ('' when nothing, or when telling failed: it must not hide the
+        failure)."""
+        ns = self.ip.user_ns
+        if shape is not None:
+            read = namespace.touched(shape, ns, self.kept, bound=True)
+        else:
+            read = {name: ns[name] for name in self.kept if name in ns}
+        try:
+            return self.retries.failed(step, read, self.ip.execution_count, ns)
+        except Exception:
+            return ""
+
+    def put_back(self, step: str, run: Run) -> None:
+        """Before `step`'s cell runs again, undo what its failed attempt changed in place."""
+        done, missed = self.retries.put_back(step, self.ip.user_ns, run.saved_values)
+        if done:
+            print(f"put back as the failed attempt found them: {', '.join(done)}")
+        if missed:
+            print(
+                f"not put back: {'; '.join(missed)}. The cell starts from them as the "
+                "failed attempt left them: restart the kernel and run all to start from the "
+                "saved values"
+            )
+
+
+_SCALARS = (int, float, complex, str, bytes, bool, type(None), range, PurePath)
+_DEFINED = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)
+
+
+def _alike(value: Any, depth: int = 0) -> bool:
+    """Whether a plain cell's value is made alike each time its cell runs and cannot be
+    changed in place: a definition, or an immutable value of immutable parts."""
+    if isinstance(value, _DEFINED) or type(value) in _SCALARS:
+        return True
+    if type(value) in (tuple, frozenset) and depth < 4 and len(value) <= 1000:
+        return all(_alike(item, depth + 1) for item in value)
+    return False
+
+
+_SHELL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
+
+
+def user_values(ns: dict[str, Any]) -> dict[str, Any]:
+    """The kernel's names a notebook made: not IPython's own (`_`, `_i3`, `In`), nor
+    modules, functions and classes, which hold nothing to share."""
+    return {
+        name: value
+        for name, value in ns.items()
+        if not name.startswith("_")
+        and name not in _SHELL_NAMES
+        and not isinstance(value, (types.ModuleType, type, types.FunctionType))
+    }
+
+
+def _plain_values(
+    shape: namespace.Cell | None, ns: dict[str, Any], kept: set[str]
+) -> dict[str, Any]:
+    """The values a cell reads that plain cells made (no step saved them) and that it
+    may change in place: not modules, functions or classes."""
+    if shape is None or shape.reads is None:
+        return {}
+    return {
+        name: ns[name]
+        for name in shape.reads
+        if name in ns
+        and name not in kept
+        and name not in shape.binds
+        and not name.startswith("_")
+        and not isinstance(ns[name], (types.ModuleType, type, types.FunctionType))
+        and not callable(ns[name])
+    }
+
+
+PLAIN_LIMIT = 16 << 20  # bytes: a larger value of a plain cell is not watched per step
+
+
+def _state_print(value: Any) -> str | None:
+    """A fingerprint of a value's state, to tell whether a cell changed it in place: a
+    random generator's state, an array's or frame's content, else its pickle's; None
+    when there is none to take, or the value is too large to take one at every step
+    (`PLAIN_LIMIT`: a big frame a plain cell loaded is read, not hashed, by each step)."""
+    state = getattr(getattr(value, "bit_generator", value), "state", None)  # NumPy's
+    if state is None and hasattr(value, "getstate"):  # random.Random
+        try:
+            state = value.getstate()
+        except Exception:
+            state = None
+    try:
+        if state is not None:
+            return hashlib.sha256(pickle.dumps(state)).hexdigest()
+        size = getattr(value, "nbytes", None)  # an array's
+        if size is None and hasattr(value, "memory_usage"):  # a frame's or Series'
+            size = int(value.memory_usage(index=True).sum())
+        if size is not None and size > PLAIN_LIMIT:
+            return None
+        found = namespace.fingerprint(value)
+        if found is not None:
+            return found
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return None if len(data) > PLAIN_LIMIT else hashlib.sha256(data).hexdigest()
+    except Exception:
+        return None

@@ -1,0 +1,420 @@
+"""The IPython magics: thin shells over the Python API (`%load_ext stepstone`)."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.display import Markdown, display
+
+from ..errors import StepstoneError
+from ..model import names
+from ..model.models import PlannedStep
+from ..notebook import cellargs, namespace, parameters
+from ..notebook.notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, note_opened
+from ..notebook.notebook_plan import (
+    notebook_cells,
+    parameter_defaults,
+    plan_from_notebook,
+    refuse_to_leave_out,
+)
+from ..notebook.plaincells import made_anew
+from ..present import render, render_cells
+from ..rules.index import evidence_rows
+from ..rules.status import RunStatus, StepStatus
+from ..run import Run, open_run
+from ..run.questions import rewords, standing_over_line
+from ..settings import STEAL_ENV
+from ..store import RUN_ENV, STORE_ENV, resolve_store_path
+from . import clients, processstate, sharing
+from .kernelsession import FROM_CELL, KernelSession, compiler
+
+M = TypeVar("M", bound=Callable[..., Any])
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _usage_errors(magic: M) -> M:
+    """Show a `StepstoneError` as a one-line `UsageError`, as IPython shows bad input;
+    every magic is wrapped in this. What a `%%step` cell's own code raised goes on as
+    it is (see `_cell_code`)."""
+
+    @functools.wraps(magic)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return magic(*args, **kwargs)
+        except StepstoneError as exc:
+            if getattr(exc, FROM_CELL, False):
+                raise
+            raise UsageError(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _options(magic: str) -> Callable[[M], M]:
+    """Give a magic its `%magic?` help from the parser that reads its line (`cellargs`),
+    after the first line of its docstring."""
+
+    def document(method: M) -> M:
+        summary = (method.__doc__ or "").strip().splitlines()[:1]
+        method.__doc__ = "\n\n".join([*summary, cellargs.help_text(magic)])
+        return method
+
+    return document
+
+
+@magics_class
+class StepstoneMagics(Magics):
+    """`%resume`, `%%step`, `%decide`, `%unknown`, `%%plan` and `%finish`."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.session = KernelSession(shell)  # the kernel-side state; these are its shell
+
+    # -- helpers ----------------------------------------------------------------
+
+    @property
+    def ip(self) -> Any:
+        """The shell these magics are registered on."""
+        return self.shell
+
+    def _notebook_path(self) -> Path | None:
+        return clients.notebook_of(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
+
+    def _require_run(self) -> Run:
+        if self.session.run is None or not self.session.run.driving:
+            raise UsageError("no run is open: run %resume first (usually the first cell)")
+        return self.session.run
+
+    def _show(self, status: RunStatus) -> None:
+        display(render.status_bundle(status), raw=True)
+
+    # -- magics -----------------------------------------------------------------
+
+    @line_magic
+    @_usage_errors
+    @_options("resume")
+    def resume(self, line: str) -> None:
+        """Open the run, verify its evidence and show where it stands."""
+        args = cellargs.parse_resume_line(line)
+        notebook = self._notebook_path()
+        run_id = args.run or os.environ.get(RUN_ENV)
+        # its client read the notebook already: its cells as plain JSON (nbformat's validator
+        # costs a kernel over a second where jsonschema finds its optional format checkers)
+        plan = plan_from_notebook(notebook, validate=False) if notebook is not None else None
+        if run_id is None and notebook is not None and plan is not None:
+            run_id = choose_run(
+                resolve_store_path(args.repo),
+                names.from_filename(notebook.stem),
+                notebook,
+                plan,
+                default_store=not (args.repo or os.environ.get(STORE_ENV)),
+            )
+        if run_id is None:
+            raise UsageError(
+                clients.unknown_notebook(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
+            )
+        if self.session.run is not None:
+            self.session.run.close()
+            self.session.run = None
+        steal = args.steal or os.environ.get(STEAL_ENV) or None
+        run = open_run(
+            run_id, repo=args.repo, workdir=Path.cwd(), steal=steal, diverge=args.diverge
+        )
+        note_opened(run.id, run.store.path)
+        given = os.environ.get(parameters.ENV)
+        if given is not None:  # from `stepstone run -p`: they are part of the run
+            try:
+                begun = any(run.records.get(name) for name in run.steps.names)
+                recorded, known = run.info.parameters, parameter_defaults(notebook)
+                parameters.refuse_other(run.id, recorded, given, begun=begun, known=known)
+            except StepstoneError:
+                run.close()
+                raise
+            run.state.note_info(parameters=given)
+        try:
+            status = self._open_plan(run, notebook, plan)
+        except BaseException:
+            run.close()
+            raise
+        self.session.run = run
+        self._show(status)
+        shown = render.shown_steps(status)
+        verified = [s.name for s in shown if isinstance(s, StepStatus) and s.state == "verified"]
+        giving = [(name, run.records.get(name)) for name in verified]
+        withheld = run.withheld  # untrusted pickles, named in the status's notes
+        rows = (
+            (n, [v for v in r.outputs if v not in withheld.get(n, ())], r.unsaved)
+            for n, r in giving
+            if r
+        )
+        if said := render.giving_back(rows):
+            print(said)
+
+    def _open_plan(
+        self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
+    ) -> RunStatus:
+        """Claim the run for the notebook and commit the notebook's plan; the status."""
+        self.session.fresh({})
+        if notebook is not None and plan is not None:
+            cells = notebook_cells(notebook, self.ip.transform_cell)
+            self.session.fresh(
+                namespace.later_reads(cells), made_anew([(n, code) for n, code, _ in cells])
+            )
+            moved = claim(run, notebook)
+            if moved:
+                run.notes.append(moved)
+            changes = run.set_plan(
+                plan, mode="notebook", goal=goal_of(notebook), notebook=_relative(notebook)
+            )
+            if changes:
+                run.notes.append(f"the notebook changed: {'; '.join(changes)}")
+        elif run.info.plan_mode == "incremental":
+            run.notes.append("the plan is incremental: steps are added as they are met")
+        return run.status(namespace=self.ip.user_ns)
+
+    @cell_magic
+    @_usage_errors
+    def plan(self, line: str, cell: str) -> None:
+        """%%plan
+
+        An explicit plan as YAML or JSON: a list of step names, or of
+        mappings with `name`, `checks`, `inputs`, `outputs`.
+        """
+        import yaml
+
+        run = self._require_run()
+        try:
+            steps = yaml.safe_load(cell)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"%%plan: not YAML or JSON ({exc})") from exc
+        if not isinstance(steps, list):
+            raise UsageError("%%plan: write a list of steps (names or mappings with a name)")
+        changes = run.set_plan(steps, mode="explicit")
+        status = run.status(namespace=self.ip.user_ns)
+        if changes:
+            print("plan changed: " + "; ".join(changes))
+        self._show(status)
+
+    @cell_magic
+    @no_var_expand  # the line as the saved notebook has it, which gives the plan its names
+    @_usage_errors
+    @_options("step")
+    def step(self, line: str, cell: str) -> None:
+        """Run the cell as one step, or skip it while its evidence verifies."""
+        run = self._require_run()
+        ns = self.ip.user_ns
+        parsed = cellargs.parse_step_line(line)
+        if (
+            self.session.later
+            and parsed.name not in self.session.later
+            and parsed.name not in run.steps.names
+        ):
+            raise UsageError(  # JupyterLab runs what you see; the plan is the saved file's
+                f"step {parsed.name!r} is not in {run.info.notebook or 'the notebook'} as last "
+                f"saved: save the notebook, then run %resume again (it reads the plan from "
+                f"the saved file)"
+            )
+        if parsed.rerun is not None:
+            run.rerun(parsed.name, parsed.rerun, once=True)
+        code = self.ip.transform_cell(cell)
+        shape = namespace.read_cell(code)
+        before = run.records.get(parsed.name)
+        pickled = before is not None and any(a.format == "pickle" for a in before.outputs.values())
+        defined = (
+            shape is not None and pickled and namespace.define_first(shape, ns, compiler(self.ip))
+        )
+        cell_raised = ran = False  # ran: the cell's code started, and may have changed values
+        try:
+            with run.stepping(
+                parsed.name,
+                checks=parsed.checks,
+                inputs=parsed.inputs,
+                outputs=parsed.outputs,
+                source=cell,
+                force=parsed.force,
+                namespace=ns,
+                was=parsed.was,
+            ) as attempt:
+                before = attempt.start.record  # "again" only over a confirmed record
+                again = not attempt.skipped and before is not None and before.status == "confirmed"
+                if attempt.skipped:
+                    unsaved = attempt.record.unsaved if attempt.record else {}
+                    remade = self.session.give_back(
+                        parsed.name, attempt.values, unsaved, shape, defined
+                    )
+                else:
+                    self.session.put_back(parsed.name, run)
+                    attempt.start.plain = self.session.made_anew(parsed.name, shape)
+                    cell_raised = ran = True
+                    theirs = self.session.execute(code, shape)
+                    cell_raised = False
+                    attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
+                    attempt.offer(theirs)
+                    if shape is not None:
+                        needed = self.session.later.get(parsed.name)
+                        offered = namespace.offered(shape, ns, parsed.outputs, needed)
+                        attempt.offer(offered)
+                        read = namespace.touched(shape, ns, self.session.kept, needed)
+                        given = {*offered, *parsed.outputs, *theirs}
+                        partners, links = self.session.shared(given, read)
+                        attempt.offer_changed(self.session.seen.maybe_changed(read | partners))
+                        if links:
+                            attempt.offer({sharing.KEY: links})
+                        self.session.unrestored.bound(shape.binds)
+        except BaseException as exc:
+            left = self.session.left_changed(parsed.name, shape) if ran else ""
+            if cell_raised and not isinstance(exc, StepstoneError):
+                number = attempt.start.planned.number
+                why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+                failed = render_cells.of(number, parsed.name, "failed", why=why)
+                failed.notes += [left] if left else []
+                _show_outcome(failed)
+            else:  # the cell raised stepstone's error, a check failed, a commit was cut short
+                if cell_raised:  # shown with its traceback, and recording's own if any
+                    setattr(exc, FROM_CELL, True)
+                if left:
+                    print(f"step {parsed.name}: {left}")
+            raise
+        record = attempt.record
+        assert record is not None
+        npy = {n: a.sha256 for n, a in record.outputs.items() if a.format == "npy"}
+        seen = {*record.outputs, *attempt.touched} & ns.keys()
+        self.session.seen.saw({n: ns[n] for n in seen}, npy)
+        self.session.kept.update(record.outputs)
+        self.session.retries.stepped(parsed.name, record.outputs, seen, self.ip.execution_count)
+        number = attempt.start.planned.number
+        outcome = "skipped" if attempt.skipped else "again" if again else "confirmed"
+        if attempt.skipped:
+            lost = dict(record.unsaved)  # and the untrusted pickles the step stands without:
+            lost.update({n: namespace.UNTRUSTED for n in record.outputs if n not in attempt.values})
+            back = {*attempt.values, *remade, *lost}
+            unread = [n for n in record.binds if n not in back and n not in ns]
+            self.session.unrestored.skipped(parsed.name, lost, unread)
+            values = {
+                k: v for k, v in attempt.values.items() if k not in (processstate.KEY, sharing.KEY)
+            }
+            said = render.kernel_names(values, remade, lost, skipped=True)
+        else:
+            said = render.kernel_names((), (), record.unsaved, skipped=False)
+        why = attempt.start.reason if again else ""
+        rows = evidence_rows(record)
+        _show_outcome(render_cells.of(number, parsed.name, outcome, rows, why=why, kernel=said))
+
+    @line_magic
+    @_usage_errors
+    @_options("decide")
+    def decide(self, line: str) -> None:
+        """Record a decision with its reason; a resumed run does not reopen it."""
+        run = self._require_run()
+        key, value, why, revise, dry_run = cellargs.parse_decide_line(line)
+        was, readers = run.revising(key, value)
+        if dry_run:  # says what the line would meet, as the line would
+            standing = standing_over_line(run.decisions, key, value, why, revise=revise)
+            if standing is not None:
+                print(render.decision_standing(standing, value))
+            else:
+                old = run.decisions.get(key)
+                reason = why if rewords(old, value, why, line=True) else None
+                print(render.decision_preview(key, was, value, readers, reason))
+            return
+        decided = run.decide(key, value, why, revise=revise, line=True)
+        if decided.value != value:  # revised outside the notebook over this very line
+            print(render.decision_standing(decided, value))
+            return
+        print(render.decision(decided, was=was, readers=readers))
+
+    @line_magic
+    @_usage_errors
+    @_options("unknown")
+    def unknown(self, line: str) -> None:
+        """Record an open question, or close one with its answer."""
+        run = self._require_run()
+        resolve_id, text = cellargs.parse_unknown_line(line)
+        if resolve_id is None:
+            print(render.unknown(run.unknown(text)))
+        else:
+            print(render.unknown(run.resolve_unknown(resolve_id, text), resolved=True))
+
+    @line_magic
+    @_usage_errors
+    @_options("finish")
+    def finish(self, line: str) -> None:
+        """Write the run's summary from its records and archive it."""
+        run = self._require_run()
+        force = cellargs.parse_finish_line(line)
+        if not force:
+            refuse_to_leave_out(run)
+        display(Markdown(run.finish(force=force)))
+
+    def close(self) -> None:
+        """Let go of the run."""
+        if self.session.run is not None:
+            self.session.run.close()
+            self.session.run = None
+
+
+def _show_outcome(cell: render_cells.CellOutcome) -> None:
+    """Show a step cell's outcome: a card in Jupyter, its text in a terminal."""
+    display(render_cells.bundle(cell), raw=True)
+
+
+_registered: dict[int, StepstoneMagics] = {}
+
+
+def _explain_name_errors(magics: StepstoneMagics) -> Callable[..., None]:
+    """An IPython handler for `NameError`: when the name was made by a step skipped on
+    resume that could not give it back, the traceback says so and what to do."""
+
+    def handler(
+        shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
+    ) -> None:
+        hint = magics.session.unrestored.hint(getattr(value, "name", None) or "")
+        if hint is not None:
+            if hasattr(value, "add_note"):
+                value.add_note(hint)
+            else:  # Python 3.10
+                value.args = (f"{value}\n{hint}",)
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+
+    return handler
+
+
+def register(ipython: Any) -> None:
+    """Register the magics on a shell (once)."""
+    if id(ipython) in _registered:
+        return
+    magics = StepstoneMagics(ipython)
+    ipython.register_magics(magics)
+    from . import inputs  # lines ending in `?` stay magic lines, not help requests
+
+    inputs.install(ipython)
+    if not ipython.custom_exceptions:  # a handler the user set stays theirs
+        ipython.set_custom_exc((NameError,), _explain_name_errors(magics))
+    _registered[id(ipython)] = magics
+    atexit.register(magics.close)  # a kernel shut down normally hands its lease back
+
+
+def unregister(ipython: Any) -> None:
+    """Release the run held by a shell's magics."""
+    from . import inputs
+
+    magics = _registered.pop(id(ipython), None)
+    inputs.uninstall(ipython)
+    if ipython.custom_exceptions == (NameError,):
+        ipython.set_custom_exc((), None)
+        ipython.custom_exceptions = ()
+    if magics is not None:
+        atexit.unregister(magics.close)
+        magics.close()

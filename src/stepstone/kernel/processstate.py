@@ -1,0 +1,221 @@
+"""Process state a cell commonly sets, outside the names it binds: the global random
+generators (`random`, NumPy's legacy `np.random`, PyTorch's when imported), the working
+directory, environment variables, `sys.path`, matplotlib's `rcParams` and pandas'
+options. A step that changes some of it keeps what it changed with its record; a
+skipped step sets it again, so the cells after it see the process as they would have.
+
+What is kept is plain JSON: a generator's state as numbers, an environment variable's
+value, a path. An environment variable whose name looks like a credential is never
+kept (it is named instead: set it again in a plain cell), nor is an option whose value
+has no JSON form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from ..effects.redaction import looks_secret
+
+KEY = "__process__"  # the name a step's changed process state is kept under
+
+
+def _random() -> Any:
+    import random
+
+    return random.getstate()
+
+
+def _random_kept(state: Any) -> Any:
+    version, numbers, gauss = state
+    return [version, list(numbers), gauss]
+
+
+def _set_random(saved: Any) -> None:
+    import random
+
+    version, numbers, gauss = saved
+    random.setstate((version, tuple(numbers), gauss))
+
+
+def _numpy() -> Any:
+    np = sys.modules.get("numpy")
+    return None if np is None else np.random.get_state(legacy=True)
+
+
+def _numpy_kept(state: Any) -> Any:
+    name, key, pos, has_gauss, gauss = state
+    return [name, key.tolist(), int(pos), int(has_gauss), float(gauss)]
+
+
+def _same_numpy(a: Any, b: Any) -> bool:
+    return a[0] == b[0] and a[2:] == b[2:] and bool((a[1] == b[1]).all())
+
+
+def _set_numpy(saved: Any) -> None:
+    import numpy as np
+
+    name, key, pos, has_gauss, gauss = saved
+    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, gauss))
+
+
+def _torch() -> Any:
+    torch = sys.modules.get("torch")
+    return None if torch is None else torch.get_rng_state()
+
+
+def _set_torch(saved: Any) -> None:
+    import torch
+
+    torch.set_rng_state(torch.tensor(saved, dtype=torch.uint8))
+
+
+def _set_cwd(saved: Any) -> None:
+    os.chdir(saved)
+
+
+def _set_environ(saved: Any) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _set_path(saved: Any) -> None:
+    for entry in reversed(saved):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+
+
+def _rc() -> Any:
+    matplotlib = sys.modules.get("matplotlib")
+    return None if matplotlib is None else dict(matplotlib.rcParams)
+
+
+def _set_rc(saved: Any) -> None:
+    import matplotlib
+
+    for key, value in saved.items():
+        matplotlib.rcParams[key] = value
+
+
+def _pandas() -> Any:
+    pd = sys.modules.get("pandas")
+    if pd is None:
+        return None
+    found: dict[str, Any] = {}
+
+    def walk(options: dict[str, Any], prefix: str) -> None:
+        for key, value in options.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                found[prefix + key] = value
+
+    walk(pd._config.config._global_config, "")  # every option's value, by its full name
+    return found
+
+
+def _set_pandas(saved: Any) -> None:
+    import pandas as pd
+
+    for key, value in saved.items():
+        pd.set_option(key, value)
+
+
+def _as_is(state: Any) -> Any:
+    return state
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(a == b)
+
+
+class _Part(NamedTuple):
+    read: Callable[[], Any]  # the state now, cheaply (compared before and after a cell)
+    kept: Callable[[Any], Any]  # as JSON data, for one that changed
+    put: Callable[[Any], None]  # set back as kept
+    same: Callable[[Any, Any], bool] = _same
+    by_key: bool = False  # a mapping: only the keys that changed are kept
+
+
+_PARTS = {
+    "random": _Part(_random, _random_kept, _set_random),
+    "numpy.random": _Part(_numpy, _numpy_kept, _set_numpy, _same_numpy),
+    "torch.random": _Part(_torch, lambda s: s.tolist(), _set_torch, lambda a, b: a.equal(b)),
+    "cwd": _Part(os.getcwd, _as_is, _set_cwd),
+    "environ": _Part(lambda: dict(os.environ), _as_is, _set_environ, by_key=True),
+    "sys.path": _Part(lambda: list(sys.path), _as_is, _set_path),
+    "matplotlib.rcParams": _Part(_rc, _as_is, _set_rc, by_key=True),
+    "pandas options": _Part(_pandas, _as_is, _set_pandas, by_key=True),
+}
+
+
+def _json(value: Any) -> Any:
+    """`value` as JSON data, or a TypeError/ValueError when it has no JSON form."""
+    return json.loads(json.dumps(value))
+
+
+class Watch:
+    """The process state before a cell runs, to tell what it changed."""
+
+    def __init__(self) -> None:
+        self.before = {name: _read(part.read) for name, part in _PARTS.items()}
+
+    def changed(self) -> tuple[dict[str, Any], list[str]]:
+        """(what the cell changed, to keep; what it changed that is not kept, named)."""
+        kept: dict[str, Any] = {}
+        left: list[str] = []
+        for name, part in _PARTS.items():
+            now, then = _read(part.read), self.before[name]
+            if now is None or (then is not None and part.same(now, then)):
+                continue
+            try:
+                if not part.by_key:
+                    kept[name] = _json(part.kept(now))
+                    continue
+                then = then or {}
+                diff = {k: v for k, v in now.items() if k not in then or then[k] != v}
+                diff.update({k: None for k in then if k not in now})
+            except (TypeError, ValueError):
+                left.append(f"{name} (no JSON form)")
+                continue
+            for key in list(diff):
+                if name == "environ" and looks_secret(key):
+                    del diff[key]
+                    left.append(f"os.environ[{key!r}] (a credential is never kept)")
+                    continue
+                try:
+                    diff[key] = _json(diff[key])
+                except (TypeError, ValueError):
+                    del diff[key]
+                    left.append(f"{name}[{key!r}] (no JSON form)")
+            if diff:
+                kept[name] = diff
+        return kept, left
+
+
+def _read(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except Exception:  # a library's state that cannot be read is not watched
+        return None
+
+
+def restore(saved: dict[str, Any]) -> list[str]:
+    """Set back what a skipped step changed; the parts set (for the cell's card)."""
+    done = []
+    for name, value in saved.items():
+        part = _PARTS.get(name)
+        if part is None:
+            continue
+        try:
+            part.put(value)
+        except Exception:
+            continue
+        done.append(name)
+    return done

@@ -1,0 +1,499 @@
+"""Notebooks as plans: collect the `%%step` cells, and run a notebook headlessly.
+
+`stepstone run` executes the notebook in a real kernel with nbclient. The
+kernel runs in the notebook's folder with `STEPSTONE_RUN`, `STEPSTONE_REPO` and
+`STEPSTONE_NOTEBOOK` set, so `%resume` opens the right run and commits the
+plan read from the notebook before any step runs. Ctrl-C or SIGTERM interrupts
+the running cell (its step is recorded as failed and runs again on resume),
+starts no further cell and shuts the kernel down.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidInput, StepstoneError
+from ..model import names
+from ..model.models import PlannedStep, StepRecord, load
+from ..run import Run, open_run, step_path
+from ..settings import DIVERGE_ENV, RUN_ENV, STEAL_ENV, STORE_ENV
+from ..store import DEFAULT_STORE, GitStore
+from ..store.atomic import write_atomic
+from .cellargs import split_cell
+from .notebook_plan import read_notebook
+from .parameters import ENV as PARAMETERS_ENV
+from .parameters import beyond_defaults, canonical, defaults, inject
+
+NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
+OPENED_ENV = "STEPSTONE_OPENED"  # a file where the kernel's `%resume` notes the run it opened
+
+
+def claim(run: Run, notebook: Path) -> str | None:
+    """Make `notebook` the notebook of `run`. Returns a note when the run's notebook
+    moved or was renamed (the one it recorded is gone); raises `InvalidInput` when the
+    run belongs to another notebook that is still there (two notebooks, one run)."""
+    recorded = run.info.notebook
+    base = run.previous_workdir
+    if not recorded or base is None:
+        return None
+    before = (base / recorded).resolve()
+    if before == notebook.resolve():
+        return None
+    if before.is_file():
+        raise InvalidInput(
+            f"run {run.id!r} belongs to the notebook {before}, which is still there; this is "
+            f"{notebook}. Give this notebook a run of its own: `%resume --run NEW_ID`, or "
+            f"`stepstone run {notebook.name} --run NEW_ID`"
+        )
+    return f"the run's notebook moved: it was {before}, it is now {notebook}"
+
+
+def choose_run(
+    store_path: Path,
+    run_id: str,
+    notebook: Path,
+    plan: list[PlannedStep],
+    *,
+    default_store: bool,
+    parameters: str = "",
+) -> str:
+    """The run a notebook drives when no run id was given (`run_id` is the one its file
+    name gives): the run that records this very notebook, if the store has one (a
+    renamed notebook that was continued keeps its run); else `run_id`, unless a run lost
+    its notebook and has this notebook's steps (renamed, or moved away from its store:
+    nearby stores are looked at too when the store is the default beside the notebook),
+    which is refused with the command that continues it."""
+    readers = _readers(store_path)
+    recording = [  # of the runs made with these parameters (a run per set of them)
+        r
+        for r in readers
+        if _recorded_notebook(r) == notebook.resolve() and r.info.parameters == parameters
+    ]
+    if recording:  # a fork records its run's notebook too: the run itself comes first
+        chosen = [r for r in recording if r.id == run_id] or [
+            r for r in recording if not r.info.forked_from
+        ]
+        if len(recording) == 1 or len(chosen) == 1:
+            return (chosen or recording)[0].id
+        ids = ", ".join(r.id for r in recording)
+        raise InvalidInput(f"runs {ids} all record {notebook.name}: pick one with --run ID")
+    if any(reader.id == run_id for reader in readers):
+        return run_id
+    places = [store_path]
+    if default_store:
+        places += [folder / DEFAULT_STORE for folder in [*notebook.parent.parents][:3]]
+        places.append(Path.cwd() / DEFAULT_STORE)
+    seen: set[Path] = set()
+    for place in places:
+        if place.resolve() in seen:
+            continue
+        seen.add(place.resolve())
+        found = readers if place == store_path else _readers(place)
+        _refuse_renamed(found, place, store_path, run_id, notebook, plan)
+    return run_id
+
+
+def refuse_a_misspelled_run(store_path: Path, run_id: str, notebook: Path) -> None:
+    """Refuse a run id that names no run of the store but looks like a typo of a run of
+    the same notebook: it would start that notebook's work again as a new run."""
+    readers = _readers(store_path)
+    if any(reader.id == run_id for reader in readers):
+        return
+    mine = [r.id for r in readers if _recorded_notebook(r) == notebook.resolve()]
+    meant = names.misspelled(run_id, mine)
+    if meant is not None:
+        raise InvalidInput(
+            f"{store_path} has no run {run_id!r}, and run {meant!r} of {notebook.name} is "
+            f"{names.distance(run_id, meant)} letter(s) away: did you mean --run {meant}? A new "
+            f"run would do that run's work, and send its effects, again. To start a new "
+            f"run {run_id!r} on purpose, add --new"
+        )
+
+
+def _recorded_notebook(reader: Run) -> Path | None:
+    base = reader.recorded_workdir()
+    return (base / reader.info.notebook).resolve() if base and reader.info.notebook else None
+
+
+def _readers(store_path: Path) -> list[Run]:
+    try:
+        store = GitStore(store_path, create=False)
+    except StepstoneError:
+        return []
+    found = []
+    for run in store.runs():
+        try:
+            found.append(open_run(run, repo=store_path, drive=False, create=False))
+        except StepstoneError:
+            continue
+    return found
+
+
+def _refuse_renamed(
+    readers: list[Run],
+    place: Path,
+    store_path: Path,
+    run_id: str,
+    notebook: Path,
+    plan: list[PlannedStep],
+) -> None:
+    here = {step.name for step in plan}
+    for reader in readers:
+        base = reader.recorded_workdir()
+        shared = here & set(reader.steps.names)
+        if not reader.info.notebook or not shared:
+            continue
+        if base is not None and (base / reader.info.notebook).is_file():
+            continue
+        repo = (
+            "" if place.resolve() == store_path.resolve() else f" --repo {shlex.quote(str(place))}"
+        )
+        typed = shlex.quote(os.path.relpath(notebook))  # as it is reached from here
+        raise InvalidInput(
+            f"{notebook.name} would start a new run {run_id!r}, but run {reader.id!r} in "
+            f"{place} was made by the notebook {reader.info.notebook}, which is gone, and has "
+            f"its steps ({names.listing(sorted(shared), 5)}). If this is that notebook "
+            f"renamed or moved, continue its run: `stepstone run {typed} --run "
+            f"{reader.id}{repo}` (or `%resume --run {reader.id}{repo}`); to start a new run "
+            f"in {store_path} on purpose, name it: --run NAME"
+        )
+
+
+def goal_of(path: Path) -> str:
+    """The notebook's goal: the first heading of its first Markdown cell, if any."""
+    for cell in read_notebook(path).cells:
+        if cell.cell_type == "markdown":
+            first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+            return first.lstrip("#").strip() if first.startswith("#") else ""
+    return ""
+
+
+INTERRUPT_GRACE = 5.0
+"""Seconds a cell has to stop after SIGINT or SIGTERM before its kernel is killed."""
+_GIVE_UP = 10.0  # seconds to wait for nbclient's cleanup after the kernel was killed
+_RESUME_HINT = "run the same command again to resume"
+
+
+@dataclass(frozen=True)
+class NotebookOutcome:
+    """How a headless run ended; `signal` is the signal that interrupted it, if one did."""
+
+    ok: bool
+    message: str
+    output: Path
+    signal: int | None = None
+    note: str = ""  # what went wrong besides (the executed notebook not written)
+    opened: tuple[str, Path] | None = None  # the run (and store) its `%resume` opened
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised by `interrupts_raised` outside a notebook's execution."""
+
+    message = f"interrupted between steps; {_RESUME_HINT}"
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _signal_handlers(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Handle SIGINT and SIGTERM with `handler`, then restore the previous handlers.
+
+    Only the main thread can set handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+
+
+@contextmanager
+def interrupts_raised() -> Iterator[None]:
+    """Make SIGINT and SIGTERM raise `Interrupted` (`execute` handles them itself meanwhile)."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signum)
+
+    with _signal_handlers(handler):
+        yield
+
+
+class _Stopped(Exception):
+    """Raised from an nbclient hook to start no further cell after a signal."""
+
+
+class _Stopper:
+    """SIGINT and SIGTERM while a notebook runs: interrupt the kernel's cell, start no
+    further cell, and kill the kernel on a second signal or once the cell has not
+    stopped within `INTERRUPT_GRACE`. Nothing is raised inside nbclient's event loop."""
+
+    def __init__(self) -> None:
+        self.client: Any = None  # the NotebookClient, once running
+        self.signum: int | None = None
+        self.step: str | None = None  # the step whose cell the kernel is running
+        self.where = "between steps"
+        self.deadline = math.inf
+        self.killed = False
+
+    def on_signal(self, signum: int, _frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if self.step is not None:
+                self.where = f"during step {self.step}"
+            self.deadline = time.monotonic() + INTERRUPT_GRACE
+            self._signal_kernel(signal.SIGINT)  # the cell raises KeyboardInterrupt
+        elif not self.killed:
+            self.kill()
+
+    def kill(self) -> None:
+        self.killed = True
+        self._signal_kernel(signal.SIGKILL)
+
+    def _signal_kernel(self, signum: int) -> None:
+        provisioner = getattr(getattr(self.client, "km", None), "provisioner", None)
+        process = getattr(provisioner, "process", None)
+        if process is None or process.returncode is not None:
+            return
+        pgid = getattr(provisioner, "pgid", None)
+        try:
+            # jupyter_client starts the kernel in a session of its own, out of reach of
+            # a terminal's Ctrl-C; its group holds the processes its cells started.
+            if pgid and pgid != os.getpgrp():
+                os.killpg(pgid, signum)
+            else:
+                os.kill(process.pid, signum)
+        except OSError:
+            pass  # it has exited
+
+    def check(self, **_: Any) -> None:
+        """An nbclient hook before each cell: none starts after a signal."""
+        if self.signum is not None:
+            raise _Stopped
+
+    def run(self, client: Any, env: dict[str, str]) -> BaseException | None:
+        """Execute `client`'s notebook in a thread while this one waits; its error, if any.
+        The kernel starts with the environment `env` (jupyter_client's `start_kernel`).
+
+        In a thread other than the main one nbclient installs no signal handlers of its
+        own (they would shut the kernel down under the running cell), so `on_signal`,
+        set in the main thread, sees them.
+        """
+        self.client = client
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                import asyncio  # here: it costs every command's start
+
+                asyncio.run(self.client.async_execute(env=env))
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=target, name="stepstone-notebook", daemon=True)
+        thread.start()
+        give_up = math.inf
+        while thread.is_alive():
+            thread.join(0.1)
+            now = time.monotonic()
+            if now >= self.deadline and not self.killed:
+                self.kill()
+            if self.killed:
+                give_up = min(give_up, now + _GIVE_UP)
+            if now >= give_up:
+                atexit.unregister(self.client._cleanup_kernel)
+                break
+        error = errors[0] if errors else None
+        if isinstance(error, RuntimeError) and str(error).startswith("Kernel died"):
+            # killed before it answered (jupyter_client's wait_for_ready): no kernel to
+            # clean up at exit either (nbclient's hook would fail on it)
+            from nbclient.exceptions import DeadKernelError
+
+            atexit.unregister(self.client._cleanup_kernel)
+            return DeadKernelError(str(error))
+        return error
+
+
+def _record(run_id: str, repo: Path, name: str) -> StepRecord | None:
+    """Step `name`'s record in the run's latest commit (None: no run, no record), read
+    from that commit alone: a cell's outcome is read twice per step of a large run."""
+    try:
+        store = GitStore(repo, create=False)
+        head = store.head(run_id)
+    except StepstoneError:
+        return None
+    if head.tree is None:
+        return None
+    for legacy in (False, True):
+        data = store.blob(head.tree, step_path(name, legacy=legacy))
+        if data is not None:
+            try:
+                return load(StepRecord, data, name)
+            except StepstoneError:
+                return None
+    return None
+
+
+def _outcome(before: StepRecord | None, after: StepRecord | None, reply_ok: bool) -> str:
+    """What a step's cell did, from the step's record before and after the cell: `done`
+    or `failed` when the cell wrote a record (another `seq`), else `failed` when the cell
+    raised, else `skipped` (its evidence verified and nothing was written)."""
+    if after is not None and (before is None or after.seq != before.seq):
+        return "done" if after.status == "confirmed" else "failed"
+    return "skipped" if reply_ok else "failed"
+
+
+def execute(
+    path: Path,
+    *,
+    run_id: str,
+    repo: Path,
+    output: Path,
+    timeout: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    steal: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    diverge: bool = False,
+) -> NotebookOutcome:
+    """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`.
+
+    Each step cell's outcome is read from the store. SIGINT or SIGTERM interrupts
+    the running cell, shuts the kernel down and ends the run with `signal` set.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+    nb = read_notebook(path)
+    identity = beyond_defaults(parameters or {}, defaults(nb))
+    if parameters:
+        inject(nb, parameters)
+    steps: dict[int, tuple[int, str]] = {}  # cell index -> step number and name
+    for index, cell in enumerate(nb.cells):
+        parts = split_cell(cell.source) if cell.cell_type == "code" else None
+        if parts is not None:
+            steps[index] = (len(steps) + 1, parts[0].split()[0] if parts[0] else "?")
+    before: StepRecord | None = None  # the record of the step whose cell runs, before it
+    failed_step: list[str] = []
+    stopper = _Stopper()
+    noted = Path(tempfile.mkdtemp(prefix="stepstone-run-")) / "opened.json"
+
+    def which() -> tuple[str, Path]:  # the run `%resume` opened, whatever its id
+        return opened_run(noted) or (run_id, repo)
+
+    def on_cell_execute(cell_index: int, **_: Any) -> None:
+        nonlocal before
+        stopper.step = steps[cell_index][1] if cell_index in steps else None
+        stopper.check()
+        if stopper.step is not None:
+            before = _record(*which(), stopper.step)
+
+    def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
+        stopper.step = None
+        if cell_index not in steps:
+            return
+        number, name = steps[cell_index]
+        reply_ok = execute_reply.get("content", {}).get("status", "ok") == "ok"
+        state = _outcome(before, _record(*which(), name), reply_ok)
+        if state == "failed":
+            failed_step.append(name)
+        elif stopper.signum is not None:
+            stopper.where = "between steps"  # the step finished before the interrupt reached it
+        if progress is not None and not (state == "failed" and stopper.signum is not None):
+            progress(f"[{number}/{len(steps)}] {name}: {state}")
+
+    env = {**os.environ, RUN_ENV: run_id, STORE_ENV: str(repo), NOTEBOOK_ENV: str(path)}
+    env[OPENED_ENV] = str(noted)
+    env[PARAMETERS_ENV] = canonical(identity)
+    if steal:
+        env[STEAL_ENV] = steal
+    if diverge:
+        env[DIVERGE_ENV] = "1"
+    client = NotebookClient(
+        nb,
+        config=_over_unix_sockets(noted.parent),
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        on_cell_start=stopper.check,
+        on_cell_execute=on_cell_execute,
+        on_cell_executed=on_cell_executed,
+    )
+    expected = (CellExecutionError, DeadKernelError)
+    with _signal_handlers(stopper.on_signal):
+        error = stopper.run(client, env)
+        if error is not None and stopper.signum is None and not isinstance(error, expected):
+            raise error
+        unwritten = ""
+        try:
+            nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
+        except OSError as exc:
+            unwritten = (
+                f"the executed notebook could not be written to {output} ({exc.strerror}): "
+                f"pass -o PATH"
+            )
+    opened = opened_run(noted)
+    shutil.rmtree(noted.parent, ignore_errors=True)
+    if stopper.signum is not None:
+        message = f"interrupted {stopper.where}; {_RESUME_HINT}"
+        return NotebookOutcome(False, message, output, stopper.signum, unwritten, opened)
+    if isinstance(error, CellExecutionError):
+        where = f"step {failed_step[-1]}" if failed_step else "a cell"
+        summary = f"{error.ename}: {error.evalue}".strip()
+        message = f"{where} failed: {summary}"
+        return NotebookOutcome(False, message, output, note=unwritten, opened=opened)
+    if isinstance(error, DeadKernelError):
+        message = f"the kernel died; {_RESUME_HINT}"
+        return NotebookOutcome(False, message, output, note=unwritten, opened=opened)
+    return NotebookOutcome(True, "ok", output, note=unwritten, opened=opened)
+
+
+def _over_unix_sockets(folder: Path) -> Any:
+    """nbclient's config for a kernel that talks over Unix sockets in `folder` (only
+    this user reaches them), not over unencrypted TCP on loopback, as Jupyter warns."""
+    from traitlets.config import Config
+
+    if sys.platform == "win32":
+        return Config()
+    return Config({"KernelManager": {"transport": "ipc", "ip": str(folder / "kernel")}})
+
+
+def opened_run(noted: Path) -> tuple[str, Path] | None:
+    """The run and store a kernel's `%resume` noted in `noted`, or None."""
+    try:
+        data = json.loads(noted.read_text())
+        return str(data["run"]), Path(data["repo"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def note_opened(run_id: str, repo: Path) -> None:
+    """In a kernel `stepstone run` started: note the run `%resume` opened for it."""
+    where = os.environ.get(OPENED_ENV)
+    if where:
+        write_atomic(Path(where), json.dumps({"run": run_id, "repo": str(repo)}).encode())
+
+
+def default_progress(line: str) -> None:
+    """Print a progress line on stderr."""
+    print(line, file=sys.stderr, flush=True)

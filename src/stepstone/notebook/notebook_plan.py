@@ -1,0 +1,263 @@
+"""A notebook's `%%step` cells as a plan, and how the notebook on disk differs from the
+plan its run last committed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ..errors import InvalidInput, PlanError
+from ..model import names
+from ..model.models import PlannedStep
+from ..rules.status import RunStatus
+from ..run import Run, source_hash
+from .cellargs import parse_step_line, split_cell
+from .namespace import without_our_magics
+from .parameters import defaults
+from .plaincells import contexts
+
+
+def read_notebook(path: Path, *, validate: bool = True) -> Any:
+    """Read and validate a notebook, or raise `InvalidInput` saying what is wrong.
+    Without `validate` (a reader that only looks at the cells: `status`), a version 4
+    notebook is read as plain JSON: its schema's validator costs a new process more
+    than the rest of `status`."""
+    if not validate:
+        try:
+            raw = json.loads(path.read_bytes())
+            if raw.get("nbformat") == 4 and isinstance(raw.get("cells"), list):
+                cells = [
+                    SimpleNamespace(
+                        cell_type=cell.get("cell_type"),
+                        source="".join(source) if isinstance(source, list) else source,
+                        metadata=cell.get("metadata") or {},
+                    )
+                    for cell in raw["cells"]
+                    for source in [cell.get("source", "")]
+                ]
+                return SimpleNamespace(cells=cells)
+        except (ValueError, AttributeError, TypeError):
+            pass  # the full read below says what is wrong
+    import nbformat
+
+    captured: dict[str, Any] = {}  # a schema problem: Jupyter's tools warn and go on
+    try:
+        nb = nbformat.read(  # type: ignore[no-untyped-call]
+            str(path), as_version=4, capture_validation_error=captured
+        )
+        if not isinstance(nb.get("cells"), list):
+            raise ValueError("it has no list of cells")
+    except FileNotFoundError as exc:
+        raise InvalidInput(f"no notebook at {path}") from exc
+    except Exception as exc:
+        raise InvalidInput(f"{path} is not a valid notebook: {str(exc).splitlines()[0]}") from exc
+    return nb
+
+
+def parameter_defaults(path: Path | None) -> dict[str, Any]:
+    """The values the notebook's cell tagged `parameters` assigns ({} with no notebook)."""
+    return defaults(read_notebook(path, validate=False)) if path is not None else {}
+
+
+def schema_problem(path: Path) -> str | None:
+    """What in a readable notebook does not match the notebook schema (a kernelspec
+    without its name, say), in one line; None when it matches. Jupyter's tools run
+    such a notebook, and so does `stepstone run`, after saying so."""
+    import nbformat
+
+    captured: dict[str, Any] = {}
+    try:
+        nbformat.read(str(path), as_version=4, capture_validation_error=captured)  # type: ignore[no-untyped-call]
+    except Exception:
+        return None  # `read_notebook` says what is wrong
+    error = captured.get("ValidationError")
+    return str(error).splitlines()[0] if error is not None else None
+
+
+_USES = ("%resume", "%%step", "load_ext stepstone", "import stepstone", "from stepstone")
+
+
+def uses_stepstone(path: Path) -> bool:
+    """Whether any code cell of the notebook at `path` uses stepstone (its magics or
+    its module): a notebook that does not is executed as nbclient would, with no store."""
+    nb = read_notebook(path, validate=False)
+    return any(
+        cell.cell_type == "code" and any(word in cell.source for word in _USES) for cell in nb.cells
+    )
+
+
+def plan_from_notebook(path: Path, *, validate: bool = True) -> list[PlannedStep]:
+    """The `%%step` cells of a notebook, in order, as plan steps."""
+    nb = read_notebook(path, validate=validate)
+    steps: list[PlannedStep] = []
+    seen: dict[str, int] = {}
+    context = plain_contexts(nb)
+    for index, cell in enumerate(nb.cells, start=1):
+        if cell.cell_type != "code":
+            continue
+        parts = split_cell(cell.source)
+        if parts is None:
+            continue
+        line, body = parts
+        try:
+            parsed = parse_step_line(line)
+            names.step_name(parsed.name)
+        except InvalidInput as exc:
+            raise PlanError(f"{path.name}, cell {index}: {exc}") from exc
+        if parsed.name in seen:
+            raise PlanError(
+                f"{path.name}: step {parsed.name!r} appears in cells {seen[parsed.name]} and "
+                f"{index}; give each %%step cell its own name"
+            )
+        seen[parsed.name] = index
+        steps.append(
+            PlannedStep(
+                number=len(steps) + 1,
+                name=parsed.name,
+                checks=parsed.checks,
+                inputs=parsed.inputs,
+                outputs=parsed.outputs,
+                source_hash=source_hash(body, context.get(parsed.name, "")),
+                renamed_from=(parsed.was,) if parsed.was else (),
+            )
+        )
+    return steps
+
+
+def notebook_cells(
+    path: Path, transform: Callable[[str], str]
+) -> list[tuple[str | None, str | None, Sequence[str]]]:
+    """A notebook's code cells for `later_reads`, their IPython syntax turned into
+    Python by `transform`."""
+    cells: list[tuple[str | None, str | None, Sequence[str]]] = []
+    for cell in read_notebook(path).cells:
+        if cell.cell_type != "code":
+            continue
+        parts = split_cell(cell.source)
+        try:
+            if parts is None:
+                cells.append((None, transform(without_our_magics(cell.source)), ()))
+            else:
+                parsed = parse_step_line(parts[0])
+                cells.append((parsed.name, transform(parts[1]), parsed.checks))
+        except (InvalidInput, SyntaxError, ValueError):
+            cells.append((None, None, ()))
+    return cells
+
+
+def plain_contexts(nb: Any) -> dict[str, str]:
+    """For each `%%step` cell of a read notebook, the plain cells it reads from
+    (`plaincells.contexts`)."""
+    cells: list[tuple[str | None, str]] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        parts = split_cell(cell.source)
+        try:
+            name = parse_step_line(parts[0]).name if parts is not None else None
+        except InvalidInput:
+            name = None
+        cells.append((name, parts[1] if parts is not None else cell.source))
+    return contexts(cells)
+
+
+def _notebook_steps(run: Run) -> list[PlannedStep] | None:
+    """The steps of the run's notebook as it is on disk now, with the earlier names the
+    run knows them by; None when the run has no notebook or it cannot be read."""
+    if not run.info.notebook:
+        return None
+    path = Path(run.info.notebook)
+    path = path if path.is_absolute() else run.workdir / path
+    try:
+        plan = plan_from_notebook(path, validate=False)
+    except (InvalidInput, OSError):
+        return None
+    from ..run.planning import carry_renames
+
+    return carry_renames(run.state, plan)
+
+
+def notebook_changes(run: Run) -> list[str]:
+    """How the run's notebook, as it is on disk now, differs from the plan the run last
+    committed (`changed s1`, `added t4`, `moved s3 3->2`...): what the next run of the
+    notebook will see. Empty when the run has no notebook or it cannot be read."""
+    from ..run.planning import changes_from
+
+    steps = _notebook_steps(run)
+    return [] if steps is None else changes_from(run.state, steps)
+
+
+def _unrun(run: Run, steps: list[PlannedStep]) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """The run's steps whose notebook cell the next run will run again, as the run names
+    them, with the notebook's name and why (their source or checks differ from their
+    records'); and the notebook's steps the run has no record of."""
+    from ..rules.verdicts import plan_changed
+
+    edited: dict[str, tuple[str, str]] = {}
+    added: list[str] = []
+    for step in steps:
+        name = step.name
+        if name not in run.steps.names and step.renamed_from:
+            name = step.renamed_from[-1]  # the run knows it by its old name until it runs
+        record = run.records.get(name)
+        if record is None:
+            added.append(step.name)
+            continue
+        why = plan_changed(step.checks, step.source_hash, record.checks, record.source_hash)
+        if why is not None:
+            edited[name] = (step.name, f"{why} (its cell in the notebook)")
+    return edited, added
+
+
+def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
+    """`status` with a note of how the run's notebook changed since its plan was
+    committed (the cells the next run of the notebook sees as edited, added, moved);
+    its edited steps stale, and the steps after them as the conservative rule has it
+    (the next run of the notebook runs them again)."""
+    from ..rules.verdicts import runs_after
+    from ..run.planning import changes_from
+
+    steps = _notebook_steps(run)
+    changes = [] if steps is None else changes_from(run.state, steps)
+    if steps is None or not changes:
+        return status
+    note = f"the notebook changed since its plan was committed: {'; '.join(changes)}"
+    edited, added = _unrun(run, steps)
+    first = next((s.name for s in status.steps if s.name in edited), None)
+    after = False
+    marked = []
+    for step in status.steps:
+        if step.name in edited and step.state == "verified":
+            step = step._replace(state="stale", reason=edited[step.name][1])
+        elif after and step.state == "verified" and not run.settings.follow_inputs:
+            step = step._replace(state="stale", reason=runs_after(first or ""))
+        after = after or step.name == first
+        marked.append(step)
+    notes = (*status.notes, note)
+    return dataclasses.replace(status, steps=tuple(marked), notes=notes, added_cells=tuple(added))
+
+
+def refuse_to_leave_out(run: Run) -> None:
+    """Raise `InvalidInput` while the run's notebook, as saved, has steps edited or added
+    since they ran: finishing now would leave them out. A finished run is not asked."""
+    unrun = [] if run.info.finished else unrun_cells(run)
+    if unrun:
+        raise InvalidInput(
+            f"the notebook {run.info.notebook} has steps edited or added since they "
+            f"ran: {', '.join(unrun)}. Run them first (their cells, or `stepstone run "
+            f"{run.info.notebook}`), or finish with --force to leave them out"
+        )
+
+
+def unrun_cells(run: Run) -> list[str]:
+    """The notebook's steps whose cells were edited or added since they ran (what
+    finishing now would leave out), as the notebook names them; empty without one."""
+    steps = _notebook_steps(run)
+    if steps is None:
+        return []
+    edited, added = _unrun(run, steps)
+    return [name for name, _ in edited.values()] + added

@@ -1,0 +1,95 @@
+"""A hand-off brief's content: where a run stands, for a person or an agent.
+
+What the brief says, as data (its context, the command that continues the run, the
+`--json` shape); `render.brief` writes it as Markdown."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .render_evidence import evidence_text
+
+if TYPE_CHECKING:
+    from ..rules.status import RunStatus
+    from ..run import Run
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a brief says about a run besides its status: its goal and how it is driven."""
+
+    goal: str
+    notebook: str  # relative to `workdir`
+    program: str  # relative to `workdir`
+    store: Path
+    workdir: Path
+
+    @classmethod
+    def of(cls, run: Run) -> Context:
+        """The context of an open run."""
+        return cls(run.info.goal, run.info.notebook, run.info.program, run.store.path, run.workdir)
+
+
+@dataclass(frozen=True)
+class Command:
+    """The command that continues a run: its words, and the folder to run it in."""
+
+    argv: tuple[str, ...]
+    cwd: Path
+
+    @property
+    def shell(self) -> str:
+        """One line for a POSIX shell, every word quoted where it needs to be."""
+        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join(self.argv)}"
+
+
+def command(status: RunStatus, where: Context) -> Command | None:
+    """The command that continues the run, or None when only its own code can (a
+    Python-API run whose script is not known, or a finished run). Paths are relative to
+    the run's folder, so the command also works on a copy of the project."""
+    if status.finished:
+        return None
+    if where.notebook:
+        argv = ["stepstone", "run", where.notebook, "--run", status.run]
+        if where.store.resolve() != (where.workdir / ".stepstone").resolve():
+            argv += ["--repo", os.path.relpath(where.store.resolve(), where.workdir.resolve())]
+        return Command(tuple(argv), where.workdir)
+    if where.program:
+        return Command(("python", *shlex.split(where.program)), where.workdir)
+    return None
+
+
+def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
+    """The brief's content as data (`stepstone brief --json`)."""
+    found = command(status, where)
+    return {
+        "run": status.run,
+        "goal": where.goal,
+        "store": str(where.store),
+        "workdir": str(where.workdir),
+        "done": [
+            {"number": s.number, "name": s.name, "evidence": evidence_text(s.evidence)}
+            for s in status.steps
+            if s.state == "verified"
+        ],
+        "not_done": [
+            {"number": s.number, "name": s.name, "state": s.state, "reason": s.reason}
+            for s in status.steps
+            if s.state != "verified"
+        ],
+        "decisions": [{"key": d.key, "value": d.value, "why": d.why} for d in status.decisions],
+        "open_unknowns": [{"id": u.id, "question": u.question} for u in status.open_unknowns],
+        "unresolved_effects": list(status.unresolved_effects),
+        "next_action": status.next_action,
+        "command": found.shell if found is not None else None,
+        "next_command": (
+            {"argv": list(found.argv), "cwd": str(found.cwd), "shell": found.shell}
+            if found is not None
+            else None
+        ),
+        "notes": list(status.notes),
+    }
