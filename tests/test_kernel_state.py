@@ -91,6 +91,33 @@ def test_a_closure_and_a_lambda_come_back_after_a_skip(ip: InteractiveShell):
     assert ip.user_ns["again"] == 15
 
 
+def test_a_spent_generator_and_a_vectorized_function_come_back_after_a_skip(
+    ip: InteractiveShell,
+):
+    """Found by the corpus (A Whirlwind Tour of Python, ch. 12; Python for Data Analysis,
+    app. A): a generator consumed by `list(G)`, and `np.vectorize` after its first call
+    (it caches a ufunc pickle cannot take), were not saved: a later `list(G)` raised
+    NameError on resume instead of giving []."""
+    make = (
+        "%%step a\nimport numpy as np\nG = (n ** 2 for n in range(4))\nfirst = list(G)\n"
+        "def add(x, y):\n    return x + y\n"
+        "add_them = np.vectorize(add, otypes=[np.float64])\n"
+        "add_them(np.arange(2), np.arange(2))"
+    )
+    use = "%%step b\nagain = list(G)\ntotal = add_them(np.arange(3), np.arange(3)).tolist()"
+    ip.run_line_magic("resume", "--run spent")
+    ip.run_cell(make)
+    ip.run_cell(use)
+    clean = (ip.user_ns["again"], ip.user_ns["total"])
+    _new_kernel(ip, "G", "first", "add", "add_them", "again", "total", "np")
+    stepstone.run.active.driven_run().rerun("b", "the kernel died in it")
+    ip.run_line_magic("resume", "--run spent")
+    ip.run_cell(make)  # skipped
+    assert type(ip.user_ns["G"]).__name__ == "generator"
+    ip.run_cell(use)
+    assert (ip.user_ns["again"], ip.user_ns["total"]) == clean == ([], [0.0, 2.0, 4.0])
+
+
 def test_the_global_generators_a_step_seeded_come_back_as_an_uninterrupted_run_has_them(
     ip: InteractiveShell,
 ):

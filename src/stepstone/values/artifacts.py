@@ -14,6 +14,7 @@ this user's driver wrote, or a store this user trusts: see `trust`).
 
 from __future__ import annotations
 
+import copyreg
 import hashlib
 import importlib
 import io
@@ -107,8 +108,32 @@ def _candidates(value: Any) -> Iterator[tuple[str, Callable[[Any], bytes]]]:
         return
     if module == "pandas" and cls.__name__ == "DataFrame":
         yield "parquet", _parquet
-    yield "pickle", lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+    yield "pickle", _by_name
     yield "pickle", _by_value
+
+
+def _without_caches(obj: Any) -> Any:
+    """How to pickle a value that keeps a cache pickle cannot take (NumPy's `vectorize`
+    keeps the ufunc it made at its first call): without the cache, which it makes
+    again; `NotImplemented` for every other value."""
+    cls = type(obj)
+    if cls.__name__ == "vectorize" and cls.__module__.split(".")[0] == "numpy":
+        state = dict(obj.__dict__)
+        state["_ufunc"] = {} if isinstance(state.get("_ufunc"), dict) else None
+        return (copyreg.__newobj__, (cls,), state)  # type: ignore[attr-defined]
+    return NotImplemented
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        return _without_caches(obj)
+
+
+def _by_name(value: Any) -> bytes:
+    """A plain pickle (functions and classes by name), caches left out."""
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return buffer.getvalue()
 
 
 def _by_value(value: Any) -> bytes:
@@ -117,7 +142,14 @@ def _by_value(value: Any) -> bytes:
     reads it, with cloudpickle importable)."""
     import cloudpickle
 
-    return bytes(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    class Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+        def reducer_override(self, obj: Any) -> Any:
+            found = _without_caches(obj)
+            return super().reducer_override(obj) if found is NotImplemented else found
+
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return buffer.getvalue()
 
 
 def _npy(value: Any) -> bytes:
@@ -173,6 +205,8 @@ def _equal(back: Any, value: Any) -> bool:
         return list(back) == list(value) and all(_equal(back[k], value[k]) for k in value)
     if isinstance(value, (list, tuple)):
         return len(back) == len(value) and all(map(_equal, back, value))
+    if tagged.spent(value):  # both yield nothing
+        return tagged.spent(back) and back.__qualname__ == value.__qualname__
     cls = type(value)
     module = cls.__module__.split(".")[0]
     if module == "pandas" and cls.__name__ == "DataFrame":

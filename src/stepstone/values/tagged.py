@@ -2,7 +2,9 @@
 
 `tuple`, `set`, `frozenset`, `dict` (any keys), `OrderedDict`, `defaultdict` (of a
 builtin factory), `Counter`, `bytes`, `complex` and non-finite floats, nested in one
-another and in lists, as JSON objects tagged with `"$"`. Exact types only: a
+another and in lists, as JSON objects tagged with `"$"`; and a generator that has run
+to its end (`list(G)` consumed it), as one that yields nothing, by its name (a
+generator part-way through cannot be saved: its frame is not data). Exact types only: a
 subclass (a named tuple, say) is not encodable here and goes on to pickle. Loading
 runs no code, so these values come back for a reader who does not trust the store.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import types
 from collections import Counter, OrderedDict, defaultdict
 from typing import Any
 
@@ -35,7 +38,21 @@ def encodable(value: Any, depth: int = 0) -> bool:
         return False
     if kind in (dict, OrderedDict, defaultdict, Counter):
         return all(encodable(k, depth + 1) and encodable(v, depth + 1) for k, v in value.items())
-    return False
+    return spent(value)
+
+
+def spent(value: Any) -> bool:
+    """Whether `value` is a generator that has run to its end."""
+    return type(value) is types.GeneratorType and value.gi_frame is None
+
+
+def _spent(name: str, qualname: str) -> Any:
+    """A generator named `name` that has run to its end: it yields nothing."""
+    nothing: tuple[Any, ...] = ()
+    generator: Any = (item for item in nothing)
+    generator.__name__, generator.__qualname__ = name, qualname
+    next(generator, None)
+    return generator
 
 
 def _factory_name(value: defaultdict[Any, Any]) -> str | None:
@@ -65,6 +82,8 @@ def _tag(value: Any) -> Any:
         return {"$": "bytes", "v": base64.b64encode(value).decode()}
     if kind is complex:
         return {"$": "complex", "v": [_tag(value.real), _tag(value.imag)]}
+    if kind is types.GeneratorType:
+        return {"$": "generator", "v": [value.__name__, value.__qualname__]}
     items = [[_tag(k), _tag(v)] for k, v in value.items()]
     if kind is defaultdict:
         return {"$": "defaultdict", "factory": _factory_name(value), "v": items}
@@ -88,6 +107,8 @@ def _untag(node: Any) -> Any:
         return base64.b64decode(items)
     if tag == "complex":
         return complex(_untag(items[0]), _untag(items[1]))
+    if tag == "generator":
+        return _spent(str(items[0]), str(items[1]))
     if tag in ("tuple", "set", "frozenset"):
         return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](_untag(i) for i in items)
     pairs = [(_untag(k), _untag(v)) for k, v in items]
