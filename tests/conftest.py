@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import hypothesis
 import pytest
@@ -206,3 +207,16 @@ def restore_held(workdir: Path, save: str) -> float:
 # generated cases are not timed: the suite must pass on a busy machine as on an idle one
 hypothesis.settings.register_profile("stepstone", deadline=None)
 hypothesis.settings.load_profile("stepstone")
+
+
+def cell_text(cell: Any) -> str:
+    """What a cell of an executed notebook shows as text: its streams, the text of its
+    displays, and what stepstone said in it (kept in its metadata by `stepstone run`)."""
+    shown = [
+        o.get("text", "")
+        if o.get("output_type") == "stream"
+        else o.get("data", {}).get("text/plain", "")
+        for o in cell.get("outputs", [])
+    ]
+    said = (cell.get("metadata") or {}).get("stepstone", {}).get("said", [])
+    return "".join("".join(t) if isinstance(t, list) else str(t) for t in [*shown, *said])

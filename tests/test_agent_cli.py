@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from conftest import git
+from conftest import cell_text, git
 from conftest import stepstone_cli as cli
 
 import stepstone
@@ -28,7 +28,7 @@ def _quickstart(workdir: Path) -> Path:
 def _cell_output(workdir: Path, starts: str) -> str:
     book = nbformat.read(str(workdir / "quickstart.out.ipynb"), as_version=4)
     (cell,) = [c for c in book.cells if c.source.startswith(starts)]
-    return "".join(o.get("text", "") for o in cell.outputs)
+    return cell_text(cell)
 
 
 def _trailers(workdir: Path, count: int) -> list[str]:

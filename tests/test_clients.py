@@ -113,14 +113,15 @@ def test_a_notebook_outside_the_schema_runs_after_a_note(workdir: Path):
 
 
 def _cards(path: Path) -> dict[str, dict[str, str]]:
-    """By step name, the outcome bundle its cell shows in the executed notebook."""
+    """By step name, the outcome bundle its cell showed, which the executed notebook keeps
+    in the cell's metadata (its outputs are what the cell's code displayed)."""
     found = {}
     for cell in json.loads(path.read_text())["cells"]:
         source = "".join(cell.get("source", ""))
         if cell.get("cell_type") != "code" or not source.startswith("%%step"):
             continue
-        for output in cell.get("outputs", []):
-            data = output.get("data", {})
+        assert not any("stepstone" in (o.get("metadata") or {}) for o in cell["outputs"])
+        for data in cell["metadata"].get("stepstone", {}).get("shown", []):
             if "stepstone-outcome" in _text(data.get("text/html", "")):
                 found[source.split()[1]] = {k: _text(v) for k, v in data.items()}
     return found
@@ -149,7 +150,7 @@ def test_each_step_cell_shows_its_outcome_in_the_executed_notebook(workdir: Path
     assert "out/report.md changed" in again["text/plain"]
 
 
-def test_a_failing_step_cell_shows_a_failed_card_above_its_traceback(workdir: Path):
+def test_a_failing_step_cell_keeps_a_failed_card_beside_its_traceback(workdir: Path):
     book = nbformat.v4.new_notebook()
     book.cells = [
         nbformat.v4.new_code_cell("%load_ext stepstone\n%resume"),

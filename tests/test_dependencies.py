@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import clean_env, stepstone_cli
+from conftest import cell_text, clean_env, stepstone_cli
 from nbformat.v4 import new_code_cell, new_notebook
 
 from stepstone.rules.dependencies import cell_names
@@ -275,7 +275,7 @@ def test_revising_a_decision_names_the_steps_that_run_again(first_run: Path):
     _notebook(workdir, decide=REVISED)
     cli("run", str(first_run), cwd=workdir)
     executed = nbformat.read(str(workdir / "job.out.ipynb"), as_version=4)
-    said = str(executed.cells[1].outputs)
+    said = cell_text(executed.cells[1])
     assert "revised threshold: 105 → 110 (105 flagged too many); runs again: report" in said
 
 

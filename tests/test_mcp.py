@@ -11,7 +11,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from conftest import clean_env, git
+from conftest import cell_text, clean_env, git
 from conftest import stepstone_cli as cli
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -96,7 +96,7 @@ def test_an_agent_with_only_mcp_tools_picks_up_the_run_and_the_notebook_agrees(w
     assert again.returncode == 0, again.stderr
     assert "threshold: 110.0" in (workdir / "out" / "report.md").read_text()
     book = nbformat.read(str(workdir / "quickstart.out.ipynb"), as_version=4)
-    said = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
+    said = "".join(cell_text(c) for c in book.cells)
     assert "U1 was answered: EUR (not asked again)" in said and "threshold=110 stands" in said
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import stepstone_cli
+from conftest import cell_text, stepstone_cli
 from nbformat.v4 import new_code_cell, new_notebook
 
 pytestmark = pytest.mark.kernel
@@ -118,12 +118,7 @@ def test_a_kernel_killed_after_a_step_resumes_to_the_clean_runs_end(tmp_path: Pa
 def _printed(executed: Path) -> list[str]:
     book = nbformat.read(str(executed), as_version=4)
     return [  # what a terminal shows: streams, and the text of displays (step outcomes)
-        "".join(
-            o.get("text", "")
-            if o.output_type == "stream"
-            else o.get("data", {}).get("text/plain", "")
-            for o in cell.outputs
-        )
+        cell_text(cell)
         for cell in book.cells
         if cell.cell_type == "code"
     ]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import git
+from conftest import cell_text, git
 from conftest import stepstone_cli as _stepstone
 from nbformat.v4 import new_code_cell, new_notebook
 
@@ -85,7 +85,7 @@ def test_an_altered_output_makes_its_step_and_later_steps_run_again(workdir: Pat
     runs = (workdir / "executions.log").read_text().split()
     assert runs == ["s1", "s2", "s3", "s4", "s2", "s3", "s4"]  # the conservative default
     executed = nbformat.read(str(workdir / "job.out.ipynb"), as_version=4)
-    resume_output = str(executed.cells[0].outputs)
+    resume_output = cell_text(executed.cells[0])
     assert "stale" in resume_output and "s2.txt changed" in resume_output
 
 
@@ -194,7 +194,7 @@ def test_an_edited_notebook_is_detected_and_shown(workdir: Path):
     done = _stepstone("run", str(nb), cwd=workdir)
     assert done.returncode == 0, done.stderr
     executed = nbformat.read(str(workdir / "job.out.ipynb"), as_version=4)
-    shown = str(executed.cells[0].outputs)
+    shown = cell_text(executed.cells[0])
     for change in ("the notebook changed", "added t4", "removed s4", "moved s3 3->2", "changed s1"):
         assert change in shown, change
     runs = (workdir / "executions.log").read_text().split()
@@ -215,3 +215,50 @@ def test_a_kernel_that_dies_before_it_answers_is_one_line_and_resumable(workdir:
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr and "AssertionError" not in done.stderr, done.stderr
     assert "the kernel died; run the same command again" in done.stderr
+
+
+SHOWING = [
+    "%load_ext stepstone\n%resume",
+    "%%step text\nprint('to stdout')\nimport sys\nprint('to stderr', file=sys.stderr)\n6 * 7",
+    "%%step rich\nfrom IPython.display import HTML, display\ndisplay(HTML('<b>bold</b>'))\n"
+    "import pandas as pd\nframe = pd.DataFrame({'a': [1, 2]})\nframe",
+    "%%step quiet\nhidden = 1\nhidden;",
+    "%%step last\nimport os, signal\n"
+    "if os.path.exists('kill-me'):\n    os.remove('kill-me')\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    "print('last ran')",
+]
+
+
+def _outputs(path: Path) -> list[list[dict]]:
+    """Each cell's outputs without execution counts."""
+    cells = json.loads(path.read_text())["cells"]
+    return [
+        [{k: v for k, v in o.items() if k != "execution_count"} for o in c.get("outputs", [])]
+        for c in cells
+    ]
+
+
+def test_a_resumed_notebook_has_the_outputs_of_an_uninterrupted_run(tmp_path: Path):
+    """The executed notebook is the deliverable: skipped cells show what they showed
+    (text, rich displays, the last expression's value), and the outcome card is metadata."""
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    for folder in (clean, killed):
+        folder.mkdir()
+        cells = [new_code_cell(source) for source in SHOWING]
+        nbformat.write(new_notebook(cells=cells), str(folder / "job.ipynb"))
+    assert _stepstone("run", "job.ipynb", cwd=clean).returncode == 0
+    (killed / "kill-me").write_text("")
+    assert _stepstone("run", "job.ipynb", cwd=killed).returncode == 1
+    resumed = _stepstone("run", "job.ipynb", cwd=killed)
+    assert resumed.returncode == 0 and "rich: skipped" in resumed.stderr, resumed.stderr
+    expected = _outputs(clean / "job.out.ipynb")
+    assert _outputs(killed / "job.out.ipynb") == expected
+    text, rich, quiet = expected[1], expected[2], expected[3]
+    results = [o for o in text if o["output_type"] == "execute_result"]
+    assert ["".join(o["data"]["text/plain"]) for o in results] == ["42"]
+    assert any(o.get("name") == "stderr" for o in text)
+    assert "<b>bold</b>" in json.dumps(rich) and "text/html" in rich[-1]["data"]
+    assert quiet == []  # a `;` ends it: nothing shown
+    said = json.loads((killed / "job.out.ipynb").read_text())["cells"][2]["metadata"]
+    assert said["stepstone"]["said"][0].startswith("step 2 rich: skipped")

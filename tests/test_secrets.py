@@ -39,10 +39,14 @@ def test_planted_credentials_appear_in_no_object(workdir: Path, monkeypatch, cap
     ip.run_line_magic("load_ext", "stepstone")
     try:
         ip.run_line_magic("resume", "--run cells")
-        ip.run_cell_magic("step", "shout", "print('the secret is PLANTED-OUTPUT-a11c')")
+        shout = (
+            "import os\nprint('token: PLANTED-OUTPUT-a11c')\nprint(os.environ['SERVICE_TOKEN'])\n"
+            "print('the report is ready')"
+        )
+        ip.run_cell_magic("step", "shout", shout)
     finally:
         ip.run_line_magic("unload_ext", "stepstone")
-    assert "PLANTED-OUTPUT-a11c" in capsys.readouterr().out
+    assert "PLANTED-OUTPUT-a11c" in capsys.readouterr().out  # shown as it ran
     text = _all_objects_text(workdir / ".stepstone")
     for planted in (
         "PLANTED-ENV-7f3a",
@@ -53,6 +57,7 @@ def test_planted_credentials_appear_in_no_object(workdir: Path, monkeypatch, cap
     ):
         assert planted not in text, planted
     assert "RuntimeError" in text  # the failure itself is recorded, redacted
+    assert "the report is ready" in text  # what the cell printed is kept, redacted
 
 
 class Opaque:

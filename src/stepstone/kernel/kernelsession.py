@@ -7,8 +7,11 @@ hold one `ModuleReloader`. It takes the shell as an object and imports no IPytho
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import io
 import pickle
+import tokenize
 import types
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -20,7 +23,7 @@ from ..errors import StepstoneError
 from ..notebook import namespace
 from ..rules import dependencies
 from ..run import Run
-from . import processstate, retrying, sharing
+from . import displayed, processstate, retrying, sharing
 
 
 def compiler(ip: Any) -> namespace.Compiler:
@@ -29,13 +32,31 @@ def compiler(ip: Any) -> namespace.Compiler:
     return lambda tree, filename: ip.compile(tree, filename, "exec")
 
 
-def compiled(ip: Any, code: str) -> CodeType:
-    """A cell's code compiled by `compiler`, from the tree `read_cell` parsed."""
+def compiled(ip: Any, code: str) -> list[CodeType]:
+    """A cell's code compiled by `compiler`, from the tree `read_cell` parsed, as IPython
+    runs a cell: its last expression apart, in "single" mode, so that its value is
+    displayed (and kept in `Out`), unless a `;` ends it."""
     filename = ip.compile.cache(code)
     tree = dependencies.parsed(code)
     if tree is None:  # raises the cell's SyntaxError
-        return compile(code, filename, "exec", dont_inherit=True)
-    return compiler(ip)(tree, filename)
+        return [compile(code, filename, "exec", dont_inherit=True)]
+    body = tree.body
+    if not body or not isinstance(body[-1], ast.Expr) or _quiet(code):
+        return [compiler(ip)(tree, filename)]
+    first = compiler(ip)(ast.Module(body=body[:-1], type_ignores=[]), filename)
+    return [first, ip.compile(ast.Interactive(body=[body[-1]]), filename, "single")]
+
+
+def _quiet(code: str) -> bool:
+    """Whether a `;` ends the cell's code (its last expression is not displayed)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    skip = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER}
+    skip |= {tokenize.DEDENT, tokenize.INDENT}
+    meaningful = [t for t in tokens if t.type not in skip]
+    return bool(meaningful) and meaningful[-1].string == ";"
 
 
 FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
@@ -99,12 +120,15 @@ class KernelSession:
         plain = _plain_values(shape, ns, self.kept)
         before = {name: _state_print(value) for name, value in plain.items()}
         self.retries.began(ns, self._may_change(shape, ns))
-        with cell_code():
-            exec(compiled(self.ip, code), ns)
+        with cell_code(), displayed.capturing(self.ip) as outputs:
+            for part in compiled(self.ip, code):
+                exec(part, ns)
         changed, left = watch.changed()
         if left:
-            print(f"will not survive a resume: {', '.join(left)}")
+            displayed.say(self.ip, f"will not survive a resume: {', '.join(left)}")
         kept: dict[str, Any] = {processstate.KEY: changed} if changed else {}
+        if outputs:
+            kept[displayed.KEY] = displayed.kept(outputs)
         for name, value in plain.items():
             if ns.get(name) is value and before[name] not in (None, _state_print(value)):
                 kept[name] = value
@@ -149,6 +173,7 @@ class KernelSession:
         kernel; the names its definitions made again, and the process state it set."""
         ns = self.ip.user_ns
         values = dict(values)
+        displayed.show_again(self.ip, values.pop(displayed.KEY, None) or [])
         links = values.pop(sharing.KEY, None) or []
         process = processstate.restore(values.pop(processstate.KEY, None) or {})
         process = [f"{part} state" for part in process]
@@ -192,12 +217,13 @@ class KernelSession:
         """Before `step`'s cell runs again, undo what its failed attempt changed in place."""
         done, missed = self.retries.put_back(step, self.ip.user_ns, run.saved_values)
         if done:
-            print(f"put back as the failed attempt found them: {', '.join(done)}")
+            displayed.say(self.ip, f"put back as the failed attempt found them: {', '.join(done)}")
         if missed:
-            print(
+            displayed.say(
+                self.ip,
                 f"not put back: {'; '.join(missed)}. The cell starts from them as the "
                 "failed attempt left them: restart the kernel and run all to start from the "
-                "saved values"
+                "saved values",
             )
 
 

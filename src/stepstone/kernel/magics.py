@@ -32,7 +32,7 @@ from ..run import Run, open_run
 from ..run.questions import rewords, standing_over_line
 from ..settings import STEAL_ENV
 from ..store import RUN_ENV, STORE_ENV, resolve_store_path
-from . import clients, processstate, sharing
+from . import clients, displayed, processstate, sharing
 from .kernelsession import FROM_CELL, KernelSession, compiler
 
 M = TypeVar("M", bound=Callable[..., Any])
@@ -98,7 +98,7 @@ class StepstoneMagics(Magics):
         return self.session.run
 
     def _show(self, status: RunStatus) -> None:
-        display(render.status_bundle(status), raw=True)
+        display(render.status_bundle(status), raw=True, metadata={displayed.CARD: {"status": 1}})
 
     # -- magics -----------------------------------------------------------------
 
@@ -155,12 +155,16 @@ class StepstoneMagics(Magics):
         giving = [(name, run.records.get(name)) for name in verified]
         withheld = run.withheld  # untrusted pickles, named in the status's notes
         rows = (
-            (n, [v for v in r.outputs if v not in withheld.get(n, ())], r.unsaved)
+            (
+                n,
+                [v for v in r.outputs if v not in withheld.get(n, ()) and v != displayed.KEY],
+                r.unsaved,
+            )
             for n, r in giving
             if r
         )
         if said := render.giving_back(rows):
-            print(said)
+            displayed.say(self.ip, said)
 
     def _open_plan(
         self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
@@ -204,7 +208,7 @@ class StepstoneMagics(Magics):
         changes = run.set_plan(steps, mode="explicit")
         status = run.status(namespace=self.ip.user_ns)
         if changes:
-            print("plan changed: " + "; ".join(changes))
+            displayed.say(self.ip, "plan changed: " + "; ".join(changes))
         self._show(status)
 
     @cell_magic
@@ -285,7 +289,7 @@ class StepstoneMagics(Magics):
                 if cell_raised:  # shown with its traceback, and recording's own if any
                     setattr(exc, FROM_CELL, True)
                 if left:
-                    print(f"step {parsed.name}: {left}")
+                    displayed.say(self.ip, f"step {parsed.name}: {left}")
             raise
         record = attempt.record
         assert record is not None
@@ -303,7 +307,9 @@ class StepstoneMagics(Magics):
             unread = [n for n in record.binds if n not in back and n not in ns]
             self.session.unrestored.skipped(parsed.name, lost, unread)
             values = {
-                k: v for k, v in attempt.values.items() if k not in (processstate.KEY, sharing.KEY)
+                k: v
+                for k, v in attempt.values.items()
+                if k not in (processstate.KEY, sharing.KEY, displayed.KEY)
             }
             said = render.kernel_names(values, remade, lost, skipped=True)
         else:
@@ -323,17 +329,17 @@ class StepstoneMagics(Magics):
         if dry_run:  # says what the line would meet, as the line would
             standing = standing_over_line(run.decisions, key, value, why, revise=revise)
             if standing is not None:
-                print(render.decision_standing(standing, value))
+                displayed.say(self.ip, render.decision_standing(standing, value))
             else:
                 old = run.decisions.get(key)
                 reason = why if rewords(old, value, why, line=True) else None
-                print(render.decision_preview(key, was, value, readers, reason))
+                displayed.say(self.ip, render.decision_preview(key, was, value, readers, reason))
             return
         decided = run.decide(key, value, why, revise=revise, line=True)
         if decided.value != value:  # revised outside the notebook over this very line
-            print(render.decision_standing(decided, value))
+            displayed.say(self.ip, render.decision_standing(decided, value))
             return
-        print(render.decision(decided, was=was, readers=readers))
+        displayed.say(self.ip, render.decision(decided, was=was, readers=readers))
 
     @line_magic
     @_usage_errors
@@ -343,9 +349,11 @@ class StepstoneMagics(Magics):
         run = self._require_run()
         resolve_id, text = cellargs.parse_unknown_line(line)
         if resolve_id is None:
-            print(render.unknown(run.unknown(text)))
+            displayed.say(self.ip, render.unknown(run.unknown(text)))
         else:
-            print(render.unknown(run.resolve_unknown(resolve_id, text), resolved=True))
+            displayed.say(
+                self.ip, render.unknown(run.resolve_unknown(resolve_id, text), resolved=True)
+            )
 
     @line_magic
     @_usage_errors
@@ -367,7 +375,7 @@ class StepstoneMagics(Magics):
 
 def _show_outcome(cell: render_cells.CellOutcome) -> None:
     """Show a step cell's outcome: a card in Jupyter, its text in a terminal."""
-    display(render_cells.bundle(cell), raw=True)
+    display(render_cells.bundle(cell), raw=True, metadata={displayed.CARD: {"card": cell.outcome}})
 
 
 _registered: dict[int, StepstoneMagics] = {}

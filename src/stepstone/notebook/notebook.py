@@ -445,6 +445,7 @@ def execute(
         if error is not None and stopper.signum is None and not isinstance(error, expected):
             raise error
         unwritten = ""
+        _cards_to_metadata(nb)
         try:
             nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
         except OSError as exc:
@@ -466,6 +467,27 @@ def execute(
         message = f"the kernel died; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, note=unwritten, opened=opened)
     return NotebookOutcome(True, "ok", output, note=unwritten, opened=opened)
+
+
+CARD = "stepstone"  # the metadata key of a step cell's outcome card (kernel.displayed.CARD)
+
+
+def _cards_to_metadata(nb: Any) -> None:
+    """Move what stepstone said in each cell (a step's outcome card, `%resume`'s table, a
+    decision made) from its outputs to its metadata (`metadata.stepstone.said`: each as
+    its text, `metadata.stepstone.shown`: each as the bundle Jupyter showed, the card's
+    HTML too), so that the executed notebook's outputs are what the cells' code
+    displayed, the same whether a step ran or was skipped."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        ours = [o for o in cell.outputs if CARD in (o.get("metadata") or {})]
+        if not ours:
+            continue
+        cell.outputs = [o for o in cell.outputs if CARD not in (o.get("metadata") or {})]
+        said = [str(o.get("data", {}).get("text/plain", "")) for o in ours]
+        kept = cell.metadata.setdefault(CARD, {})
+        kept["said"], kept["shown"] = said, [dict(o.get("data", {})) for o in ours]
 
 
 def _over_unix_sockets(folder: Path) -> Any:
