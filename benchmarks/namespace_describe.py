@@ -167,7 +167,8 @@ def _reach(value: Any, depth: int = 0, found: set[int] | None = None) -> set[int
         return found
     if id(value) in found:
         return found
-    found.add(id(value))
+    if not isinstance(value, (tuple, frozenset)):  # an immutable holder's identity is not
+        found.add(id(value))  # observable but by `is`: what it holds may be
     if module == "pandas":
         for part in ("index", "columns"):
             inner = getattr(value, part, None)
