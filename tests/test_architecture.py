@@ -2,7 +2,7 @@
 import, lazy and TYPE_CHECKING ones too), no module importing one from a higher layer
 (`LAYERS`, the order docs/architecture.md draws), every package saying what it owns,
 pygit2 only inside the store, IPython only inside the kernel package, trailers spelled
-only by the commit message."""
+only by the commit message, the environment read only by settings.py."""
 
 from __future__ import annotations
 
@@ -231,3 +231,58 @@ def test_ipython_is_imported_only_inside_the_kernel_package():
         }
     ]
     assert not core
+
+
+# Modules that may touch os.environ besides settings.py, the one reader of the
+# environment, each with why:
+ENVIRON_ALLOWED = {
+    # the kernel's process state: a user cell's changes to os.environ are part of what
+    # a step changed, noted before it and put back after a failed attempt; not settings
+    "stepstone.kernel.processstate",
+}
+_ENVIRON_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def _environ_uses(source: str) -> list[int]:
+    """The lines where `source` names os.environ or os.getenv (or their kin), under
+    any name it imported `os` as, or imported from `os` directly."""
+    tree = ast.parse(source)
+    aliases = {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        for a in n.names
+        if a.name == "os"
+    }
+    return sorted(
+        n.lineno
+        for n in ast.walk(tree)
+        if (
+            isinstance(n, ast.Attribute)
+            and n.attr in _ENVIRON_NAMES
+            and isinstance(n.value, ast.Name)
+            and n.value.id in aliases
+        )
+        or (
+            isinstance(n, ast.ImportFrom)
+            and n.module == "os"
+            and any(a.name in _ENVIRON_NAMES for a in n.names)
+        )
+    )
+
+
+def test_only_settings_reads_the_environment():
+    readers = {
+        name: lines
+        for name, path in _modules().items()
+        if name != "stepstone.settings" and name not in ENVIRON_ALLOWED
+        if (lines := _environ_uses(path.read_text()))
+    }
+    assert readers == {}
+
+
+def test_the_environment_check_finds_a_read():
+    assert _environ_uses("import os\nx = os.environ.get('A')\n") == [2]
+    assert _environ_uses("import os as o\nx = o.getenv('A')\n") == [2]
+    assert _environ_uses("from os import environ\n") == [1]
+    assert _environ_uses("import os\nx = os.path.join('a')\n") == []

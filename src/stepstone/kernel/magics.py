@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,7 +16,7 @@ from ..errors import StepstoneError
 from ..model import names
 from ..model.models import PlannedStep
 from ..notebook import cellargs, namespace, parameters
-from ..notebook.notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, note_opened
+from ..notebook.notebook import choose_run, claim, goal_of, note_opened
 from ..notebook.notebook_plan import (
     notebook_cells,
     parameter_defaults,
@@ -30,8 +29,8 @@ from ..rules.index import evidence_rows
 from ..rules.status import RunStatus, StepStatus
 from ..run import Run, open_run
 from ..run.questions import rewords, standing_over_line
-from ..settings import STEAL_ENV
-from ..store import RUN_ENV, STORE_ENV, resolve_store_path
+from ..settings import Settings
+from ..store import resolve_store_path
 from . import clients, processstate, sharing
 from .kernelsession import FROM_CELL, KernelSession, compiler
 
@@ -89,8 +88,8 @@ class StepstoneMagics(Magics):
         """The shell these magics are registered on."""
         return self.shell
 
-    def _notebook_path(self) -> Path | None:
-        return clients.notebook_of(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
+    def _notebook_path(self, settings: Settings) -> Path | None:
+        return clients.notebook_of(self.ip.user_ns, settings=settings)
 
     def _require_run(self) -> Run:
         if self.session.run is None or not self.session.run.driving:
@@ -108,8 +107,9 @@ class StepstoneMagics(Magics):
     def resume(self, line: str) -> None:
         """Open the run, verify its evidence and show where it stands."""
         args = cellargs.parse_resume_line(line)
-        notebook = self._notebook_path()
-        run_id = args.run or os.environ.get(RUN_ENV)
+        settings = Settings.from_env()
+        notebook = self._notebook_path(settings)
+        run_id = args.run or settings.run
         # its client read the notebook already: its cells as plain JSON (nbformat's validator
         # costs a kernel over a second where jsonschema finds its optional format checkers)
         plan = plan_from_notebook(notebook, validate=False) if notebook is not None else None
@@ -119,21 +119,19 @@ class StepstoneMagics(Magics):
                 names.from_filename(notebook.stem),
                 notebook,
                 plan,
-                default_store=not (args.repo or os.environ.get(STORE_ENV)),
+                default_store=not (args.repo or settings.store),
             )
         if run_id is None:
-            raise UsageError(
-                clients.unknown_notebook(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
-            )
+            raise UsageError(clients.unknown_notebook(self.ip.user_ns, settings=settings))
         if self.session.run is not None:
             self.session.run.close()
             self.session.run = None
-        steal = args.steal or os.environ.get(STEAL_ENV) or None
+        steal = args.steal or settings.steal
         run = open_run(
             run_id, repo=args.repo, workdir=Path.cwd(), steal=steal, diverge=args.diverge
         )
-        note_opened(run.id, run.store.path)
-        given = os.environ.get(parameters.ENV)
+        note_opened(settings.opened_note, run.id, run.store.path)
+        given = settings.parameters
         if given is not None:  # from `stepstone run -p`: they are part of the run
             try:
                 begun = any(run.records.get(name) for name in run.steps.names)

@@ -33,7 +33,6 @@ pygit2 is imported by these modules only.
 
 from __future__ import annotations
 
-from ..settings import RUN_ENV, STORE_ENV
 from .bigblobs import StoredBlob
 from .derived import CACHE_AFTER, CatchUp, write_derived
 from .errors import READ_ERRORS
@@ -60,9 +59,7 @@ __all__ = [
     "GIT_OPTIONS",
     "LEASE_REFS",
     "READ_ERRORS",
-    "RUN_ENV",
     "RUN_REFS",
-    "STORE_ENV",
     "TAG_REFS",
     "TRACKING_LEASE_REFS",
     "TRACKING_REFS",
