@@ -1,8 +1,9 @@
 """The shape of the source, read from the source: no import cycle (counting every
 import, lazy and TYPE_CHECKING ones too), no module importing one from a higher layer
 (`LAYERS`, the order docs/architecture.md draws), every package saying what it owns,
-pygit2 only inside the store, IPython only inside the kernel package, trailers spelled
-only by the commit message, the environment read only by settings.py."""
+pygit2 only inside the store and its errors (READ_ERRORS, GitError) named only there,
+IPython only inside the kernel package, trailers spelled only by the commit message,
+the environment read only by settings.py."""
 
 from __future__ import annotations
 
@@ -180,6 +181,34 @@ def test_pygit2_is_imported_only_inside_the_store():
         )
     ]
     assert not outside
+
+
+def _names_store_errors(source: str) -> bool:
+    """Whether `source` names what the store raises inside only: pygit2's `GitError`, or
+    the store's `READ_ERRORS` (which holds it)."""
+    hidden = {"READ_ERRORS", "GitError"}
+    return any(
+        (isinstance(n, ast.Name) and n.id in hidden)
+        or (isinstance(n, ast.Attribute) and n.attr in hidden)
+        or (isinstance(n, ast.alias) and n.name in hidden)
+        for n in ast.walk(ast.parse(source))
+    )
+
+
+def test_nothing_outside_the_store_sees_its_git_errors():
+    seen = [
+        name
+        for name, path in _modules().items()
+        if not name.startswith("stepstone.store") and _names_store_errors(path.read_text())
+    ]
+    assert seen == []
+
+
+def test_the_store_error_check_finds_a_name():
+    assert _names_store_errors("from ..store import READ_ERRORS\n")
+    assert _names_store_errors("try:\n    pass\nexcept pygit2.GitError:\n    pass\n")
+    assert _names_store_errors("except_ = (StepstoneError, *store.READ_ERRORS)\n")
+    assert not _names_store_errors("from ..errors import StoreError\n")
 
 
 def _docstrings(tree: ast.Module) -> set[int]:

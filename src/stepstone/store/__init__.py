@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from .bigblobs import StoredBlob
 from .derived import CACHE_AFTER, CatchUp, write_derived
-from .errors import READ_ERRORS
 from .gitstore import GitStore
 from .maintenance import GIT_OPTIONS
 from .objects import CommitInfo
@@ -58,7 +57,6 @@ __all__ = [
     "DIVERGED_REFS",
     "GIT_OPTIONS",
     "LEASE_REFS",
-    "READ_ERRORS",
     "RUN_REFS",
     "TAG_REFS",
     "TRACKING_LEASE_REFS",
