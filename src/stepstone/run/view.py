@@ -18,7 +18,7 @@ from ..rules.status import RunStatus
 from ..settings import Settings
 from ..store import GitStore
 from ..store.lock import RunLock
-from . import active, keeping
+from . import active
 from .checking import Checker
 from .ledger import Ledger
 from .state import RunState
@@ -220,6 +220,8 @@ class RunView:
         recheck: bool | None = None,
     ) -> RunStatus:
         """Verify every recorded step against the real state now and say what is next.
+        Reading only: nothing is written to the work folder (a driver's `Run.status`
+        puts back missing kept files first).
 
         `progress(1)` is called after each step, for long runs. `recheck` says whether
         `cmd:` and `call:` checks are run again: by default a driver does (it is about to
@@ -227,8 +229,6 @@ class RunView:
         code); the status notes the checks that were not re-run.
         """
         run_commands = self.driving if recheck is None else recheck
-        if self.driving:
-            keeping.restore_missing(self.state, self._checker.workdir, self._checker.notes)
         return self._checker.status(
             namespace=namespace, progress=progress, run_commands=run_commands
         )
