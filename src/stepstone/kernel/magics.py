@@ -28,7 +28,6 @@ from ..present import render, render_cells
 from ..rules.index import evidence_rows
 from ..rules.status import RunStatus, StepStatus
 from ..run import Run, open_run
-from ..run.questions import rewords, standing_over_line
 from ..settings import Settings
 from ..store import resolve_store_path
 from . import clients, processstate, sharing
@@ -317,16 +316,16 @@ class StepstoneMagics(Magics):
         """Record a decision with its reason; a resumed run does not reopen it."""
         run = self._require_run()
         key, value, why, revise, dry_run = cellargs.parse_decide_line(line)
-        was, readers = run.revising(key, value)
         if dry_run:  # says what the line would meet, as the line would
-            standing = standing_over_line(run.decisions, key, value, why, revise=revise)
-            if standing is not None:
-                print(render.decision_standing(standing, value))
+            seen = run.preview_decision(key, value, why, revise=revise, line=True)
+            if seen.standing is not None:
+                print(render.decision_standing(seen.standing, value))
             else:
-                old = run.decisions.get(key)
-                reason = why if rewords(old, value, why, line=True) else None
-                print(render.decision_preview(key, was, value, readers, reason))
+                print(
+                    render.decision_preview(key, seen.was, value, seen.runs_again, seen.new_reason)
+                )
             return
+        was, readers = run.revising(key, value)
         decided = run.decide(key, value, why, revise=revise, line=True)
         if decided.value != value:  # revised outside the notebook over this very line
             print(render.decision_standing(decided, value))

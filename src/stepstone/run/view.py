@@ -18,7 +18,7 @@ from ..rules.status import RunStatus
 from ..settings import Settings
 from ..store import GitStore
 from ..store.lock import RunLock
-from . import active
+from . import active, questions
 from .checking import Checker
 from .ledger import Ledger
 from .state import RunState
@@ -180,6 +180,25 @@ class RunView:
             if name in readers or name not in follows or uses_again:
                 again.append(name)
         return was, again
+
+    def preview_decision(
+        self, key: str, value: str, why: str, *, revise: bool = False, line: bool = False
+    ) -> questions.Preview:
+        """What deciding `key`=`value` for `why` would do, recording nothing (`%decide
+        --dry-run`, `stepstone decide --dry-run`): it raises what the decision would be
+        refused with, as `Run.decide` would (`line`: from a notebook's `%decide` line),
+        else says the value before, the steps that run again, the reason it would record
+        anew, and the decision made outside that stands over the line."""
+        value = str(value)
+        if line:
+            standing = questions.standing_over_line(self.decisions, key, value, why, revise=revise)
+        else:
+            questions.refuse_decision(self.decisions, key, value, why, revise=revise)
+            standing = None
+        was, again = self.revising(key, value)
+        old = self.decisions.get(key)
+        reason = why if questions.rewords(old, value, why, line=line) else None
+        return questions.Preview(was, again, reason, standing)
 
     def identity_of(self, name: str) -> str:
         """The name step `name`'s effects are keyed by (its first, across renames)."""
