@@ -1,8 +1,9 @@
 """The shape of the source, read from the source: no import cycle (counting every
 import, lazy and TYPE_CHECKING ones too), no module importing one from a higher layer
 (`LAYERS`, the order docs/architecture.md draws), every package saying what it owns,
-pygit2 only inside the store, IPython only inside the kernel package, trailers spelled
-only by the commit message."""
+pygit2 only inside the store and its errors (READ_ERRORS, GitError) named only there,
+IPython only inside the kernel package, trailers spelled only by the commit message,
+the environment read only by settings.py."""
 
 from __future__ import annotations
 
@@ -182,6 +183,34 @@ def test_pygit2_is_imported_only_inside_the_store():
     assert not outside
 
 
+def _names_store_errors(source: str) -> bool:
+    """Whether `source` names what the store raises inside only: pygit2's `GitError`, or
+    the store's `READ_ERRORS` (which holds it)."""
+    hidden = {"READ_ERRORS", "GitError"}
+    return any(
+        (isinstance(n, ast.Name) and n.id in hidden)
+        or (isinstance(n, ast.Attribute) and n.attr in hidden)
+        or (isinstance(n, ast.alias) and n.name in hidden)
+        for n in ast.walk(ast.parse(source))
+    )
+
+
+def test_nothing_outside_the_store_sees_its_git_errors():
+    seen = [
+        name
+        for name, path in _modules().items()
+        if not name.startswith("stepstone.store") and _names_store_errors(path.read_text())
+    ]
+    assert seen == []
+
+
+def test_the_store_error_check_finds_a_name():
+    assert _names_store_errors("from ..store import READ_ERRORS\n")
+    assert _names_store_errors("try:\n    pass\nexcept pygit2.GitError:\n    pass\n")
+    assert _names_store_errors("except_ = (StepstoneError, *store.READ_ERRORS)\n")
+    assert not _names_store_errors("from ..errors import StoreError\n")
+
+
 def _docstrings(tree: ast.Module) -> set[int]:
     found = set()
     for node in ast.walk(tree):
@@ -231,3 +260,58 @@ def test_ipython_is_imported_only_inside_the_kernel_package():
         }
     ]
     assert not core
+
+
+# Modules that may touch os.environ besides settings.py, the one reader of the
+# environment, each with why:
+ENVIRON_ALLOWED = {
+    # the kernel's process state: a user cell's changes to os.environ are part of what
+    # a step changed, noted before it and put back after a failed attempt; not settings
+    "stepstone.kernel.processstate",
+}
+_ENVIRON_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def _environ_uses(source: str) -> list[int]:
+    """The lines where `source` names os.environ or os.getenv (or their kin), under
+    any name it imported `os` as, or imported from `os` directly."""
+    tree = ast.parse(source)
+    aliases = {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        for a in n.names
+        if a.name == "os"
+    }
+    return sorted(
+        n.lineno
+        for n in ast.walk(tree)
+        if (
+            isinstance(n, ast.Attribute)
+            and n.attr in _ENVIRON_NAMES
+            and isinstance(n.value, ast.Name)
+            and n.value.id in aliases
+        )
+        or (
+            isinstance(n, ast.ImportFrom)
+            and n.module == "os"
+            and any(a.name in _ENVIRON_NAMES for a in n.names)
+        )
+    )
+
+
+def test_only_settings_reads_the_environment():
+    readers = {
+        name: lines
+        for name, path in _modules().items()
+        if name != "stepstone.settings" and name not in ENVIRON_ALLOWED
+        if (lines := _environ_uses(path.read_text()))
+    }
+    assert readers == {}
+
+
+def test_the_environment_check_finds_a_read():
+    assert _environ_uses("import os\nx = os.environ.get('A')\n") == [2]
+    assert _environ_uses("import os as o\nx = o.getenv('A')\n") == [2]
+    assert _environ_uses("from os import environ\n") == [1]
+    assert _environ_uses("import os\nx = os.path.join('a')\n") == []

@@ -52,6 +52,23 @@ def test_a_missing_kept_folder_is_put_back_and_the_step_skipped(workdir: Path):
     assert (workdir / "out" / "table.csv").read_text() == "a,b\n1,2\n"
 
 
+def test_reading_a_run_puts_back_no_kept_file(workdir: Path):
+    """`stepstone status` and the other readers leave the work folder as it is: only a
+    driver puts back a kept file that is missing."""
+    with stepstone.open_run("keep") as run:
+        run.step("make", lambda: _write_out(workdir), checks=["keep:out"])
+    shutil.rmtree(workdir / "out")
+    for command in (["status"], ["status", "--json"], ["verify"], ["brief"]):
+        done = cli(*command, cwd=workdir)
+        assert done.returncode == 0, done.stderr
+    with stepstone.open_run("keep", drive=False, create=False) as reader:
+        assert reader.status().steps[0].state == "verified"
+    assert not (workdir / "out").exists()
+    with stepstone.open_run("keep") as run:
+        run.status()
+    assert (workdir / "out" / "table.csv").read_text() == "a,b\n1,2\n"
+
+
 def test_a_kept_file_changed_locally_is_left_as_it_is_and_the_step_runs_again(workdir: Path):
     seen = []
 

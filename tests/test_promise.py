@@ -152,6 +152,10 @@ def test_pull_keep_remote_carries_over_the_effects_of_the_side_not_kept(
     kept = cli("pull", "--repo", str(a), "--keep", "remote", cwd=tmp_path)
     assert kept.returncode == 0, kept.stderr
     assert "carried over" in kept.stdout
+    seq = "--format=%(trailers:key=Stepstone-Seq,valueonly)"
+    every = [int(n) for n in git("log", "--all", seq, cwd=a).split()]
+    carried = int(git("log", "-1", seq, "job", cwd=a))  # numbered after both histories
+    assert carried == max(every) and every.count(carried) == 1
 
     with stepstone.open_run("job", repo=a, workdir=a.parent) as run:
         run.step("from-b", lambda: 2)

@@ -4,6 +4,11 @@ config, then defaults.
 `Settings.from_env()` reads the process environment; a store adds what its Git config
 says with `with_config`. Code is handed a `Settings` and reads its fields; tests build
 one with the fields they need (`dataclasses.replace`) instead of patching modules.
+
+This module is the one reader of the environment (tests/test_architecture.py checks
+it): besides `Settings`, `config_dir` (this user's configuration folder),
+`credential_values` (what redaction hides) and `child_environment` (what a child
+process is started with) read it. The names of the variables are defined here once.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, TypeVar
 
 STORE_ENV = "STEPSTONE_REPO"  # the store's path
@@ -24,6 +30,12 @@ DIVERGE_ENV = "STEPSTONE_DIVERGE"  # "1": drive a copy taken while driven as a n
 CHECK_TIMEOUT_ENV = "STEPSTONE_CHECK_TIMEOUT"  # seconds a cmd: or call: check may take
 EFFECT_TIMEOUT_ENV = "STEPSTONE_EFFECT_TIMEOUT"  # seconds an effect's write may take
 FOLLOW_INPUTS_ENV = "STEPSTONE_FOLLOW_INPUTS"  # "1": cells may follow their inputs
+CONFIG_ENV = "STEPSTONE_CONFIG"  # this user's configuration folder (values/trust.py)
+# What `stepstone run` hands the kernel it starts, besides the run, store, steal, diverge:
+NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"  # the notebook the kernel runs
+OPENED_ENV = "STEPSTONE_OPENED"  # a file where the kernel's `%resume` notes the run it opened
+PARAMETERS_ENV = "STEPSTONE_PARAMETERS"  # the parameters' canonical JSON, for `%resume`
+JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # a Jupyter server's: the notebook, from its root
 
 AUTOPUSH_KEY = "stepstone.autopush"
 LEASE_SECONDS_KEY = "stepstone.leaseSeconds"
@@ -79,6 +91,17 @@ class Settings:
     recorded inputs (`STEPSTONE_FOLLOW_INPUTS=1`, `git config stepstone.followInputs
     true`; experimental, see docs/dependencies.md); else every step keeps the
     conservative rule."""
+    notebook: str | None = None
+    """The notebook a kernel runs, as `stepstone run` names it (`STEPSTONE_NOTEBOOK`)."""
+    jupyter_session: str | None = None
+    """The notebook a Jupyter server started this kernel for, relative to the server's
+    root (`JPY_SESSION_NAME`)."""
+    parameters: str | None = None
+    """The parameters `stepstone run -p` gives the run, as canonical JSON
+    (`STEPSTONE_PARAMETERS`); None: none were given."""
+    opened_note: str | None = None
+    """A file where `%resume` notes the run it opened, for the `stepstone run` that
+    started the kernel (`STEPSTONE_OPENED`)."""
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     """The time now, timezone-aware (tests move it on)."""
     seen_env: tuple[str | None, ...] | None = field(default=None, repr=False, compare=False)
@@ -96,6 +119,10 @@ class Settings:
             "steal": env.get(STEAL_ENV) or None,
             "diverge": env.get(DIVERGE_ENV) == "1",
             "follow_inputs": env.get(FOLLOW_INPUTS_ENV) == "1",
+            "notebook": env.get(NOTEBOOK_ENV),
+            "jupyter_session": env.get(JUPYTER_SESSION_ENV),
+            "parameters": env.get(PARAMETERS_ENV),
+            "opened_note": env.get(OPENED_ENV),
             **_live(env),
             "seen_env": tuple(env.get(var) for var in LIVE_ENV),
         }
@@ -131,6 +158,28 @@ class Settings:
         if retention is not None and retention > 0:
             found["effect_retention"] = retention
         return replace(self, **found)
+
+
+def config_dir() -> Path:
+    """This user's stepstone configuration folder: `$STEPSTONE_CONFIG`, else
+    `$XDG_CONFIG_HOME/stepstone`, else `~/.config/stepstone`."""
+    chosen = os.environ.get(CONFIG_ENV)
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "stepstone"
+
+
+def credential_values(looks_secret: Callable[[str], bool]) -> list[str]:
+    """The values, 6 characters or longer, of the environment variables whose names
+    `looks_secret` (read anew each call: a cell may set one)."""
+    return [value for name, value in os.environ.items() if len(value) >= 6 and looks_secret(name)]
+
+
+def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment to start a child process with (a kernel, git): this process's,
+    with `extra` set."""
+    return {**os.environ, **(extra or {})}
 
 
 _N = TypeVar("_N", int, float)

@@ -203,20 +203,16 @@ def decide(
     `dry_run` records nothing and says what would run again, and as `new_reason` the
     reason it would record for the same value (None when it would record none)."""
     if dry_run:
-        from ..run.questions import refuse_decision, rewords
-
         view = reader(run, repo)
-        refuse_decision(view.decisions, key, str(value), why, revise=revise)
-        _refuse_revising_nothing(view.decisions, key, revise)
-        was, again = view.revising(key, value)
-        reason = why if rewords(view.decisions.get(key), str(value), why, line=False) else None
+        _refuse_revising_nothing(view.decisions, key, revise)  # in the order deciding does
+        seen = view.preview_decision(key, value, why, revise=revise)
         return {
             "run": view.id,
             "key": key,
             "value": str(value),
-            "was": was,
-            "runs_again": again,
-            "new_reason": reason,
+            "was": seen.was,
+            "runs_again": seen.runs_again,
+            "new_reason": seen.new_reason,
         }
     with driver(run, repo, via) as held:
         _refuse_revising_nothing(held.decisions, key, revise)

@@ -349,6 +349,7 @@ def push_command(run_id: str | None, repo: str | None, url: str | None, auto: bo
 def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None:
     """Bring the remote's history of the run here; diverged copies are shown, not merged."""
     from .. import remote
+    from ..run import pulling
 
     store = GitStore(repo, create=False)
     run_name = store.pick_run(run_id)
@@ -358,7 +359,7 @@ def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None
         if lease is not None:
             lease.take()
         try:
-            result = remote.pull(store, run_name, keep=keep, holder=holder_identity())
+            result = pulling.pull(store, run_name, keep=keep, holder=holder_identity())
         finally:
             if lease is not None:
                 lease.release()

@@ -3,7 +3,6 @@ with papermill's parameters (`-p`, `-f`) and output (`-o`)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -15,7 +14,8 @@ from ..notebook import notebook_plan
 from ..notebook import parameters as params
 from ..run import open_run
 from ..run.copies import settle_now
-from ..store import DEFAULT_STORE, RUN_ENV, STORE_ENV, GitStore
+from ..settings import Settings
+from ..store import DEFAULT_STORE, GitStore
 from .common import errors_as_exit_codes, main, repo_option, run_option
 
 
@@ -93,10 +93,10 @@ def run_command(
             known = notebook_plan.parameter_defaults(notebook)
             given = params.normalised(given, known)
             identity = params.beyond_defaults(given, known)
-            store = Path(
-                repo or os.environ.get(STORE_ENV) or notebook.parent / DEFAULT_STORE
-            ).absolute()
-            if not (run_id or os.environ.get(RUN_ENV)):
+            settings = Settings.from_env()
+            store = Path(repo or settings.store or notebook.parent / DEFAULT_STORE).absolute()
+            run_id = run_id or settings.run
+            if not run_id:
                 run_id = params.run_id_for(names.from_filename(notebook.stem), identity)
                 if uses:
                     run_id = nbrun.choose_run(
@@ -104,12 +104,11 @@ def run_command(
                         run_id,
                         notebook,
                         plan,
-                        default_store=not (repo or os.environ.get(STORE_ENV)),
+                        default_store=not (repo or settings.store),
                         parameters=params.canonical(identity),
                     )
             elif uses and not new:
-                nbrun.refuse_a_misspelled_run(store, run_id or os.environ[RUN_ENV], notebook)
-            run_id = run_id or os.environ[RUN_ENV]
+                nbrun.refuse_a_misspelled_run(store, run_id, notebook)
             output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
             if uses:
                 made = GitStore(store)  # a store that cannot be made says why, before a kernel

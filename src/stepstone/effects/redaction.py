@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 import traceback
 from typing import Any
+
+from ..settings import credential_values
 
 REDACTED = "[redacted]"
 _SECRET_KEY = re.compile(
@@ -24,13 +25,6 @@ def looks_secret(name: str) -> bool:
     return bool(_SECRET_KEY.search(name))
 
 
-def _environment_secrets() -> list[str]:
-    """Values of environment variables whose names look like credentials."""
-    return [
-        value for name, value in os.environ.items() if len(value) >= 6 and _SECRET_KEY.search(name)
-    ]
-
-
 def redact(value: Any, *, environment: bool = True) -> Any:
     """A copy of `value` with credential-looking fields and strings replaced; with
     `environment`, also the values of credential-looking environment variables (which
@@ -46,7 +40,7 @@ def redact(value: Any, *, environment: bool = True) -> Any:
         return [redact(v, environment=environment) for v in value]
     if isinstance(value, str):
         text = _SECRET_TEXT.sub(lambda m: m.group(1) + REDACTED, value)
-        for secret in _environment_secrets() if environment else ():
+        for secret in credential_values(looks_secret) if environment else ():
             text = text.replace(secret, REDACTED)
         return text
     if value is None or isinstance(value, (bool, int, float)):

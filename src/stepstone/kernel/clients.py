@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..settings import Settings
+
 ENGINES = ("nbconvert", "papermill", "jupyter-execute", "jupyter-nbclient")
 UNKNOWN = (
     "cannot tell which notebook this kernel runs (it was not started by stepstone run, "
@@ -35,28 +37,30 @@ GONE = (
 )
 
 
-def _named(namespace: Mapping[str, Any], from_env: str | None) -> tuple[object, ...]:
+def _named(namespace: Mapping[str, Any], settings: Settings | None) -> tuple[object, ...]:
+    given = settings or Settings.from_env()
     return (
-        from_env,
+        given.notebook,
         namespace.get("__session__"),
-        os.environ.get("JPY_SESSION_NAME"),
+        given.jupyter_session,
         namespace.get("__vsc_ipynb_file__"),
     )
 
 
-def notebook_of(namespace: Mapping[str, Any], *, from_env: str | None = None) -> Path | None:
-    """The notebook this kernel runs, or None when no client said."""
-    for candidate in _named(namespace, from_env):
+def notebook_of(namespace: Mapping[str, Any], *, settings: Settings | None = None) -> Path | None:
+    """The notebook this kernel runs, or None when no client said (`settings`: those of
+    the environment when None)."""
+    for candidate in _named(namespace, settings):
         found = _existing(candidate)
         if found is not None:
             return found
     return engine_notebook()
 
 
-def unknown_notebook(namespace: Mapping[str, Any], *, from_env: str | None = None) -> str:
+def unknown_notebook(namespace: Mapping[str, Any], *, settings: Settings | None = None) -> str:
     """Why `notebook_of` found nothing, and what to do: the notebook a client named is
     gone (renamed or moved after the kernel started), or no client named one."""
-    for candidate in _named(namespace, from_env):
+    for candidate in _named(namespace, settings):
         if candidate and str(candidate).endswith(".ipynb"):
             return GONE.format(name=candidate)
     return UNKNOWN

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,7 +16,7 @@ from ..errors import StepstoneError
 from ..model import names
 from ..model.models import PlannedStep
 from ..notebook import cellargs, namespace, parameters
-from ..notebook.notebook import NOTEBOOK_ENV, choose_run, claim, goal_of, note_opened
+from ..notebook.notebook import choose_run, claim, goal_of, note_opened
 from ..notebook.notebook_plan import (
     notebook_cells,
     parameter_defaults,
@@ -29,9 +28,8 @@ from ..present import render, render_cells
 from ..rules.index import evidence_rows
 from ..rules.status import RunStatus, StepStatus
 from ..run import Run, open_run
-from ..run.questions import rewords, standing_over_line
-from ..settings import STEAL_ENV
-from ..store import RUN_ENV, STORE_ENV, resolve_store_path
+from ..settings import Settings
+from ..store import resolve_store_path
 from . import clients, displayed, processstate, sharing
 from .kernelsession import FROM_CELL, KernelSession, compiler
 
@@ -89,8 +87,8 @@ class StepstoneMagics(Magics):
         """The shell these magics are registered on."""
         return self.shell
 
-    def _notebook_path(self) -> Path | None:
-        return clients.notebook_of(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
+    def _notebook_path(self, settings: Settings) -> Path | None:
+        return clients.notebook_of(self.ip.user_ns, settings=settings)
 
     def _require_run(self) -> Run:
         if self.session.run is None or not self.session.run.driving:
@@ -108,8 +106,9 @@ class StepstoneMagics(Magics):
     def resume(self, line: str) -> None:
         """Open the run, verify its evidence and show where it stands."""
         args = cellargs.parse_resume_line(line)
-        notebook = self._notebook_path()
-        run_id = args.run or os.environ.get(RUN_ENV)
+        settings = Settings.from_env()
+        notebook = self._notebook_path(settings)
+        run_id = args.run or settings.run
         # its client read the notebook already: its cells as plain JSON (nbformat's validator
         # costs a kernel over a second where jsonschema finds its optional format checkers)
         plan = plan_from_notebook(notebook, validate=False) if notebook is not None else None
@@ -119,21 +118,19 @@ class StepstoneMagics(Magics):
                 names.from_filename(notebook.stem),
                 notebook,
                 plan,
-                default_store=not (args.repo or os.environ.get(STORE_ENV)),
+                default_store=not (args.repo or settings.store),
             )
         if run_id is None:
-            raise UsageError(
-                clients.unknown_notebook(self.ip.user_ns, from_env=os.environ.get(NOTEBOOK_ENV))
-            )
+            raise UsageError(clients.unknown_notebook(self.ip.user_ns, settings=settings))
         if self.session.run is not None:
             self.session.run.close()
             self.session.run = None
-        steal = args.steal or os.environ.get(STEAL_ENV) or None
+        steal = args.steal or settings.steal
         run = open_run(
             run_id, repo=args.repo, workdir=Path.cwd(), steal=steal, diverge=args.diverge
         )
-        note_opened(run.id, run.store.path)
-        given = os.environ.get(parameters.ENV)
+        note_opened(settings.opened_note, run.id, run.store.path)
+        given = settings.parameters
         if given is not None:  # from `stepstone run -p`: they are part of the run
             try:
                 begun = any(run.records.get(name) for name in run.steps.names)
@@ -325,16 +322,17 @@ class StepstoneMagics(Magics):
         """Record a decision with its reason; a resumed run does not reopen it."""
         run = self._require_run()
         key, value, why, revise, dry_run = cellargs.parse_decide_line(line)
-        was, readers = run.revising(key, value)
         if dry_run:  # says what the line would meet, as the line would
-            standing = standing_over_line(run.decisions, key, value, why, revise=revise)
-            if standing is not None:
-                displayed.say(self.ip, render.decision_standing(standing, value))
+            seen = run.preview_decision(key, value, why, revise=revise, line=True)
+            if seen.standing is not None:
+                displayed.say(self.ip, render.decision_standing(seen.standing, value))
             else:
-                old = run.decisions.get(key)
-                reason = why if rewords(old, value, why, line=True) else None
-                displayed.say(self.ip, render.decision_preview(key, was, value, readers, reason))
+                preview = render.decision_preview(
+                    key, seen.was, value, seen.runs_again, seen.new_reason
+                )
+                displayed.say(self.ip, preview)
             return
+        was, readers = run.revising(key, value)
         decided = run.decide(key, value, why, revise=revise, line=True)
         if decided.value != value:  # revised outside the notebook over this very line
             displayed.say(self.ip, render.decision_standing(decided, value))

@@ -31,16 +31,21 @@ from ..errors import InvalidInput, StepstoneError
 from ..model import names
 from ..model.models import PlannedStep, StepRecord, load
 from ..run import Run, open_run, step_path
-from ..settings import DIVERGE_ENV, RUN_ENV, STEAL_ENV, STORE_ENV
+from ..settings import (
+    DIVERGE_ENV,
+    NOTEBOOK_ENV,
+    OPENED_ENV,
+    PARAMETERS_ENV,
+    RUN_ENV,
+    STEAL_ENV,
+    STORE_ENV,
+    child_environment,
+)
 from ..store import DEFAULT_STORE, GitStore
 from ..store.atomic import write_atomic
 from .cellargs import split_cell
 from .notebook_plan import read_notebook
-from .parameters import ENV as PARAMETERS_ENV
 from .parameters import beyond_defaults, canonical, defaults, inject
-
-NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"
-OPENED_ENV = "STEPSTONE_OPENED"  # a file where the kernel's `%resume` notes the run it opened
 
 
 def claim(run: Run, notebook: Path) -> str | None:
@@ -422,9 +427,15 @@ def execute(
         if progress is not None and not (state == "failed" and stopper.signum is not None):
             progress(f"[{number}/{len(steps)}] {name}: {state}")
 
-    env = {**os.environ, RUN_ENV: run_id, STORE_ENV: str(repo), NOTEBOOK_ENV: str(path)}
-    env[OPENED_ENV] = str(noted)
-    env[PARAMETERS_ENV] = canonical(identity)
+    env = child_environment(
+        {
+            RUN_ENV: run_id,
+            STORE_ENV: str(repo),
+            NOTEBOOK_ENV: str(path),
+            OPENED_ENV: str(noted),
+            PARAMETERS_ENV: canonical(identity),
+        }
+    )
     if steal:
         env[STEAL_ENV] = steal
     if diverge:
@@ -509,9 +520,9 @@ def opened_run(noted: Path) -> tuple[str, Path] | None:
         return None
 
 
-def note_opened(run_id: str, repo: Path) -> None:
-    """In a kernel `stepstone run` started: note the run `%resume` opened for it."""
-    where = os.environ.get(OPENED_ENV)
+def note_opened(where: str | None, run_id: str, repo: Path) -> None:
+    """In a kernel `stepstone run` started: note the run `%resume` opened for it in the
+    file `where` it named (`Settings.opened_note`; None: no `stepstone run` asked)."""
     if where:
         write_atomic(Path(where), json.dumps({"run": run_id, "repo": str(repo)}).encode())
 

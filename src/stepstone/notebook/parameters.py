@@ -16,7 +16,6 @@ from typing import Any
 
 from ..errors import InvalidInput
 
-ENV = "STEPSTONE_PARAMETERS"  # the parameters' canonical JSON, for the kernel's %resume
 INJECTED = "injected-parameters"
 
 

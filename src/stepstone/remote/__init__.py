@@ -11,7 +11,7 @@ before each effect it pushes the run with the lease in one atomic push: a
 driver whose lease was stolen fails there, before it writes anything.
 
     git      the git runner (`GitFailed`) and which remote a store has
-    sync     clone, push, pull, and carrying effects across a divergence
+    sync     clone, push, pull, and the effects a divergence carries over
     lease    `Lease` and `LeaseKeeper`
     pusher   `BackgroundPusher`
 
@@ -25,7 +25,7 @@ from ..settings import LEASE_SECONDS_KEY
 from .git import REMOTE_KEY, git, remote_name, remote_url, set_remote
 from .lease import DEFAULT_LEASE_SECONDS, Lease, LeaseKeeper
 from .pusher import BackgroundPusher
-from .sync import PullResult, carry_effects, clone, pull, push, remote_tip
+from .sync import PullResult, clone, effects_to_carry, pull, push, remote_tip
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -36,8 +36,8 @@ __all__ = [
     "Lease",
     "LeaseKeeper",
     "PullResult",
-    "carry_effects",
     "clone",
+    "effects_to_carry",
     "git",
     "pull",
     "push",

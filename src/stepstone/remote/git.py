@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
 from pathlib import Path
 
 from ..errors import GitFailed, StoreError
+from ..settings import child_environment
 from ..store import GIT_OPTIONS, GitStore
 from ..values import trust
 
@@ -34,7 +34,7 @@ def gist(stderr: str) -> str:
 
 def git_env() -> dict[str, str]:
     """The environment of a git command: the user's, without credential prompts."""
-    return {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    return child_environment({"GIT_TERMINAL_PROMPT": "0"})
 
 
 _read_configs: dict[Path, tuple[tuple[int, int], list[str]]] = {}  # path -> (stat, keys)

@@ -10,7 +10,6 @@ from urllib.parse import urlparse
 
 from ..effects.effectbook import state_rank
 from ..errors import Diverged, GitFailed, StoreError
-from ..model.message import FROM, KEY, STATUS, CommitMessage, run_commit
 from ..store import (
     BRANCH_REFS,
     DIVERGED_REFS,
@@ -161,16 +160,15 @@ def _subjects(store: GitStore, tip: str, base: str | None) -> list[str]:
     return out
 
 
-def pull(
-    store: GitStore, run: str, *, keep: str | None = None, holder: str = "stepstone"
-) -> PullResult:
+def pull(store: GitStore, run: str, *, keep: str | None = None) -> PullResult:
     """Bring the remote's history of `run` here; never merge diverged records silently.
 
     When both copies advanced, raise `Diverged` showing both histories, unless
-    `keep` is "local" or "remote": the kept side becomes the run, the other is
-    preserved on `refs/stepstone/diverged/<run>/...`, and the effects that the
-    other side performed (or may have) are carried onto the kept one, since they
-    happened: a later run never performs them again. The caller holds the run.
+    `keep` is "local" or "remote": the kept side becomes the run and the other is
+    preserved on `refs/stepstone/diverged/<run>/...` (`preserved`). The caller holds
+    the run, and then carries onto it the effects the other side performed
+    (`effects_to_carry`, committed by the run's ledger: run/pulling.py) and, keeping
+    the local side, pushes it over the remote's (`push(force_over=remote)`).
     """
     remote = _fetch_run(store, run)
     local = store.tip(run)
@@ -205,43 +203,21 @@ def pull(
         preserved = f"{DIVERGED_REFS}{run}/local-{stamp}"
         store.refs.set(preserved, local)
         store.move_run(run, remote, local)
-        carried = carry_effects(store, run, kept=remote, other=local, holder=holder)
-        return PullResult("kept remote", local, remote, preserved, carried)
+        return PullResult("kept remote", local, remote, preserved)
     preserved = f"{DIVERGED_REFS}{run}/remote-{stamp}"
     store.refs.set(preserved, remote)
     git(store, "push", "--quiet", require_remote(store), f"{preserved}:{preserved}")
-    carried = carry_effects(store, run, kept=local, other=remote, holder=holder)
-    push(store, run, force_over=remote)
-    return PullResult("kept local", local, remote, preserved, carried)
+    return PullResult("kept local", local, remote, preserved)
 
 
-def _seq(store: GitStore, commit: str) -> int:
-    return CommitMessage.parse(store.commit_message(commit)).seq
-
-
-def carry_effects(
-    store: GitStore, run: str, *, kept: str, other: str, holder: str
-) -> tuple[str, ...]:
-    """Commit onto `kept` (the run's tip) every effect record of `other` that is further
-    along there (submitted, unresolved or confirmed where `kept` has it planned, less
-    far, or not at all); return their paths."""
+def effects_to_carry(store: GitStore, *, kept: str, other: str) -> dict[str, bytes]:
+    """The effect records of `other` that are further along than in `kept` (submitted,
+    unresolved or confirmed where `kept` has them planned, less far, or not at all), by
+    path: what the history kept takes in from the one set aside."""
     theirs = store.effect_files(other)
     ours = store.effect_files(kept)
-    writes = {
+    return {
         path: data
         for path, data in theirs.items()
         if state_rank(data) > max(state_rank(ours.get(path, b"{}")), 0)
     }
-    if not writes:
-        return ()
-    seq = max(_seq(store, kept), _seq(store, other)) + 1
-    keys = [(KEY, path.rsplit("/", 1)[1].removesuffix(".json")) for path in sorted(writes)]
-    message = run_commit(  # the keys let `repair` see that dropping this commit forgets effects
-        run,
-        f"pull: carried over {len(writes)} effect(s) from the history not kept",
-        [(STATUS, "carried"), (FROM, other), *keys],
-        seq=seq,
-        holder=holder,
-    )
-    store.commit(run, store.head(run, at=kept), writes, str(message), author=holder)
-    return tuple(sorted(writes))

@@ -21,10 +21,11 @@ from ..model import message, models, names
 from ..model.models import Decision, EffectRecord, PlannedStep, StepRecord, Unknown
 from ..rules import checks
 from ..rules.index import INDEXED
+from ..rules.status import RunStatus
 from ..rules.verdicts import Verdicts
 from ..settings import Settings
 from ..store import GitStore, holder_identity
-from . import active, copies, finishing, questions, rerunning
+from . import active, copies, finishing, keeping, questions, rerunning
 from .checking import RETURN, Checker
 from .copies import run_lock
 from .history import refuse_rolled_back_effects, refuse_to_start_afresh
@@ -106,6 +107,21 @@ class Run(RunView):
             store.point_head_at(self.id)
 
     # -- changing it (a driver only) --------------------------------------------
+
+    def status(
+        self,
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        progress: Callable[[int], object] | None = None,
+        recheck: bool | None = None,
+    ) -> RunStatus:
+        """The status (`RunView.status`); a driver first puts back the files its steps
+        kept that are missing from the work folder, as a resume does, so that a later
+        step's inputs are there (a reader writes nothing: its status counts such a step
+        as standing, with a note that the next run puts them back)."""
+        if self.driving:
+            keeping.restore_missing(self.state, self._checker.workdir, self._checker.notes)
+        return super().status(namespace=namespace, progress=progress, recheck=recheck)
 
     def _require_lock(self) -> None:
         if not self._lock.held:

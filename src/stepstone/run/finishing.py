@@ -58,7 +58,7 @@ def finish(ledger: Ledger, status: RunStatus | None, *, force: bool) -> str:
         f"finish: {len(status.steps)} steps",
         [(message.STATUS, "finished")],
         info_changed=True,
-        finishing=True,
+        finished_too=True,
     )
     if state.snap.commit:
         store.tag(state.id, state.snap.commit)
@@ -79,5 +79,5 @@ def reopen(ledger: Ledger, why: str) -> None:
         f"reopen: {one_line(why)[:60]}",
         [(message.STATUS, "reopened"), (message.WHY, why)],
         info_changed=True,
-        finishing=True,
+        finished_too=True,
     )

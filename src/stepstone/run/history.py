@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..effects.effectbook import state_rank
 from ..errors import StoreError
-from ..store import READ_ERRORS, GitStore
+from ..store import GitStore
 
 
 def refuse_to_start_afresh(store: GitStore, run: str) -> None:
@@ -42,7 +42,7 @@ def rolled_back_effects(store: GitStore, commit: str) -> list[str]:
         if base is None or base == commit:
             return []
         before, after = store.effect_files(base), store.effect_files(commit)
-    except READ_ERRORS:
+    except StoreError:
         return []
     return [
         f"{path.rsplit('/', 1)[1].removesuffix('.json')} was rolled back by commit {commit[:10]}"

@@ -48,14 +48,15 @@ class Ledger:
         *,
         info_changed: bool = False,
         indexed: bool = False,
-        finishing: bool = False,
+        finished_too: bool = False,
     ) -> None:
         """Commit `writes` (path -> data, None deletes) with a message of `subject` and
         `trailers`. `indexed` says the caller keeps the step index's rows in step with
         what they write to the plan and the step records. A finished run takes no
-        commit but its finishing and reopening ones."""
+        commit but those `finished_too` (its finishing and reopening, the effects a
+        pull carries over: they happened)."""
         state = self.state
-        if state.info.finished and not finishing:
+        if state.info.finished and not finished_too:
             raise RunFinished(state.id, state.info.finished)
         for check in self.before:
             check()
@@ -91,6 +92,12 @@ class Ledger:
             self._since_save += 1
             for listener in self.after:
                 listener()
+
+    def number_after(self, seq: int) -> None:
+        """Number the next commit after `seq` too (a history set aside by a pull: the
+        kept one's next commit outnumbers every commit of the run, as `repair` reads
+        them in order of their numbers)."""
+        self.state.seq = max(self.state.seq, seq)
 
     def save_index_if_due(self) -> None:
         """Save the step index once `settings.index_every` commits were made since the last

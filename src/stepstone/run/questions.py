@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..errors import DecisionConflict, InvalidInput
 from ..model import message, names
@@ -55,6 +56,21 @@ def rewords(old: Decision | None, value: str, why: str, *, line: bool) -> bool:
         and old.why != why
         and not (line and old.by is not None)  # a line does not reword the outside's
     )
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What deciding a value would do, recorded nowhere (`--dry-run`)."""
+
+    was: str | None
+    """The value decided now (None: not decided yet)."""
+    runs_again: list[str]
+    """The steps that deciding it would make run again, in plan order."""
+    new_reason: str | None
+    """For the same value: the reason it would record anew (None: none)."""
+    standing: Decision | None
+    """For a notebook's line: the decision made outside that stands over it (None: the
+    line's value is or becomes the decision)."""
 
 
 def decide(

@@ -18,7 +18,7 @@ from ..rules.status import RunStatus
 from ..settings import Settings
 from ..store import GitStore
 from ..store.lock import RunLock
-from . import active, keeping
+from . import active, questions
 from .checking import Checker
 from .ledger import Ledger
 from .state import RunState
@@ -181,6 +181,25 @@ class RunView:
                 again.append(name)
         return was, again
 
+    def preview_decision(
+        self, key: str, value: str, why: str, *, revise: bool = False, line: bool = False
+    ) -> questions.Preview:
+        """What deciding `key`=`value` for `why` would do, recording nothing (`%decide
+        --dry-run`, `stepstone decide --dry-run`): it raises what the decision would be
+        refused with, as `Run.decide` would (`line`: from a notebook's `%decide` line),
+        else says the value before, the steps that run again, the reason it would record
+        anew, and the decision made outside that stands over the line."""
+        value = str(value)
+        if line:
+            standing = questions.standing_over_line(self.decisions, key, value, why, revise=revise)
+        else:
+            questions.refuse_decision(self.decisions, key, value, why, revise=revise)
+            standing = None
+        was, again = self.revising(key, value)
+        old = self.decisions.get(key)
+        reason = why if questions.rewords(old, value, why, line=line) else None
+        return questions.Preview(was, again, reason, standing)
+
     def identity_of(self, name: str) -> str:
         """The name step `name`'s effects are keyed by (its first, across renames)."""
         return self.state.identity_of(name)
@@ -220,6 +239,8 @@ class RunView:
         recheck: bool | None = None,
     ) -> RunStatus:
         """Verify every recorded step against the real state now and say what is next.
+        Reading only: nothing is written to the work folder (a driver's `Run.status`
+        puts back missing kept files first).
 
         `progress(1)` is called after each step, for long runs. `recheck` says whether
         `cmd:` and `call:` checks are run again: by default a driver does (it is about to
@@ -227,8 +248,6 @@ class RunView:
         code); the status notes the checks that were not re-run.
         """
         run_commands = self.driving if recheck is None else recheck
-        if self.driving:
-            keeping.restore_missing(self.state, self._checker.workdir, self._checker.notes)
         return self._checker.status(
             namespace=namespace, progress=progress, run_commands=run_commands
         )

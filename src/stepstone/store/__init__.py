@@ -33,10 +33,8 @@ pygit2 is imported by these modules only.
 
 from __future__ import annotations
 
-from ..settings import RUN_ENV, STORE_ENV
 from .bigblobs import StoredBlob
 from .derived import CACHE_AFTER, CatchUp, write_derived
-from .errors import READ_ERRORS
 from .gitstore import GitStore
 from .maintenance import GIT_OPTIONS
 from .objects import CommitInfo
@@ -59,10 +57,7 @@ __all__ = [
     "DIVERGED_REFS",
     "GIT_OPTIONS",
     "LEASE_REFS",
-    "READ_ERRORS",
-    "RUN_ENV",
     "RUN_REFS",
-    "STORE_ENV",
     "TAG_REFS",
     "TRACKING_LEASE_REFS",
     "TRACKING_REFS",

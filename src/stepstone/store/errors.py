@@ -3,7 +3,8 @@
 libgit2 (`pygit2.GitError`, and `KeyError`/`ValueError` for a missing or malformed
 object), the OS (`OSError`) and a ref that moved under its writer (`RefMoved`) are
 turned here into errors that name the store and say what to do next. Nothing outside
-the store package sees pygit2's exceptions.
+the store package sees pygit2's exceptions, nor names `READ_ERRORS`
+(tests/test_architecture.py checks it): what a caller may catch is a `StoreError`.
 """
 
 from __future__ import annotations

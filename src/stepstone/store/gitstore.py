@@ -174,8 +174,10 @@ class GitStore:
         return damaged_commit(self.path, run, commit, exc)
 
     def blob(self, tree: str, path: str) -> bytes | None:
-        """The content of `path` in `tree`, or None when absent."""
-        return self._objects.blob(tree, path)
+        """The content of `path` in `tree`, or None when absent (a `StoreError` when it
+        is over the bounds a reader keeps)."""
+        with translated(self.path, f"read {path}"):
+            return self._objects.blob(tree, path)
 
     def open_blob(self, tree: str, path: str) -> StoredReader | None:
         """A file over `path` in `tree` if it is a big blob (`bigblobs`), else None."""
@@ -183,12 +185,16 @@ class GitStore:
         return None if oid is None else self.big_blobs.reader(oid)
 
     def tree_files(self, tree: str, wanted: Callable[[str], bool]) -> dict[str, bytes]:
-        """Every file of `tree` under the top-level names `wanted` accepts."""
-        return self._objects.files(tree, wanted)
+        """Every file of `tree` under the top-level names `wanted` accepts (a
+        `StoreError` when one cannot be read)."""
+        with translated(self.path, f"read tree {tree[:10]}"):
+            return self._objects.files(tree, wanted)
 
     def effect_files(self, commit: str) -> dict[str, bytes]:
-        """The effect records of a commit's tree, by path."""
-        return self._objects.files(self._objects.tree_of(commit), lambda top: top == "effects")
+        """The effect records of a commit's tree, by path (a `StoreError` when they
+        cannot be read)."""
+        with translated(self.path, f"read the effects of commit {commit[:10]}"):
+            return self._objects.files(self._objects.tree_of(commit), lambda top: top == "effects")
 
     def commit_message(self, commit: str) -> str:
         """The message of `commit` (a `StoreError` when it cannot be read)."""
@@ -213,12 +219,16 @@ class GitStore:
 
     def made_by_stepstone(self, commit: str, *, within: int = 200) -> str | None:
         """The newest commit of `commit`'s history that stepstone made (it carries a
-        run's trailer): `commit` itself unless it was made by hand."""
-        return self._objects.made_by_stepstone(commit, within=within)
+        run's trailer): `commit` itself unless it was made by hand (a `StoreError` when
+        its history cannot be read)."""
+        with translated(self.path, f"read the history of commit {commit[:10]}"):
+            return self._objects.made_by_stepstone(commit, within=within)
 
     def log(self, tip: str) -> Iterator[CommitInfo]:
-        """The commits of `tip`'s history, newest first."""
-        return self._objects.log(tip)
+        """The commits of `tip`'s history, newest first (a `StoreError` when one cannot
+        be read)."""
+        with translated(self.path, f"read the history of commit {tip[:10]}"):
+            yield from self._objects.log(tip)
 
     def history(self, run: str) -> Iterator[CommitInfo]:
         """The commits of `run`, newest first."""

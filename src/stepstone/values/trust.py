@@ -21,18 +21,10 @@ import os
 import secrets
 from pathlib import Path
 
-CONFIG_ENV = "STEPSTONE_CONFIG"
+from ..settings import config_dir
+
 _KEY = "key"
 _TRUSTED = "trusted-stores"
-
-
-def config_dir() -> Path:
-    """This user's stepstone configuration folder."""
-    chosen = os.environ.get(CONFIG_ENV)
-    if chosen:
-        return Path(chosen)
-    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(base) / "stepstone"
 
 
 _keys: dict[Path, bytes] = {}  # read once per process

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from ...errors import StepstoneError
 from ...model import message, models
 from ...run.layout import decision_path, step_path
-from ...store import READ_ERRORS
 
 if TYPE_CHECKING:
     from ...run.view import RunView
@@ -203,7 +202,7 @@ def _attempt(
 def _tree(view: RunView, commit: str) -> str | None:
     try:
         return view.store.head(view.id, at=commit).tree
-    except (StepstoneError, *READ_ERRORS):
+    except StepstoneError:
         return None
 
 
@@ -212,7 +211,7 @@ def _record_at(view: RunView, commit: str, path: str) -> models.StepRecord | Non
     try:
         data = view.store.blob(tree, path) if tree else None
         return models.load(models.StepRecord, data, path) if data else None
-    except (StepstoneError, *READ_ERRORS):
+    except StepstoneError:
         return None
 
 
@@ -222,7 +221,7 @@ def _decision_at(view: RunView, commit: CommitInfo, key: str) -> Revision | None
     try:
         data = view.store.blob(tree, path) if tree and key else None
         item = models.load(models.Decision, data, path) if data else None
-    except (StepstoneError, *READ_ERRORS):
+    except StepstoneError:
         return None
     if item is None:
         return None
