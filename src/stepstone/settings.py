@@ -30,6 +30,7 @@ DIVERGE_ENV = "STEPSTONE_DIVERGE"  # "1": drive a copy taken while driven as a n
 CHECK_TIMEOUT_ENV = "STEPSTONE_CHECK_TIMEOUT"  # seconds a cmd: or call: check may take
 EFFECT_TIMEOUT_ENV = "STEPSTONE_EFFECT_TIMEOUT"  # seconds an effect's write may take
 FOLLOW_INPUTS_ENV = "STEPSTONE_FOLLOW_INPUTS"  # "1": cells may follow their inputs
+CELLS_ENV = "STEPSTONE_CELLS"  # "1": every code cell is a step (`stepstone run --cells`)
 CONFIG_ENV = "STEPSTONE_CONFIG"  # this user's configuration folder (values/trust.py)
 # What `stepstone run` hands the kernel it starts, besides the run, store, steal, diverge:
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"  # the notebook the kernel runs
@@ -91,6 +92,9 @@ class Settings:
     recorded inputs (`STEPSTONE_FOLLOW_INPUTS=1`, `git config stepstone.followInputs
     true`; experimental, see docs/dependencies.md); else every step keeps the
     conservative rule."""
+    cells: bool = False
+    """Every code cell of the notebook is a step, as `stepstone run --cells` runs it
+    (`STEPSTONE_CELLS=1`; `%resume --cells`)."""
     notebook: str | None = None
     """The notebook a kernel runs, as `stepstone run` names it (`STEPSTONE_NOTEBOOK`)."""
     jupyter_session: str | None = None
@@ -119,6 +123,7 @@ class Settings:
             "steal": env.get(STEAL_ENV) or None,
             "diverge": env.get(DIVERGE_ENV) == "1",
             "follow_inputs": env.get(FOLLOW_INPUTS_ENV) == "1",
+            "cells": env.get(CELLS_ENV) == "1",
             "notebook": env.get(NOTEBOOK_ENV),
             "jupyter_session": env.get(JUPYTER_SESSION_ENV),
             "parameters": env.get(PARAMETERS_ENV),

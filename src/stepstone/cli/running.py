@@ -60,6 +60,12 @@ from .common import errors_as_exit_codes, main, repo_option, run_option
     is_flag=True,
     help="Start a new run although its --run id looks like a typo of an existing one.",
 )
+@click.option(
+    "--cells/--no-cells",
+    default=None,
+    help="Make every code cell a step (the default for a notebook with no stepstone magics), "
+    "or run such a notebook plainly, as nbclient does.",
+)
 @errors_as_exit_codes
 def run_command(
     notebook: Path,
@@ -72,6 +78,7 @@ def run_command(
     files: tuple[Path, ...],
     diverge: bool,
     new: bool,
+    cells: bool | None,
 ) -> None:
     """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes.
     With parameters the default run id ends with a hash of them: each set is a run."""
@@ -80,8 +87,11 @@ def run_command(
     with nbrun.interrupts_raised():
         try:
             notebook = notebook.absolute()
+            magics = notebook_plan.uses_stepstone(notebook)
+            cells = not magics if cells is None else cells
+            uses = magics or cells
             # a malformed plan fails before any kernel starts
-            plan = notebook_plan.plan_from_notebook(notebook)
+            plan = notebook_plan.plan_from_notebook(notebook, cells=cells)
             problem = notebook_plan.schema_problem(notebook)
             if problem:
                 click.echo(
@@ -89,7 +99,6 @@ def run_command(
                     f"({problem}); running it as Jupyter does",
                     err=True,
                 )
-            uses = notebook_plan.uses_stepstone(notebook)
             known = notebook_plan.parameter_defaults(notebook)
             given = params.normalised(given, known)
             identity = params.beyond_defaults(given, known)
@@ -126,8 +135,15 @@ def run_command(
                         known=known,
                     )
                 said = f"as run {run_id} ({len(plan)} steps, store {store})"
+                if cells and not magics:
+                    said += (
+                        " in --cells mode: every code cell is a step (it uses no stepstone "
+                        "magics; --no-cells runs it as nbclient does)"
+                    )
+                elif cells:
+                    said += " in --cells mode: every code cell is a step"
             else:
-                said = "(it uses no stepstone magics: executed as nbclient does)"
+                said = "(--no-cells: executed as nbclient does)"
             click.echo(f"running {notebook.name} {said}", err=True)
             outcome = nbrun.execute(
                 notebook,
@@ -139,6 +155,7 @@ def run_command(
                 steal=steal,
                 parameters=given,
                 diverge=diverge,
+                cells=cells,
             )
             if outcome.note:
                 click.echo(f"stepstone: {outcome.note}", err=True)

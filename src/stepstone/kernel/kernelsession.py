@@ -82,6 +82,7 @@ class KernelSession:
         self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
         self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
         self.plain: dict[str, frozenset[str]] = {}  # step -> what plain cells make anew
+        self.cells = False  # every code cell is a step (`%resume --cells`)
         self.seen = namespace.Seen()  # large values as last saved or restored
         self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
         self.kept: set[str] = set()  # the names the steps met so far saved

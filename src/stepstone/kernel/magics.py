@@ -109,9 +109,14 @@ class StepstoneMagics(Magics):
         settings = Settings.from_env()
         notebook = self._notebook_path(settings)
         run_id = args.run or settings.run
+        cells = args.cells or settings.cells
         # its client read the notebook already: its cells as plain JSON (nbformat's validator
         # costs a kernel over a second where jsonschema finds its optional format checkers)
-        plan = plan_from_notebook(notebook, validate=False) if notebook is not None else None
+        plan = (
+            plan_from_notebook(notebook, validate=False, cells=cells)
+            if notebook is not None
+            else None
+        )
         if run_id is None and notebook is not None and plan is not None:
             run_id = choose_run(
                 resolve_store_path(args.repo),
@@ -140,6 +145,9 @@ class StepstoneMagics(Magics):
                 run.close()
                 raise
             run.state.note_info(parameters=given)
+        if run.info.cells and not cells and notebook is not None:  # a run of every cell
+            cells, plan = True, plan_from_notebook(notebook, validate=False, cells=True)
+        self.session.cells = cells
         try:
             status = self._open_plan(run, notebook, plan)
         except BaseException:
@@ -169,7 +177,8 @@ class StepstoneMagics(Magics):
         """Claim the run for the notebook and commit the notebook's plan; the status."""
         self.session.fresh({})
         if notebook is not None and plan is not None:
-            cells = notebook_cells(notebook, self.ip.transform_cell)
+            every = self.session.cells
+            cells = notebook_cells(notebook, self.ip.transform_cell, cells=every)
             self.session.fresh(
                 namespace.later_reads(cells), made_anew([(n, code) for n, code, _ in cells])
             )
@@ -177,7 +186,11 @@ class StepstoneMagics(Magics):
             if moved:
                 run.notes.append(moved)
             changes = run.set_plan(
-                plan, mode="notebook", goal=goal_of(notebook), notebook=_relative(notebook)
+                plan,
+                mode="notebook",
+                goal=goal_of(notebook),
+                notebook=_relative(notebook),
+                cells=every,
             )
             if changes:
                 run.notes.append(f"the notebook changed: {'; '.join(changes)}")
@@ -258,6 +271,7 @@ class StepstoneMagics(Magics):
                 else:
                     self.session.put_back(parsed.name, run)
                     attempt.start.plain = self.session.made_anew(parsed.name, shape)
+                    attempt.start.check_writes = self.session.cells
                     cell_raised = ran = True
                     theirs = self.session.execute(code, shape)
                     cell_raised = False

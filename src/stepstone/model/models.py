@@ -21,7 +21,7 @@ _ADDED = {
     "StepRecord": {"unsaved": 2, "kept": 2, "wrote": 4},
     "Decision": {"by": 2, "over": 2},
     "Unknown": {"why": 2},
-    "RunInfo": {"forked_from": 2, "parameters": 2, "inherited": 3},
+    "RunInfo": {"forked_from": 2, "parameters": 2, "inherited": 3, "cells": 4},
 }
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
@@ -66,6 +66,7 @@ class RunInfo(Record):
     forked_from: str = ""  # RUN@COMMIT: the run and commit this one was forked from
     parameters: str = ""  # the canonical JSON of the parameters it was made with
     inherited: tuple[Lineage, ...] = ()  # a fork's steps that keep their source's keys
+    cells: bool = False  # every code cell of its notebook is a step (`stepstone run --cells`)
     seq: int = 0
     finished: str | None = None
 

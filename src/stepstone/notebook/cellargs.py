@@ -172,6 +172,11 @@ def _resume() -> _Parser:
         action="store_true",
         help="drive a store copied while its run was driven as a new lineage (may send again)",
     )
+    parser.add_argument(
+        "--cells",
+        action="store_true",
+        help="every code cell is a step (named `# step: NAME` or cell-N), not only %%%%step cells",
+    )
     return parser
 
 
@@ -295,6 +300,30 @@ def split_cell(source: str) -> tuple[str, str] | None:
     if rest and not rest[0].isspace():
         return None
     return rest.strip(), body
+
+
+STEP_COMMENT = re.compile(r"#\s*step:\s*(\S+)\s*$")  # `# step: NAME`, a cell's first line
+PARAMETER_TAGS = frozenset({"parameters", "injected-parameters"})  # papermill's
+
+
+def cell_step(
+    source: str, position: int, tags: Sequence[str] = (), *, cells: bool = False
+) -> tuple[str, str] | None:
+    """A code cell as a step: (its `%%step` option line, its body); None for a plain cell.
+    A `%%step` cell is one; with `cells` (`stepstone run --cells`), so is every other code
+    cell, named by a first line `# step: NAME` or else `cell-N` by its `position` among
+    the code cells (from 1), its whole source the body, except a cell of only line
+    magics, shell commands and comments (`%matplotlib inline`: it runs every time) and
+    papermill's parameters cells (they run every time, and the steps that read what they
+    bind are stale when they change)."""
+    parts = split_cell(source)
+    if parts is not None or not cells or PARAMETER_TAGS & set(tags):
+        return parts
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    if all(line.startswith(("%", "!", "#")) and not line.startswith("%%") for line in lines):
+        return None
+    named = STEP_COMMENT.match(lines[0]) if lines else None
+    return (named.group(1) if named else f"cell-{position}"), source
 
 
 def parse_resume_line(line: str) -> argparse.Namespace:

@@ -32,6 +32,7 @@ from ..model import names
 from ..model.models import PlannedStep, StepRecord, load
 from ..run import Run, open_run, step_path
 from ..settings import (
+    CELLS_ENV,
     DIVERGE_ENV,
     NOTEBOOK_ENV,
     OPENED_ENV,
@@ -44,7 +45,7 @@ from ..settings import (
 from ..store import DEFAULT_STORE, GitStore
 from ..store.atomic import write_atomic
 from .cellargs import split_cell
-from .notebook_plan import read_notebook
+from .notebook_plan import read_notebook, step_cells
 from .parameters import beyond_defaults, canonical, defaults, inject
 
 
@@ -379,11 +380,15 @@ def execute(
     steal: str | None = None,
     parameters: Mapping[str, Any] | None = None,
     diverge: bool = False,
+    cells: bool = False,
 ) -> NotebookOutcome:
     """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`.
 
     Each step cell's outcome is read from the store. SIGINT or SIGTERM interrupts
-    the running cell, shuts the kernel down and ends the run with `signal` set.
+    the running cell, shuts the kernel down and ends the run with `signal` set. With
+    `cells`, every code cell is a step (`cellargs.cell_step`): each runs as a `%%step`
+    cell, after `%load_ext stepstone` and `%resume` when the notebook has none, and the
+    executed notebook keeps the cells as they were written.
     """
     import nbformat
     from nbclient import NotebookClient
@@ -393,11 +398,20 @@ def execute(
     identity = beyond_defaults(parameters or {}, defaults(nb))
     if parameters:
         inject(nb, parameters)
+    written = {id(cell): cell.source for cell in nb.cells}  # the sources, as written
+    setup = None
+    if cells and not any("%resume" in c.source for c in nb.cells if c.cell_type == "code"):
+        setup = nbformat.v4.new_code_cell("%load_ext stepstone\n%resume")  # type: ignore[no-untyped-call]
     steps: dict[int, tuple[int, str]] = {}  # cell index -> step number and name
-    for index, cell in enumerate(nb.cells):
-        parts = split_cell(cell.source) if cell.cell_type == "code" else None
-        if parts is not None:
-            steps[index] = (len(steps) + 1, parts[0].split()[0] if parts[0] else "?")
+    for index, parts, cell in step_cells(nb, cells=cells):  # named as the notebook has them
+        if parts is None:
+            continue
+        at = index if setup is not None else index - 1  # run after the setup cell
+        steps[at] = (len(steps) + 1, parts[0].split()[0] if parts[0] else "?")
+        if split_cell(cell.source) is None:  # a cell of `--cells`: run as the step it is
+            cell.source = f"%%step {parts[0]}\n{parts[1]}"
+    if setup is not None:
+        nb.cells.insert(0, setup)
     before: StepRecord | None = None  # the record of the step whose cell runs, before it
     failed_step: list[str] = []
     stopper = _Stopper()
@@ -440,6 +454,8 @@ def execute(
         env[STEAL_ENV] = steal
     if diverge:
         env[DIVERGE_ENV] = "1"
+    if cells:
+        env[CELLS_ENV] = "1"
     client = NotebookClient(
         nb,
         config=_over_unix_sockets(noted.parent),
@@ -456,6 +472,7 @@ def execute(
         if error is not None and stopper.signum is None and not isinstance(error, expected):
             raise error
         unwritten = ""
+        _as_written(nb, written, setup)
         _cards_to_metadata(nb)
         try:
             nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
@@ -481,6 +498,16 @@ def execute(
 
 
 CARD = "stepstone"  # the metadata key of a step cell's outcome card (kernel.displayed.CARD)
+
+
+def _as_written(nb: Any, written: dict[int, str], setup: Any) -> None:
+    """The executed notebook's cells as they were written: `--cells`' `%%step` lines
+    taken off again, the setup cell it ran first left out."""
+    if setup is not None and setup in nb.cells:
+        nb.cells.remove(setup)
+    for cell in nb.cells:
+        if id(cell) in written:
+            cell.source = written[id(cell)]
 
 
 def _cards_to_metadata(nb: Any) -> None:

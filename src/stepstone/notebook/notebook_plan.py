@@ -15,7 +15,7 @@ from ..model import names
 from ..model.models import PlannedStep
 from ..rules.status import RunStatus
 from ..run import Run, source_hash
-from .cellargs import parse_step_line, split_cell
+from .cellargs import cell_step, parse_step_line
 from .namespace import without_our_magics
 from .parameters import defaults
 from .plaincells import contexts
@@ -90,16 +90,30 @@ def uses_stepstone(path: Path) -> bool:
     )
 
 
-def plan_from_notebook(path: Path, *, validate: bool = True) -> list[PlannedStep]:
-    """The `%%step` cells of a notebook, in order, as plan steps."""
-    nb = read_notebook(path, validate=validate)
-    steps: list[PlannedStep] = []
-    seen: dict[str, int] = {}
-    context = plain_contexts(nb)
+def step_cells(nb: Any, *, cells: bool = False) -> list[tuple[int, tuple[str, str] | None, Any]]:
+    """A read notebook's code cells: (its index among all cells from 1, (its `%%step`
+    option line, its body) or None for a plain cell, the cell), by `cellargs.cell_step`."""
+    found = []
+    code = 0
     for index, cell in enumerate(nb.cells, start=1):
         if cell.cell_type != "code":
             continue
-        parts = split_cell(cell.source)
+        code += 1
+        tags = (cell.metadata or {}).get("tags", [])
+        found.append((index, cell_step(cell.source, code, tags, cells=cells), cell))
+    return found
+
+
+def plan_from_notebook(
+    path: Path, *, validate: bool = True, cells: bool = False
+) -> list[PlannedStep]:
+    """The `%%step` cells of a notebook (with `cells`, every code cell but the plain ones
+    `cellargs.cell_step` names), in order, as plan steps."""
+    nb = read_notebook(path, validate=validate)
+    steps: list[PlannedStep] = []
+    seen: dict[str, int] = {}
+    context = plain_contexts(nb, cells=cells)
+    for index, parts, _ in step_cells(nb, cells=cells):
         if parts is None:
             continue
         line, body = parts
@@ -111,7 +125,7 @@ def plan_from_notebook(path: Path, *, validate: bool = True) -> list[PlannedStep
         if parsed.name in seen:
             raise PlanError(
                 f"{path.name}: step {parsed.name!r} appears in cells {seen[parsed.name]} and "
-                f"{index}; give each %%step cell its own name"
+                f"{index}; give each step cell its own name"
             )
         seen[parsed.name] = index
         steps.append(
@@ -129,40 +143,34 @@ def plan_from_notebook(path: Path, *, validate: bool = True) -> list[PlannedStep
 
 
 def notebook_cells(
-    path: Path, transform: Callable[[str], str]
+    path: Path, transform: Callable[[str], str], *, cells: bool = False
 ) -> list[tuple[str | None, str | None, Sequence[str]]]:
     """A notebook's code cells for `later_reads`, their IPython syntax turned into
     Python by `transform`."""
-    cells: list[tuple[str | None, str | None, Sequence[str]]] = []
-    for cell in read_notebook(path).cells:
-        if cell.cell_type != "code":
-            continue
-        parts = split_cell(cell.source)
+    found: list[tuple[str | None, str | None, Sequence[str]]] = []
+    for _, parts, cell in step_cells(read_notebook(path), cells=cells):
         try:
             if parts is None:
-                cells.append((None, transform(without_our_magics(cell.source)), ()))
+                found.append((None, transform(without_our_magics(cell.source)), ()))
             else:
                 parsed = parse_step_line(parts[0])
-                cells.append((parsed.name, transform(parts[1]), parsed.checks))
+                found.append((parsed.name, transform(parts[1]), parsed.checks))
         except (InvalidInput, SyntaxError, ValueError):
-            cells.append((None, None, ()))
-    return cells
+            found.append((None, None, ()))
+    return found
 
 
-def plain_contexts(nb: Any) -> dict[str, str]:
-    """For each `%%step` cell of a read notebook, the plain cells it reads from
+def plain_contexts(nb: Any, *, cells: bool = False) -> dict[str, str]:
+    """For each step cell of a read notebook, the plain cells it reads from
     (`plaincells.contexts`)."""
-    cells: list[tuple[str | None, str]] = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        parts = split_cell(cell.source)
+    found: list[tuple[str | None, str]] = []
+    for _, parts, cell in step_cells(nb, cells=cells):
         try:
             name = parse_step_line(parts[0]).name if parts is not None else None
         except InvalidInput:
             name = None
-        cells.append((name, parts[1] if parts is not None else cell.source))
-    return contexts(cells)
+        found.append((name, parts[1] if parts is not None else cell.source))
+    return contexts(found)
 
 
 def _notebook_steps(run: Run) -> list[PlannedStep] | None:
@@ -173,7 +181,7 @@ def _notebook_steps(run: Run) -> list[PlannedStep] | None:
     path = Path(run.info.notebook)
     path = path if path.is_absolute() else run.workdir / path
     try:
-        plan = plan_from_notebook(path, validate=False)
+        plan = plan_from_notebook(path, validate=False, cells=run.info.cells)
     except (InvalidInput, OSError):
         return None
     from ..run.planning import carry_renames

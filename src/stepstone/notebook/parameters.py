@@ -34,20 +34,48 @@ def typed(text: str) -> Any:
     return text
 
 
-def gathered(pairs: Iterable[tuple[str, str]], files: Iterable[Path]) -> dict[str, Any]:
-    """The parameters of `-f` files (YAML mappings, in order), then of `-p` pairs."""
+def gathered(
+    pairs: Iterable[tuple[str, str]],
+    files: Iterable[Path],
+    *,
+    raw: Iterable[tuple[str, str]] = (),
+    yamls: Iterable[str] = (),
+    base64s: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The parameters, in papermill's order: `-b` base64-encoded YAML, `-f` files and `-y`
+    strings of YAML mappings, `-p` pairs (typed as papermill types them), `-r` pairs (as
+    text); a later one wins."""
+    import base64
+
     import yaml
 
     found: dict[str, Any] = {}
+
+    def mapping(text: str | bytes, where: str) -> None:
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InvalidInput(f"cannot read parameters from {where}: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise InvalidInput(f"{where} is not a YAML mapping of parameter names to values")
+        found.update(loaded or {})
+
+    for text in base64s:
+        try:
+            decoded = base64.b64decode(text, validate=True)
+        except ValueError as exc:
+            raise InvalidInput(f"-b {text!r} is not base64: {exc}") from exc
+        mapping(decoded, f"-b {text!r}")
     for path in files:
         try:
-            loaded = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
+            content = path.read_text()
+        except OSError as exc:
             raise InvalidInput(f"cannot read parameters from {path}: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise InvalidInput(f"{path} is not a YAML mapping of parameter names to values")
-        found.update(loaded)
+        mapping(content, str(path))
+    for text in yamls:
+        mapping(text, f"-y {text!r}")
     found.update((name, typed(value)) for name, value in pairs)
+    found.update(raw)
     for name in found:
         if not str(name).isidentifier():
             raise InvalidInput(f"parameter {name!r} is not a Python variable name")

@@ -41,7 +41,8 @@ def reads_text(inputs: Mapping[str, str | None]) -> str:
     words = []
     for key in inputs:
         kind, _, name = key.partition(":")
-        words.append(name if kind == "file" else f"{kind} {name}")
+        if kind != "wrote":  # what it made, not what it read
+            words.append(name if kind in ("file", "read") else f"{kind} {name}")
     return ", ".join(words)
 
 

@@ -41,6 +41,7 @@ from ..model.models import StepRecord
 DECISION = "decision:"
 FILE = "file:"
 READ = "read:"  # a file its code opened for reading (traced), made by no step before it
+WROTE = "wrote:"  # a file its code wrote (traced), its evidence in `--cells` mode
 STEP = "step:"
 UNKNOWN = "unknown:"
 _WEAK = ("note", "completed")
@@ -263,6 +264,7 @@ def fingerprint(record: StepRecord) -> str:
     (no checks, no outputs) is new each time it runs."""
     produced = [[e.check, e.kind, e.value] for e in record.evidence if e.kind not in _WEAK]
     produced += [[var, art.sha256] for var, art in sorted(record.outputs.items())]
+    produced += [[k, v] for k, v in sorted((record.inputs or {}).items()) if k.startswith(WROTE)]
     if not produced:
         return f"seq {record.seq}"
     text = json.dumps(produced, sort_keys=True, separators=(",", ":"))
@@ -395,12 +397,13 @@ def changed_input(
             now = file_digest(workdir / path)
             if now != seen and not (now is None and kept(path, seen)):
                 return f"its input {path} changed since it ran"
-        elif key.startswith(READ):
-            path = key[len(READ) :]
+        elif key.startswith((READ, WROTE)):
+            path = key.partition(":")[2]
             now = file_digest(workdir / path)
             if now != seen and not written(path):
                 gone = "is gone" if now is None else "changed"
-                return f"the file {path} it read {gone} since it ran"
+                verb = "read" if key.startswith(READ) else "wrote"
+                return f"the file {path} it {verb} {gone} since it ran"
         elif key.startswith(STEP):
             name = key[len(STEP) :]
             state, record = upstream(name, seen)

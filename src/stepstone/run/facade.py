@@ -137,10 +137,12 @@ class Run(RunView):
         mode: models.PlanMode = "explicit",
         goal: str | None = None,
         notebook: str | None = None,
+        cells: bool | None = None,
     ) -> list[str]:
-        """Commit a plan (names, mappings or `PlannedStep`s, in order); return what changed."""
+        """Commit a plan (names, mappings or `PlannedStep`s, in order); return what changed.
+        `cells`: every code cell of the notebook is a step (None: as the run has it)."""
         self._require_lock()
-        return self._planner.set_plan(steps, mode=mode, goal=goal, notebook=notebook)
+        return self._planner.set_plan(steps, mode=mode, goal=goal, notebook=notebook, cells=cells)
 
     def stepping(
         self,

@@ -1,6 +1,7 @@
 """The files a step opens as it runs, seen by Python's audit hook (`sys.addaudithook`):
-what it read and what it wrote, whatever built the path (`os.path.join`, `glob`,
-pandas' and NumPy's readers and writers, which open through Python).
+what it read and what it wrote (opened for writing, removed or renamed), whatever built
+the path (`os.path.join`, `glob`, pandas' and NumPy's readers and writers, which open
+through Python).
 
 A file opened by code that is not Python (a C library that opens it itself, as
 pyarrow's Parquet reader does) is not seen. The hook is installed once, on the first
@@ -58,20 +59,33 @@ _lock = threading.Lock()
 _installed = False
 
 
+_REMOVING = {"os.remove": (0,), "os.rename": (0, 1)}  # a removal or a rename writes its paths
+
+
 def _hook(event: str, args: tuple[object, ...]) -> None:
-    if event != "open" or not _active:
+    if not _active:
+        return
+    if event in _REMOVING:
+        for at in _REMOVING[event]:
+            _note(args[at], writing=True)
+        return
+    if event != "open":
         return
     path, mode, flags = args
+    if isinstance(mode, str):
+        writing = any(c in mode for c in "wax+")
+    else:
+        writing = isinstance(flags, int) and bool(flags & _WRITING)
+    _note(path, writing=writing)
+
+
+def _note(path: object, *, writing: bool) -> None:
     if isinstance(path, int):  # open(fd): opened before, by name
         return
     try:
         name = os.path.abspath(os.fsdecode(path))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return
-    if isinstance(mode, str):
-        writing = any(c in mode for c in "wax+")
-    else:
-        writing = isinstance(flags, int) and bool(flags & _WRITING)
     for trace in list(_active):
         (trace.wrote if writing else trace.read).add(name)
 

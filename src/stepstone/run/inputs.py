@@ -22,6 +22,7 @@ class Begun(Protocol):
     source: str | None  # its cell's code
     trace: Trace  # what it read and wrote as it ran
     plain: frozenset[str]  # the names it reads that plain cells make anew
+    check_writes: bool  # the files its code wrote are its evidence
 
 
 def recorded_inputs(
@@ -62,6 +63,9 @@ def recorded_inputs(
             workdir=workdir,
         )
         inputs = {**traced, **(inputs or {})}
+    if start.check_writes and wrote:
+        made = {f"{dependencies.WROTE}{p}": dependencies.file_digest(workdir / p) for p in wrote}
+        inputs = {**(inputs or {}), **{k: v for k, v in made.items() if v is not None}}
     return inputs, reads, binds, tuple(wrote)
 
 

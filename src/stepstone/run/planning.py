@@ -35,8 +35,10 @@ class Planner:
         mode: models.PlanMode = "explicit",
         goal: str | None = None,
         notebook: str | None = None,
+        cells: bool | None = None,
     ) -> list[str]:
-        """Commit a plan (names, mappings or `PlannedStep`s, in order); return what changed."""
+        """Commit a plan (names, mappings or `PlannedStep`s, in order); return what changed.
+        `cells`: the notebook's every code cell is a step (None: as the run has it)."""
         state = self.state
         new = carry_renames(state, _validated(steps))
         old_rows = [state.steps.row(i) for i in range(len(state.steps))]
@@ -46,6 +48,7 @@ class Planner:
             mode != state.info.plan_mode
             or (goal is not None and goal != state.info.goal)
             or (notebook is not None and notebook != state.info.notebook)
+            or (cells is not None and cells != state.info.cells)
         )
         if not changes and not info_changed:
             return []
@@ -62,6 +65,7 @@ class Planner:
                 "plan_mode": mode,
                 "goal": goal if goal is not None else state.info.goal,
                 "notebook": notebook if notebook is not None else state.info.notebook,
+                "cells": cells if cells is not None else state.info.cells,
             }
         )
         state.set_steps(

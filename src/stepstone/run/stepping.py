@@ -40,6 +40,7 @@ class StepStart:
     check_specs: tuple[checks.CheckSpec, ...] = ()
     source: str | None = None  # the cell's code, when the step is a cell
     plain: frozenset[str] = frozenset()  # names it reads that plain cells make anew
+    check_writes: bool = False  # the files its code wrote are its evidence (`--cells`)
     trace: Trace = field(default_factory=Trace)  # what the step wrote and read as it ran
 
 
