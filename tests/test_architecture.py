@@ -3,7 +3,7 @@ import, lazy and TYPE_CHECKING ones too), no module importing one from a higher 
 (`LAYERS`, the order docs/architecture.md draws), every package saying what it owns,
 pygit2 only inside the store and its errors (READ_ERRORS, GitError) named only there,
 IPython only inside the kernel package, trailers spelled only by the commit message,
-the environment read only by settings.py."""
+the environment read only by settings.py, commits to a run made only by the ledger."""
 
 from __future__ import annotations
 
@@ -209,6 +209,28 @@ def test_the_store_error_check_finds_a_name():
     assert _names_store_errors("try:\n    pass\nexcept pygit2.GitError:\n    pass\n")
     assert _names_store_errors("except_ = (StepstoneError, *store.READ_ERRORS)\n")
     assert not _names_store_errors("from ..errors import StoreError\n")
+
+
+def _commits_to_a_run(source: str) -> bool:
+    """Whether `source` calls the store's writer's `commit` (`store.writer.commit(...)`)."""
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "commit"
+        and isinstance(n.func.value, ast.Attribute)
+        and n.func.value.attr == "writer"
+        for n in ast.walk(ast.parse(source))
+    )
+
+
+def test_only_the_ledger_commits_to_a_run():
+    writers = [
+        name
+        for name, path in _modules().items()
+        if not name.startswith("stepstone.store") and _commits_to_a_run(path.read_text())
+    ]
+    assert writers == ["stepstone.run.ledger"]
+    assert _commits_to_a_run("snap = state.store.writer.commit(run, snap, {}, 'm', author='a')")
 
 
 def _docstrings(tree: ast.Module) -> set[int]:

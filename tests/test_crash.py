@@ -67,7 +67,7 @@ def test_kill_at_random_instants_during_commits_never_damages_the_store(workdir:
         proc.wait()
         fsck(workdir / ".stepstone")
         with stepstone.open_run("loop") as run:  # a stale ref lock, if any, is recovered
-            tips.append(run.store.tip("loop"))
+            tips.append(run.store.refs.tip("loop"))
             assert run.decisions  # every committed decision reads back
     assert len(set(tips)) == len(tips), "each kill happened after new commits"
 

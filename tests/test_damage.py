@@ -187,7 +187,7 @@ def test_a_full_disk_fails_the_commit_cleanly_and_loses_nothing(small_fs: Path):
     store = small_fs / "store"
     with stepstone.open_run("job", repo=store, workdir=small_fs) as run:
         run.step("a", lambda: 1)
-        tip = run.store.tip("job")
+        tip = run.store.refs.tip("job")
         filler = small_fs / "filler"
         with pytest.raises(stepstone.StoreError, match="space"):
             # fill the disk, then try to record a big output
@@ -198,7 +198,7 @@ def test_a_full_disk_fails_the_commit_cleanly_and_loses_nothing(small_fs: Path):
                 except OSError:
                     pass
             run.step("b", lambda: os.urandom(200_000).hex())
-        assert run.store.tip("job") == tip
+        assert run.store.refs.tip("job") == tip
     filler.unlink()
     git("fsck", cwd=store)
     with stepstone.open_run("job", repo=store, workdir=small_fs) as run:

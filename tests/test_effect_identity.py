@@ -635,13 +635,13 @@ def test_settling_a_copy_clears_the_ref_lock_a_killed_commit_left_before_taking_
 
     original, copy, _ = _copied_while_driven(tmp_path)
     store = copy / ".stepstone"
-    behind = GitStore(store, create=False).tip("job")
+    behind = GitStore(store, create=False).refs.tip("job")
     lock = store / "refs" / "heads" / "job.lock"
     lock.write_text(f"{behind}\n")  # what a writer killed between lock and rename leaves
     notes = settle_now(GitStore(store, create=False), "job")
     assert any("stale lock" in note for note in notes)
     assert any("took in run 'job'" in note for note in notes)
-    assert GitStore(store, create=False).tip("job") == GitStore(
+    assert GitStore(store, create=False).refs.tip("job") == GitStore(
         original / ".stepstone", create=False
-    ).tip("job")
+    ).refs.tip("job")
     assert not lock.exists()

@@ -89,21 +89,21 @@ def test_push_clone_lease_and_fence_over_http_with_basic_auth(tmp_path: Path, se
         assert PASSWORD.encode() not in _everything_in(store), store
     log = _cli("log", "--repo", str(a / ".stepstone"), cwd=tmp_path, server=server)
     assert log.returncode == 0 and PASSWORD not in log.stdout + log.stderr
-    assert GitStore(a / ".stepstone").remote_url("origin") == server.url("store.git")
+    assert GitStore(a / ".stepstone").config.remote_url("origin") == server.url("store.git")
 
 
 def test_a_refused_login_is_one_clear_error_and_loses_nothing(tmp_path: Path, server: GitServer):
     a = tmp_path / "a"
     with stepstone.open_run("job", repo=a / ".stepstone", workdir=a) as run:
         run.step("start", lambda: 1)
-    tip = GitStore(a / ".stepstone").tip("job")
+    tip = GitStore(a / ".stepstone").refs.tip("job")
     server.login("not-the-password")
     refused = _cli("push", "--remote", server.url("store.git"), cwd=a, server=server)
     assert refused.returncode == 2
     said = refused.stderr.strip()
     assert said.count("\n") == 0 and "Authentication failed" in said
     assert "credential helper" in said and PASSWORD not in said
-    assert GitStore(a / ".stepstone").tip("job") == tip
+    assert GitStore(a / ".stepstone").refs.tip("job") == tip
     fsck(a / ".stepstone")
     server.login(PASSWORD)
     assert _cli("push", cwd=a, server=server).returncode == 0
@@ -129,4 +129,4 @@ def test_a_push_cut_partway_is_one_clear_error_and_the_next_one_lands(
     assert again.returncode == 0, again.stderr
     assert git("rev-parse", "job", cwd=server.repos / "store.git").strip() == GitStore(
         a / ".stepstone"
-    ).tip("job")
+    ).refs.tip("job")

@@ -204,7 +204,7 @@ def test_divergence_is_detected_shown_and_nothing_is_lost(tmp_path, origin):
     ):
         assert any("unreachable" in n for n in run.notes)
         run.step("from-a", lambda: 1)
-    old_a = store_a.tip("job")
+    old_a = store_a.refs.tip("job")
     remote.set_remote(store_a, origin)
     with pytest.raises(stepstone.Diverged, match="pull"):
         remote.push(store_a, "job")

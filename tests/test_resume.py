@@ -107,10 +107,10 @@ def test_redoing_an_earlier_step_makes_later_steps_run_again(workdir: Path):
 
 def test_an_explicit_plan_rejects_unknown_checks_before_anything_is_committed(workdir: Path):
     with stepstone.open_run("demo") as run:
-        tip = run.store.tip("demo")
+        tip = run.store.refs.tip("demo")
         with pytest.raises(stepstone.UnknownCheck, match="nope:x"):
             run.set_plan([{"name": "a", "checks": ["nope:x"]}])
-        assert run.store.tip("demo") == tip
+        assert run.store.refs.tip("demo") == tip
 
 
 def test_an_explicit_plan_refuses_a_step_it_does_not_have(workdir: Path):
@@ -130,9 +130,9 @@ def test_decisions_are_not_reopened(workdir: Path):
         run.decide("model", "ridge", "lowest error")
     with stepstone.open_run("demo") as run:
         assert stepstone.decided("model") == "ridge"
-        tip = run.store.tip("demo")
+        tip = run.store.refs.tip("demo")
         run.decide("model", "ridge", "lowest error")  # the same cell run again: no new commit
-        assert run.store.tip("demo") == tip
+        assert run.store.refs.tip("demo") == tip
         with pytest.raises(stepstone.DecisionConflict, match="already made as 'ridge'"):
             run.decide("model", "lasso", "changed my mind")
         revised = run.decide("model", "lasso", "new data", revise=True)

@@ -93,7 +93,7 @@ def test_store_from_environment_variable(workdir: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("STEPSTONE_RUN", "envrun")
     run = stepstone.open_run()
     assert run.id == "envrun" and run.store.path == workdir / "elsewhere"
-    assert GitStore(workdir / "elsewhere").runs() == ["envrun"]
+    assert GitStore(workdir / "elsewhere").refs.runs() == ["envrun"]
 
 
 def test_a_moved_ref_is_never_overwritten(workdir: Path):
@@ -220,12 +220,13 @@ def test_packs_removed_by_merges_are_not_kept_open(workdir: Path):
         return sum(1 for link in links if link.startswith(here))
 
     with stepstone.open_run("many") as run:
-        run.store._committer.objects().packs.pack_limit = 2  # merge every few commits
+        run.store.writer.objects().packs.pack_limit = 2  # merge every few commits
         run.set_plan([f"s{i}" for i in range(300)])
         for i in range(300):
             run.step(f"s{i}", lambda: None)
-            tip = run.store.tip("many")
-            assert run.store.blob(run.store.head("many", at=tip).tree or "", "run.json")  # a pack
+            tip = run.store.refs.tip("many")
+            tree = run.store.reader.head("many", at=tip).tree or ""
+            assert run.store.blob(tree, "run.json")  # a pack
         store_packs = len(list((workdir / ".stepstone" / "objects" / "pack").glob("*.pack")))
         assert open_packs() <= 2 * store_packs + 4  # a .pack and an .idx of each, at most
     fsck(workdir / ".stepstone")

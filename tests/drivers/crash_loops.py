@@ -44,7 +44,7 @@ def merges(mode: str) -> None:
 
     os.unlink = unlink
     with stepstone.open_run("loop") as run:
-        run.store._committer.objects().packs.pack_limit = 2  # merge every few commits
+        run.store.writer.objects().packs.pack_limit = 2  # merge every few commits
         i = 0
         while True:
             i += 1

@@ -58,7 +58,7 @@ def main() -> None:
         os.fsync = os.fdatasync = lambda fd: None
     settings = Settings.from_env(index_every=3)
     with stepstone.open_run("power", settings=settings) as run:
-        run.store._committer.objects().packs.pack_limit = 3  # merge every few commits
+        run.store.writer.objects().packs.pack_limit = 3  # merge every few commits
         run.set_plan(
             [{"name": f"s{i}", "checks": [f"file:data/s{i}.txt"]} for i in range(STEPS)],
             goal="power-loss trace",

@@ -118,7 +118,7 @@ def runs(repo: str | None, as_json: bool) -> None:
 
     store = GitStore(repo, create=False)
     rows = []
-    for name in store.runs():
+    for name in store.refs.runs():
         reader = open_run(name, repo=repo, drive=False, create=False)
         table = reader.records.table
         confirmed = sum(1 for step in reader.steps.names if table.status_of(step) == "confirmed")
@@ -381,7 +381,7 @@ def clone_command(url: str, directory: str) -> None:
     from .. import remote
 
     store = remote.clone(url, Path(directory))
-    click.echo(f"cloned {url} into {store.path} (runs: {', '.join(store.runs()) or 'none'})")
+    click.echo(f"cloned {url} into {store.path} (runs: {', '.join(store.refs.runs()) or 'none'})")
 
 
 @main.command()

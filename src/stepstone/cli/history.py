@@ -66,7 +66,7 @@ def graph_of(store: GitStore) -> str:
     """`git log --graph` of every run's ref: where forks part from their runs."""
     from ..remote.git import git
 
-    refs = [store.ref(run) for run in store.runs()]
+    refs = [store.refs.ref(run) for run in store.refs.runs()]
     if not refs:
         return "no runs\n"
     return git(store, "log", "--graph", "--date=iso", "--format=%h %ad %s%d", *refs)

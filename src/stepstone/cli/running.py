@@ -121,10 +121,10 @@ def run_command(
             output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
             if uses:
                 made = GitStore(store)  # a store that cannot be made says why, before a kernel
-                if made.tip(run_id) is not None and not diverge:
+                if made.refs.tip(run_id) is not None and not diverge:
                     for note in settle_now(made, run_id):  # a copy taken while it was driven
                         click.echo(f"stepstone: {note}", err=True)
-                if made.tip(run_id) is not None:
+                if made.refs.tip(run_id) is not None:
                     recorded = open_run(run_id, repo=store, drive=False, create=False)
                     begun = any(recorded.records.get(n) for n in recorded.steps.names)
                     params.refuse_other(

@@ -142,7 +142,7 @@ def _readers(store_path: Path) -> list[Run]:
     except StepstoneError:
         return []
     found = []
-    for run in store.runs():
+    for run in store.refs.runs():
         try:
             found.append(open_run(run, repo=store_path, drive=False, create=False))
         except StepstoneError:
@@ -345,7 +345,7 @@ def _record(run_id: str, repo: Path, name: str) -> StepRecord | None:
     from that commit alone: a cell's outcome is read twice per step of a large run."""
     try:
         store = GitStore(repo, create=False)
-        head = store.head(run_id)
+        head = store.reader.head(run_id)
     except StepstoneError:
         return None
     if head.tree is None:

@@ -139,17 +139,17 @@ def way_on(stderr: str) -> str:
 
 def remote_name(store: GitStore) -> str | None:
     """The remote this store's runs travel to, if one is configured."""
-    return store.config(REMOTE_KEY) or None
+    return store.config.get(REMOTE_KEY) or None
 
 
 def remote_url(store: GitStore) -> str:
     """The URL of the store's remote ("" when it has none)."""
-    return store.remote_url(remote_name(store) or "origin") or ""
+    return store.config.remote_url(remote_name(store) or "origin") or ""
 
 
 def set_remote(store: GitStore, url: str, name: str = "origin") -> None:
     """Configure (or change) the remote runs are pushed to and pulled from."""
-    store.set_remote_url(name, url)
+    store.config.set_remote_url(name, url)
     store.set_config(REMOTE_KEY, name)
 
 

@@ -84,7 +84,7 @@ class LeaseKeeper:
         self.ref = LEASE_REFS + run
         self.seconds = store.settings.lease_seconds
         self.lost: str | None = None  # who took the lease from us, once it happened
-        self.run_ref = store.ref(run)  # where the remote keeps the run (known at `take`)
+        self.run_ref = store.refs.ref(run)  # where the remote keeps the run (known at `take`)
         self._ours: str | None = None
         self._base: str | None = None  # the last steal, parent of our lease commits
         self._renewed = 0.0
@@ -137,7 +137,7 @@ class LeaseKeeper:
         lease = Lease(self.holder, expires, released, stolen_from, why, self.epoch)
         verb = "release" if released else ("steal" if stolen_from else "take")
         message = f"lease {self.run}: {verb} by {self.holder}\n\n" + json.dumps(lease.__dict__)
-        commit = self.store.empty_commit(message, [self._base] if self._base else [])
+        commit = self.store.writer.loose_commit(message, [self._base] if self._base else [])
         if stolen_from:
             self._base = commit  # a steal stays in the lease's history
         self.store.refs.set(TRACKING_LEASE_REFS + self.run, commit)

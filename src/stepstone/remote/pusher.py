@@ -33,7 +33,7 @@ class BackgroundPusher:
         try:
             store = GitStore(self.store.path, create=False)  # libgit2 handles stay per thread
             if self.lease is not None:
-                self.lease.fence(store.tip(self.run), renew=False)
+                self.lease.fence(store.refs.tip(self.run), renew=False)
             else:
                 push(store, self.run)
             self.last_error = None

@@ -53,7 +53,7 @@ def _remote_refs(store: GitStore, run: str) -> dict[str, str]:
 def remote_ref(store: GitStore, run: str) -> tuple[str, str | None]:
     """The remote's ref for `run` (the local one's place when the remote has none yet or
     has it there too) and the commit it points at."""
-    local = store.ref(run)
+    local = store.refs.ref(run)
     found = _remote_refs(store, run)
     if local in found or not found:
         return local, found.get(local)
@@ -69,7 +69,7 @@ def remote_tip(store: GitStore, run: str) -> str | None:
 def push(store: GitStore, run: str, *, force_over: str | None = None) -> str:
     """Push the run's history (and its archive tag); refuse to overwrite other work."""
     name = require_remote(store)
-    ref = store.ref(run)
+    ref = store.refs.ref(run)
     theirs, _ = remote_ref(store, run)
     args = ["push", "--quiet", name, f"{ref}:{theirs}"]
     if force_over is not None:
@@ -86,7 +86,7 @@ def push(store: GitStore, run: str, *, force_over: str | None = None) -> str:
             ) from exc
         raise
     _name_remote_head(store, name, theirs)
-    return store.tip(run) or ""
+    return store.refs.tip(run) or ""
 
 
 def _local_path(url: str) -> Path | None:
@@ -104,7 +104,7 @@ def _name_remote_head(store: GitStore, name: str, ref: str) -> None:
     --bare` leaves it), point HEAD at the run's branch, so `git log` works there."""
     if not ref.startswith(BRANCH_REFS):
         return
-    url = store.remote_url(name)
+    url = store.config.remote_url(name)
     path = _local_path(url) if url else None
     if path is None:
         return
@@ -171,7 +171,7 @@ def pull(store: GitStore, run: str, *, keep: str | None = None) -> PullResult:
     the local side, pushes it over the remote's (`push(force_over=remote)`).
     """
     remote = _fetch_run(store, run)
-    local = store.tip(run)
+    local = store.refs.tip(run)
     if remote is None:
         return PullResult("ahead" if local else "up to date", local, None)
     if local is None:

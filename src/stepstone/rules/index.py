@@ -368,7 +368,7 @@ def save_index(store: GitStore, run: str, index: StepIndex) -> None:
     """Keep `index` (complete, and describing `index.tree`) for the next open. A small
     run is not worth it: reading all its records also finds a damaged one at once."""
     if len(index.plan) + len(index.records) >= CACHE_AFTER:
-        store.save_derived(run, "index", index.dumps())
+        store.derived.save(run, "index", index.dumps())
 
 
 class PlanSteps(Sequence[PlannedStep]):

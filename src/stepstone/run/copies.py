@@ -76,9 +76,9 @@ def _save_known(lock: Path, known: dict[str, str | None]) -> None:
 def _cloned_from(store: GitStore, run: str) -> Path | None:
     """The lock of the store on this machine that a `git clone` of it came from (its
     `origin` is a folder holding the run), unless the store travels by a remote."""
-    if store.config(REMOTE_KEY):
+    if store.config.get(REMOTE_KEY):
         return None
-    url = store.remote_url("origin") or ""
+    url = store.config.remote_url("origin") or ""
     folder = Path(url.removeprefix("file://"))
     if not url or not folder.is_absolute() or not folder.is_dir():
         return None
@@ -127,7 +127,7 @@ def take_turns(store: GitStore, run: str, lock: RunLock) -> list[str]:
         return []
     notes: list[str] = []
     copies = _reach(store, run, lock, known, notes)
-    here = store.tip(run)
+    here = store.refs.tip(run)
     newest = _newest(store, run, here, copies)
     if newest is not None and newest.tip is not None and newest.tip != here:
         store.move_run(run, newest.tip, here)
@@ -135,7 +135,7 @@ def take_turns(store: GitStore, run: str, lock: RunLock) -> list[str]:
             f"took in run {run!r} as the copy of this store at {_store_of(newest.lock)} left "
             f"it (driven there since this store last was): nothing it did is done again"
         )
-    tip = store.tip(run)
+    tip = store.refs.tip(run)
     seen: dict[str, str | None] = {str(c.lock): c.seen for c in copies}
     _save_known(mine, seen)
     for copy in copies:  # each learns of this one (and of the others), as seen now
@@ -165,7 +165,7 @@ def _reach(
         folder = _store_of(other)
         try:
             there = GitStore(folder, create=False) if folder.is_dir() else None
-            tip = there.tip(run) if there is not None else None
+            tip = there.refs.tip(run) if there is not None else None
         except StepstoneError:
             there, tip = None, None
         if there is None or (tip is None and known.get(path)):
@@ -201,7 +201,7 @@ def _newest(store: GitStore, run: str, here: str | None, copies: list[_Copy]) ->
             "--quiet",
             "--no-tags",
             str(copy.store.git_dir),
-            f"+{copy.store.ref(run)}:{fetched}",
+            f"+{copy.store.refs.ref(run)}:{fetched}",
         )
         if copy.tip == newest_tip:
             continue

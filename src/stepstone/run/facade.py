@@ -89,11 +89,11 @@ class Run(RunView):
         self, workdir: Path | None, *, drive: bool, create: bool, cached: bool, at: str | None
     ) -> None:
         store = self.store
-        snap = store.read(self.id, skip=("artifacts", *INDEXED), cached=cached, at=at)
+        snap = store.reader.read(self.id, skip=("artifacts", *INDEXED), cached=cached, at=at)
         if snap.commit is None:
             refuse_to_start_afresh(store, self.id)
             if not (drive and create):
-                raise RunNotFound(self.id, str(store.path), store.runs())
+                raise RunNotFound(self.id, str(store.path), store.refs.runs())
         self.state.read(snap, cached=cached)
         if drive and snap.commit:
             refuse_rolled_back_effects(store, self.id, snap.commit)
@@ -104,7 +104,7 @@ class Run(RunView):
             self.state.note_info(uid=secrets.token_hex(8))
             self.ledger.commit({}, f"run {self.id}: created", [(message.STATUS, "created")])
         if drive:
-            store.point_head_at(self.id)
+            store.refs.point_head_at(self.id)
 
     # -- changing it (a driver only) --------------------------------------------
 
@@ -346,7 +346,7 @@ class Run(RunView):
         """Let go of the run so another process can drive it."""
         if self._lock.held:
             self.ledger.save_index()
-            self.store.collect_garbage_in_background()
+            self.store.upkeep.collect_garbage_in_background()
         self._let_go()
         active.let_go(self)
 

@@ -31,7 +31,7 @@ def fork(
 ) -> dict[str, Any]:
     """Make run `new` from `run`'s history up to the commit that confirmed step `at`."""
     names.run_id(new)
-    if store.tip(new) is not None:
+    if store.refs.tip(new) is not None:
         raise InvalidInput(f"run {new!r} exists in {store.path}: choose another id with --as")
     source = open_run(run, repo=store.path, drive=False, create=False)
     record = source.records.get(at)
@@ -76,7 +76,7 @@ def fork(
             "unknowns": [u for u in source.unknowns if u not in forked.unknowns],
         }
         notebook = forked.info.notebook
-    store.point_head_at(run)  # like `git branch`, not `git checkout -b`: the run stays current
+    store.refs.point_head_at(run)  # like `git branch`, not `git checkout -b`: the run stays current
     anew = [
         {"step": e.step, "name": e.name, "state": e.state}
         for e in source.effects.values()

@@ -10,7 +10,7 @@ from ..store import GitStore
 def refuse_to_start_afresh(store: GitStore, run: str) -> None:
     """Refuse to start afresh a run that has no readable ref but history in the store
     (damaged or hidden): its steps and effects would be done again."""
-    traces = store.traces(run)
+    traces = store.repairs.traces(run)
     if traces:
         raise StoreError(
             str(store.path),

@@ -82,7 +82,7 @@ class Ledger:
                 epoch=self.epoch,
             )
             try:
-                state.snap = state.store.commit(
+                state.snap = state.store.writer.commit(
                     state.id, state.snap, writes, str(message), author=self.holder
                 )
             except BaseException:

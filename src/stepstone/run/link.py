@@ -56,7 +56,7 @@ class RemoteLink:
             brought = remote.pull(store, run).state
             if brought in ("fast-forwarded", "created"):
                 self.notes.append(f"brought in the remote's newer history of the run ({brought})")
-        if store.autopush:
+        if store.settings.autopush:
             self.pusher = remote.BackgroundPusher(store, run, self.lease)
 
     def check(self) -> None:

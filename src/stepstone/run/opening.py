@@ -173,7 +173,7 @@ def _active() -> Run:
 def _default_run(store: GitStore) -> str:
     """The store's only run; of several, the only one that is not a fork (forks are
     named with --run); else `pick_run`'s error, which lists them."""
-    runs = store.runs()
+    runs = store.refs.runs()
     if len(runs) > 1:
         originals = [r for r in runs if not _forked(store, r)]
         if len(originals) == 1:
@@ -182,7 +182,7 @@ def _default_run(store: GitStore) -> str:
 
 
 def _forked(store: GitStore, run: str) -> bool:
-    head = store.head(run)
+    head = store.reader.head(run)
     data = store.blob(head.tree, RUN_INFO) if head.tree else None
     try:
         return bool(data and json.loads(data).get("forked_from"))

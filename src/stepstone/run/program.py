@@ -40,7 +40,7 @@ def refuse_a_second_store(run: str | None) -> None:
     if home.resolve() == here.resolve() or not home.is_dir():
         return
     try:
-        there = GitStore(home, create=False).runs()
+        there = GitStore(home, create=False).refs.runs()
     except StepstoneError:
         return
     if run in there:

@@ -47,7 +47,7 @@ def _carry(store: GitStore, run: str, *, kept: str, other: str, holder: str) -> 
     if not writes:
         return ()
     state = RunState(store, run, tolerant=True)
-    state.read(store.read(run, skip=("artifacts", *INDEXED)), cached=True)
+    state.read(store.reader.read(run, skip=("artifacts", *INDEXED)), cached=True)
     ledger = Ledger(state, holder, store.settings)
     ledger.number_after(CommitMessage.parse(store.commit_message(other)).seq)
     keys = [(KEY, path.rsplit("/", 1)[1].removesuffix(".json")) for path in sorted(writes)]

@@ -213,7 +213,7 @@ class RunView:
         (another run, a fork, the remote's history fetched here), and the ref that holds
         it; None when no other history holds it."""
         best: tuple[str, EffectRecord] | None = None
-        found = self.store.refs.everywhere(effect_path(key), but=self.store.ref(self.id))
+        found = self.store.refs.everywhere(effect_path(key), but=self.store.refs.ref(self.id))
         for ref, data in found.items():
             try:
                 record = load(EffectRecord, data, ref)

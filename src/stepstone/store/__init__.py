@@ -12,7 +12,9 @@ embedded default `.stepstone/`, where HEAD names the run driven last so that
 that is only on a remote-tracking branch (`refs/remotes/origin/<run>`) is read
 from there and continues on its local branch, as `git checkout` would.
 
-`GitStore` is the only door in; behind it, one module per job:
+`GitStore` is the only door in. It shows the collaborators it is made of (`refs`,
+`config`, `reader`, `writer`, `derived`, `upkeep`, `repairs`), and does what combines
+them or reads objects itself; one module per job:
 
     opening      finding, opening and creating a store; who drives; flushing
     config       the store's Git config and remotes

@@ -91,7 +91,8 @@ class DerivedData:
         return CatchUp(None, self._objects.files(tree, wanted))
 
     def save(self, run: str, kind: str, data: bytes) -> None:
-        """Keep `data` (which names the tree it describes) for the next catch-up."""
+        """Keep `data` (which names the tree it describes) for the next catch-up (best
+        effort: never flushed)."""
         write_derived(self.path(run, kind), data)
 
     def forget(self, run: str) -> None:

@@ -1,18 +1,19 @@
 """`GitStore`: the one door into a store. It speaks in runs, commits and files, and
-hands each job to the collaborator that owns it (refs, reading, writing, upkeep)."""
+shows the collaborators it is made of, as dulwich's `Repo` shows its `refs` and
+`object_store`: callers use `refs`, `config`, `reader`, `writer`, `derived`, `upkeep`
+and `repairs` directly; its own methods do work of their own or combine them (and
+turn what libgit2 raises while reading objects into `StoreError`s)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from ..errors import StoreError
 from ..model import names
 from ..settings import Settings
 from . import durable, torn
-from .bigblobs import BigBlobs, StoredBlob, StoredReader
+from .bigblobs import BigBlobs, StoredReader
 from .config import Config
 from .derived import CatchUp, DerivedData
 from .errors import READ_ERRORS, damaged_commit, translated
@@ -42,136 +43,77 @@ class GitStore:
             self.path = self.path.parent  # a work-tree clone: the store is the folder
         enable_fsync(base)
         self._repo = open_repository(self.path, create=create)
-        self._config = Config(self._repo, self.path)
+        self.config = Config(self._repo, self.path)
+        """The store's Git config: keys, remotes (`Config`; `set_config` for a setting)."""
         self._base_settings = base
-        self.settings = base.with_config(self._config.get)
+        self.settings = base.with_config(self.config.get)
         """How this store behaves: the process's settings and what its Git config says."""
         self._objects = Objects(self._repo)
-        self.refs = self._refs = Refs(self._repo, self.path, self._objects, self._config)
+        self.refs = Refs(self._repo, self.path, self._objects, self.config)
         """Every ref: where runs live and where each ref points (`Refs`)."""
-        self._derived = DerivedData(self.git_dir, self._objects)
-        self._reader = Reader(self.path, self._objects, self._derived, self._refs.tip)
-        self._upkeep = Upkeep(self._repo, self.git_dir, lambda: self.settings)
-        self._committer = Writer(
-            self._repo, self.path, self._objects, self._refs, lambda: self.settings, self._upkeep
-        )
-        self._repair = Repair(self.path, self._objects, self._refs, self._derived)
-        self.big_blobs = BigBlobs(str(self.git_dir / "objects" / "pack"), self._unflushed)
-
-    @property
-    def git_dir(self) -> Path:
+        self.git_dir = self.refs.git_dir
         """The repository's Git directory (where objects, refs and locks live)."""
-        return self._refs.git_dir
-
-    @property
-    def autopush(self) -> bool:
-        """Whether each commit is pushed to the remote in the background."""
-        return self.settings.autopush
-
-    @property
-    def dedicated(self) -> bool:
-        """Whether this is a store of stepstone's own (runs on branches, HEAD on a run):
-        known from the refs, so it travels; `stepstone.dedicated` says it before then."""
-        return self._refs.dedicated
+        self.derived = DerivedData(self.git_dir, self._objects)
+        """Data derived from commits, keyed by tree id: read caches, step indexes."""
+        self.reader = Reader(self.path, self._objects, self.derived, self.refs.tip)
+        """A run's commit (`head`) and its files (`read`)."""
+        self.upkeep = Upkeep(self._repo, self.git_dir, lambda: self.settings)
+        """Pack merges after commits and `git gc --auto` in the background."""
+        self.writer = Writer(
+            self._repo, self.path, self._objects, self.refs, lambda: self.settings, self.upkeep
+        )
+        """A run's commit (`commit`: one pack, then the ref by compare-and-swap), and a
+        lease's (`loose_commit`)."""
+        self.repairs = Repair(self.path, self._objects, self.refs, self.derived)
+        """A damaged run moved back to its newest readable commit; a lost one's traces."""
+        self.big_blobs = BigBlobs(str(self.git_dir / "objects" / "pack"), self._unflushed)
 
     # -- config -----------------------------------------------------------------
 
-    def config(self, key: str) -> str | None:
-        """The value of `key` in the store's Git config, or None when unset."""
-        return self._config.get(key)
-
     def set_config(self, key: str, value: bool | int | str) -> None:
         """Set `key` in the store's Git config; `settings` then says what it changed."""
-        self._config.set(key, value)
-        self.settings = self._base_settings.with_config(self._config.get)
-
-    def remote_url(self, name: str) -> str | None:
-        """The URL of the Git remote `name`, or None when there is no such remote."""
-        return self._config.remote_url(name)
-
-    def set_remote_url(self, name: str, url: str) -> None:
-        """Point the Git remote `name` at `url`, creating it when it does not exist."""
-        self._config.set_remote_url(name, url)
+        self.config.set(key, value)
+        self.settings = self._base_settings.with_config(self.config.get)
 
     def dedicate(self) -> None:
         """Make this bare repository a store of stepstone's own (runs on branches)."""
         with translated(self.path, "configure the store"):
             make_dedicated(self._repo, self.path)
-        self._refs.forget_dedicated()
-        self.settings = self._base_settings.with_config(self._config.get)
+        self.refs.forget_dedicated()
+        self.settings = self._base_settings.with_config(self.config.get)
 
     # -- runs and refs ----------------------------------------------------------
 
-    def ref(self, run: str) -> str:
-        """The local ref that holds `run`'s history (or will, for a new run)."""
-        return self._refs.ref(run)
-
-    def runs(self) -> list[str]:
-        """The ids of the runs in this store, sorted."""
-        return self._refs.runs()
-
     def pick_run(self, run: str | None = None) -> str:
         """`run`, else `STEPSTONE_RUN`, else this store's only run; else say how to choose."""
-        return run or self.settings.run or self._repair.only_run()
-
-    def tip(self, run: str) -> str | None:
-        """The id of the latest commit of `run`, or None when it has none.
-
-        A run with no local ref starts from its remote-tracking branch, if any.
-        """
-        return self._refs.tip(run)
+        return run or self.settings.run or self.repairs.only_run()
 
     def move_run(self, run: str, commit: str, expected: str | None) -> None:
         """Point `run`'s ref at `commit` if it is still at `expected` (else `RefMoved`)."""
         with translated(self.path, f"move run {run!r}"):
-            self._refs.move(self.ref(run), commit, expected, lambda: self.tip(run))
+            self.refs.move(self.refs.ref(run), commit, expected, lambda: self.refs.tip(run))
 
     def tagged(self, run: str) -> bool:
         """Whether the run's archive tag `stepstone/<run>` exists."""
-        return self._refs.exists(TAG_REFS + names.run_id(run))
+        return self.refs.exists(TAG_REFS + names.run_id(run))
 
     def tag(self, run: str, commit: str) -> str:
         """Tag `commit` as `stepstone/<run>` (the archive of a finished run)."""
         name = TAG_REFS + names.run_id(run)
-        self._refs.set(name, commit)
+        self.refs.set(name, commit)
         if batch_sync(self.settings):
             durable.sync_filesystem(self.git_dir)
         return name
-
-    def point_head_at(self, run: str) -> None:
-        """In a bare store of stepstone's own, make HEAD the run's branch (for `git log`)."""
-        self._refs.point_head_at(run)
 
     def clear_leftovers(self, run: str, *, locks: bool = True, always: bool = False) -> list[str]:
         """Clear what a crash left: torn packs (`torn`); with `locks` (run lock held), ref locks."""
         said = torn.clear(self.git_dir, needed=self._objects.reachable_commits, always=always)
         if said:  # libgit2 keeps the packs it has listed: have it list them afresh
             self._repo.free()
-        stale = self._refs.clear_stale_locks(run) if locks else []
+        stale = self.refs.clear_stale_locks(run) if locks else []
         return said + [f"removed a stale lock {p.name} left by a killed process" for p in stale]
 
     # -- reading ----------------------------------------------------------------
-
-    def head(self, run: str, *, at: str | None = None) -> Snapshot:
-        """The latest commit of `run` (or commit `at`) without its files: ids, message."""
-        return self._reader.head(run, at=at)
-
-    def read(
-        self,
-        run: str,
-        *,
-        skip: tuple[str, ...] = ("artifacts",),
-        cached: bool = True,
-        at: str | None = None,
-    ) -> Snapshot:
-        """The files of the latest commit of `run` (or of commit `at`; top folders in
-        `skip` are left out); `cached=False` reads every file from Git, not through the
-        read cache."""
-        return self._reader.read(run, skip=skip, cached=cached, at=at)
-
-    def damaged(self, run: str, commit: str, exc: Exception) -> StoreError:
-        """The error for a commit of `run` that cannot be read."""
-        return damaged_commit(self.path, run, commit, exc)
 
     def blob(self, tree: str, path: str) -> bytes | None:
         """The content of `path` in `tree`, or None when absent (a `StoreError` when it
@@ -232,7 +174,7 @@ class GitStore:
 
     def history(self, run: str) -> Iterator[CommitInfo]:
         """The commits of `run`, newest first."""
-        tip = self.tip(run)
+        tip = self.refs.tip(run)
         if tip is not None:
             yield from self.log(tip)
 
@@ -251,49 +193,14 @@ class GitStore:
         """Derived data of `kind` about `run` brought up to commit `at` (see
         `DerivedData.catch_up`); a commit that cannot be read is a `StoreError`."""
         try:
-            return self._derived.catch_up(run, kind, at.tree or "", wanted, decode, cached=cached)
+            return self.derived.catch_up(run, kind, at.tree or "", wanted, decode, cached=cached)
         except READ_ERRORS as exc:
-            raise self.damaged(run, at.commit or "", exc) from exc
+            raise damaged_commit(self.path, run, at.commit or "", exc) from exc
 
-    def save_derived(self, run: str, kind: str, data: bytes) -> None:
-        """Keep derived data of `kind` about `run` (best effort: never flushed)."""
-        self._derived.save(run, kind, data)
-
-    # -- writing ----------------------------------------------------------------
-
-    def commit(
-        self,
-        run: str,
-        parent: Snapshot,
-        writes: Mapping[str, bytes | StoredBlob | None],
-        message: str,
-        *,
-        author: str,
-    ) -> Snapshot:
-        """Commit `writes` (path to content, a blob written before, None deletes) on
-        top of `parent`.
-
-        The ref moves only if it still points at `parent.commit`: a run that
-        moved under us is an error, never a silent overwrite.
-        """
-        return self._committer.commit(run, parent, writes, message, author=author)
-
-    def empty_commit(self, message: str, parents: list[str]) -> str:
-        """A commit of the empty tree by stepstone (a lease's); no ref points at it yet."""
-        return self._committer.loose_commit(message, parents)
+    # -- writing and maintenance --------------------------------------------------
 
     def _unflushed(self) -> durable.Unflushed | None:
-        return None if batch_sync(self.settings) else self._committer.unflushed
-
-    # -- maintenance ------------------------------------------------------------
-
-    def collect_garbage_in_background(self) -> None:
-        """Run `git gc --auto` once loose objects or packs pile up, as git does after commits:
-        more than `gc.auto` (6,700) loose objects, estimated from `objects/17`, or more
-        than `gc.autoPackLimit` (50) packs. gc packs everything with deltas, ten times
-        smaller than stepstone's own packs, safely beside later writers. Without a git
-        executable, nothing happens."""
-        self._upkeep.collect_garbage_in_background()
+        return None if batch_sync(self.settings) else self.writer.unflushed
 
     def repair(
         self,
@@ -313,9 +220,4 @@ class GitStore:
         `<git dir>/stepstone/damaged/`.
         """
         with translated(self.path, f"repair run {run!r}"):
-            return self._repair.repair(run, force=force, sound=sound)
-
-    def traces(self, run: str) -> list[str]:
-        """Where this repository shows that `run` has history, although no ref of it can
-        be read: ref files, packed refs, its archive tag, notes of an earlier repair."""
-        return self._repair.traces(run)
+            return self.repairs.repair(run, force=force, sound=sound)

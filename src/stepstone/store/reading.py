@@ -48,9 +48,17 @@ class Reader:
             raise damaged_commit(self._path, run, commit_id, exc) from exc
         return Snapshot(commit_id, str(commit.tree_id), message=commit.message)
 
-    def read(self, run: str, *, skip: tuple[str, ...], cached: bool, at: str | None) -> Snapshot:
+    def read(
+        self,
+        run: str,
+        *,
+        skip: tuple[str, ...] = ("artifacts",),
+        cached: bool = True,
+        at: str | None = None,
+    ) -> Snapshot:
         """The files of the latest commit of `run` (or of commit `at`), but those under
-        the top folders in `skip`; `cached=False` reads them all from Git."""
+        the top folders in `skip`; `cached=False` reads them all from Git, not through
+        the read cache."""
         found = self.head(run, at=at)
         if found.commit is None or found.tree is None:
             return found

@@ -56,7 +56,8 @@ class Refs:
 
     @property
     def dedicated(self) -> bool:
-        """Whether this is a store of stepstone's own (see `GitStore.dedicated`)."""
+        """Whether this is a store of stepstone's own (runs on branches, HEAD on a run):
+        known from the refs, so it travels; `stepstone.dedicated` says it before then."""
         if self._dedicated is None:
             self._dedicated = self._config.flag(DEDICATED_KEY) or any(
                 ref.startswith((BRANCH_REFS, REMOTE_REFS)) for ref in self.found()

@@ -69,8 +69,10 @@ class Writer:
         *,
         author: str,
     ) -> Snapshot:
-        """Commit `writes` (path to content, None deletes) on top of `parent`; the ref
-        moves only if it still points at `parent.commit`."""
+        """Commit `writes` (path to content, a blob written before, None deletes) on top
+        of `parent`. The ref moves only if it still points at `parent.commit`: a run that
+        moved under us is an error, never a silent overwrite. The run's ledger is the
+        one caller (tests/test_architecture.py checks it)."""
         writer = self.objects()
         batch = batch_sync(self._settings())
         try:

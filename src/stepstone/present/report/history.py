@@ -201,7 +201,7 @@ def _attempt(
 
 def _tree(view: RunView, commit: str) -> str | None:
     try:
-        return view.store.head(view.id, at=commit).tree
+        return view.store.reader.head(view.id, at=commit).tree
     except StepstoneError:
         return None
 
