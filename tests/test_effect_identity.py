@@ -350,6 +350,18 @@ def test_parameters_spelled_differently_are_one_run_and_a_misspelled_run_is_refu
     ]
 
 
+def test_a_misspelled_run_is_refused_when_the_run_has_not_recorded_its_notebook_yet(
+    workdir: Path,
+):
+    """Found by the adversary: the first drives of `job` were stopped before its plan (and
+    its notebook) was committed, and `--run jbo` then started a new run silently."""
+    _parameterised(workdir)
+    stepstone.open_run("job").close()  # a run with no notebook recorded yet
+    typo = cli("run", "job.ipynb", "--run", "jbo", cwd=workdir)
+    assert typo.returncode == 2 and "did you mean --run job?" in typo.stderr, typo.stderr
+    assert not (workdir / "sent.txt").exists()
+
+
 PAUSING = """
 import os, pathlib, sys, time, stepstone
 def step(i):

@@ -116,11 +116,13 @@ def choose_run(
 
 def refuse_a_misspelled_run(store_path: Path, run_id: str, notebook: Path) -> None:
     """Refuse a run id that names no run of the store but looks like a typo of a run of
-    the same notebook: it would start that notebook's work again as a new run."""
+    the same notebook (or of a run that records no notebook yet: its first driver was
+    stopped before it committed its plan): it would start that notebook's work again
+    as a new run."""
     readers = _readers(store_path)
     if any(reader.id == run_id for reader in readers):
         return
-    mine = [r.id for r in readers if _recorded_notebook(r) == notebook.resolve()]
+    mine = [r.id for r in readers if _recorded_notebook(r) in (notebook.resolve(), None)]
     meant = names.misspelled(run_id, mine)
     if meant is not None:
         raise InvalidInput(
