@@ -3,12 +3,14 @@ own test notebooks, as they are and with a first cell that opens a run of any id
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from conftest import git
+from conftest import clean_env, git
 from conftest import stepstone_cli as cli
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
@@ -72,10 +74,12 @@ def _by_nbclient(path: Path) -> tuple[str, list[Any]]:
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_a_notebook_without_stepstone_runs_as_nbclient_runs_it(workdir: Path, name: str):
+def test_a_notebook_without_stepstone_runs_as_nbclient_runs_it_with_no_cells(
+    workdir: Path, name: str
+):
     path = _copy(workdir, name, opens=False)
     outcome, seen = _by_nbclient(path)
-    done = cli("run", str(path), cwd=workdir)
+    done = cli("run", str(path), "--no-cells", cwd=workdir)
     assert done.returncode == (0 if outcome == "ok" else 1), done.stdout + done.stderr
     if outcome == "ok":
         assert "no steps (it opens no stepstone run" in done.stdout
@@ -85,6 +89,57 @@ def test_a_notebook_without_stepstone_runs_as_nbclient_runs_it(workdir: Path, na
     assert _seen(executed["cells"]) == seen
     assert not (workdir / ".stepstone").exists()  # no store for a notebook that uses none
     assert "over TCP without encryption" not in done.stderr  # its kernel talks over sockets
+
+
+def _killed_after(path: Path, step: int) -> subprocess.CompletedProcess[str]:
+    """`stepstone run` of `path`, its kernel killed (kill -9) once `step` steps ended."""
+    import psutil
+
+    lines = []
+    with subprocess.Popen(
+        [sys.executable, "-m", "stepstone", "run", str(path)],
+        cwd=path.parent,
+        env=clean_env(),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    ) as proc:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith(f"[{step}/"):
+                for child in psutil.Process(proc.pid).children(recursive=True):
+                    child.kill()
+        proc.wait(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", "".join(lines))
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_an_unannotated_notebook_in_cells_mode_shows_what_nbclient_shows_after_a_kill(
+    workdir: Path, name: str
+):
+    """nbclient's own test notebooks, every cell a step (the default for a notebook with
+    no stepstone magics): the same outputs as nbclient, after a kill and a resume too."""
+    path = _copy(workdir, name, opens=False)
+    outcome, seen = _by_nbclient(path)
+    done = cli("run", str(path), cwd=workdir)
+    assert done.returncode == (0 if outcome == "ok" else 1), done.stdout + done.stderr
+    assert "in --cells mode" in done.stderr
+    executed = json.loads((workdir / f"{path.stem}.out.ipynb").read_text())
+    assert _seen(executed["cells"]) == seen
+    if outcome != "ok":
+        return
+    shutil.rmtree(workdir / ".stepstone")
+    total = done.stderr.count(": done")
+    if total >= 2:
+        killed = _killed_after(path, total // 2)
+        assert killed.returncode != 0, killed.stderr
+    resumed = cli("run", str(path), cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    executed = json.loads((workdir / f"{path.stem}.out.ipynb").read_text())
+    assert _seen(executed["cells"]) == seen
+    again = cli("run", str(path), cwd=workdir)
+    assert again.stderr.count(": done") == 0 and again.returncode == 0, again.stderr
 
 
 @pytest.mark.parametrize("name", ["HelloWorld.ipynb", "Error.ipynb", "Output.ipynb"])

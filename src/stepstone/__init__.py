@@ -29,6 +29,7 @@ from .errors import (
     UnknownCheck,
     UnresolvedEffect,
 )
+from .notebook.failures import CellFailed
 from .rules.checks import check
 from .rules.status import RunStatus, StepStatus
 from .run import Run, StepResult, answer, decided, effect, fence_token, note, open_run
@@ -37,6 +38,7 @@ from .run import finishing as _finishing
 __version__ = "0.1.0"
 
 __all__ = [
+    "CellFailed",
     "CheckFailed",
     "DecisionConflict",
     "Diverged",
@@ -67,6 +69,7 @@ __all__ = [
     "check",
     "decided",
     "effect",
+    "execute_notebook",
     "fence_token",
     "load_ipython_extension",
     "note",
@@ -96,3 +99,18 @@ def unload_ipython_extension(ipython: _Any) -> None:
     from .kernel.magics import unregister
 
     unregister(ipython)
+
+
+def execute_notebook(
+    input_path: _Any, output_path: _Any, parameters: _Any = None, **kwargs: _Any
+) -> _Any:
+    """papermill's `execute_notebook`, resuming: run the notebook at `input_path` with
+    `parameters`, write the executed notebook to `output_path` (None: not written) and
+    return it; run it again after an interruption or a failure and it resumes. A cell
+    that raised is marked as papermill marks it, then `CellFailed` is raised. Takes
+    papermill's arguments (`kernel_name`, `cwd`, `log_output`, `progress_bar`,
+    `report_mode`, `prepare_only`, `execution_timeout`...) and stepstone's (`run_id`,
+    `repo`, `cells`); see `stepstone.notebook.headless.execute_notebook`."""
+    from .notebook.headless import execute_notebook as execute
+
+    return execute(input_path, output_path, parameters, **kwargs)

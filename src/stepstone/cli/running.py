@@ -1,5 +1,5 @@
 """`stepstone run`: execute a notebook headlessly, resuming it after any interruption,
-with papermill's parameters (`-p`, `-f`) and output (`-o`)."""
+with papermill's command line (`stepstone run IN.ipynb [OUT.ipynb] -p NAME VALUE ...`)."""
 
 from __future__ import annotations
 
@@ -8,30 +8,33 @@ from pathlib import Path
 
 import click
 
-from ..model import names
+from ..notebook import headless
 from ..notebook import notebook as nbrun
-from ..notebook import notebook_plan
 from ..notebook import parameters as params
-from ..run import open_run
-from ..run.copies import settle_now
-from ..settings import Settings
-from ..store import DEFAULT_STORE, GitStore
 from .common import errors_as_exit_codes, main, repo_option, run_option
 
 
 @main.command("run")
 @click.argument("notebook", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("output_path", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @run_option
 @repo_option
 @click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the executed notebook (default: NAME.out.ipynb beside it).",
+    help="Where to write the executed notebook (default: NAME.out.ipynb beside it); "
+    "or give it after NOTEBOOK, as papermill's OUTPUT_PATH.",
 )
 @click.option(
-    "--timeout", type=int, default=None, help="Seconds a cell may run (default: no limit)."
+    "--timeout",
+    "--execution-timeout",
+    "timeout",
+    type=int,
+    default=None,
+    help="Seconds a cell may run (default: no limit).",
 )
+@click.option("--start-timeout", type=int, default=60, help="Seconds the kernel may take to start.")
 @click.option("--steal", metavar="REASON", help="Take the run's lease from a live holder.")
 @click.option(
     "-p",
@@ -40,7 +43,16 @@ from .common import errors_as_exit_codes, main, repo_option, run_option
     nargs=2,
     multiple=True,
     metavar="NAME VALUE",
-    help="A parameter, as papermill's -p (put after the cell tagged `parameters`).",
+    help="A parameter, typed as papermill types it (put after the cell tagged `parameters`).",
+)
+@click.option(
+    "-r",
+    "--parameters-raw",
+    "raw",
+    nargs=2,
+    multiple=True,
+    metavar="NAME VALUE",
+    help="A parameter as text, as papermill's -r.",
 )
 @click.option(
     "-f",
@@ -49,6 +61,24 @@ from .common import errors_as_exit_codes, main, repo_option, run_option
     multiple=True,
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="A YAML file of parameters, as papermill's -f.",
+)
+@click.option("-y", "--parameters-yaml", "yamls", multiple=True, help="Parameters as YAML.")
+@click.option(
+    "-b", "--parameters-base64", "base64s", multiple=True, help="Parameters as base64 YAML."
+)
+@click.option(
+    "--cwd",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="The folder the kernel runs in (default: the notebook's).",
+)
+@click.option("-k", "--kernel", help="The kernel to run it with (default: python3).")
+@click.option(
+    "--log-output/--no-log-output", default=False, help="Print each cell's output as it ends."
+)
+@click.option(
+    "--progress-bar/--no-progress-bar",
+    default=None,
+    help="Print a line as each step ends (default: on, unless --log-output).",
 )
 @click.option(
     "--diverge",
@@ -69,117 +99,70 @@ from .common import errors_as_exit_codes, main, repo_option, run_option
 @errors_as_exit_codes
 def run_command(
     notebook: Path,
+    output_path: Path | None,
     run_id: str | None,
     repo: str | None,
     output: Path | None,
     timeout: int | None,
+    start_timeout: int,
     steal: str | None,
     pairs: tuple[tuple[str, str], ...],
+    raw: tuple[tuple[str, str], ...],
     files: tuple[Path, ...],
+    yamls: tuple[str, ...],
+    base64s: tuple[str, ...],
+    cwd: Path | None,
+    kernel: str | None,
+    log_output: bool,
+    progress_bar: bool | None,
     diverge: bool,
     new: bool,
     cells: bool | None,
 ) -> None:
     """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes.
     With parameters the default run id ends with a hash of them: each set is a run."""
-    given = params.gathered(pairs, files)
-
+    if output and output_path and output != output_path:
+        raise click.UsageError("give the output notebook once: as OUTPUT_PATH or as -o")
+    request = headless.Request(
+        notebook=notebook,
+        output=output or output_path,
+        run_id=run_id,
+        repo=repo,
+        parameters=params.gathered(pairs, files, raw=raw, yamls=yamls, base64s=base64s),
+        timeout=timeout,
+        start_timeout=start_timeout,
+        steal=steal,
+        diverge=diverge,
+        new=new,
+        cells=cells,
+        cwd=cwd,
+        kernel=kernel,
+        log_output=log_output,
+        progress=not log_output if progress_bar is None else progress_bar,
+    )
     with nbrun.interrupts_raised():
         try:
-            notebook = notebook.absolute()
-            magics = notebook_plan.uses_stepstone(notebook)
-            cells = not magics if cells is None else cells
-            uses = magics or cells
-            # a malformed plan fails before any kernel starts
-            plan = notebook_plan.plan_from_notebook(notebook, cells=cells)
-            problem = notebook_plan.schema_problem(notebook)
-            if problem:
-                click.echo(
-                    f"stepstone: note: {notebook.name} does not match the notebook schema "
-                    f"({problem}); running it as Jupyter does",
-                    err=True,
-                )
-            known = notebook_plan.parameter_defaults(notebook)
-            given = params.normalised(given, known)
-            identity = params.beyond_defaults(given, known)
-            settings = Settings.from_env()
-            store = Path(repo or settings.store or notebook.parent / DEFAULT_STORE).absolute()
-            run_id = run_id or settings.run
-            if not run_id:
-                run_id = params.run_id_for(names.from_filename(notebook.stem), identity)
-                if uses:
-                    run_id = nbrun.choose_run(
-                        store,
-                        run_id,
-                        notebook,
-                        plan,
-                        default_store=not (repo or settings.store),
-                        parameters=params.canonical(identity),
-                    )
-            elif uses and not new:
-                nbrun.refuse_a_misspelled_run(store, run_id, notebook)
-            output = (output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
-            if uses:
-                made = GitStore(store)  # a store that cannot be made says why, before a kernel
-                if made.refs.tip(run_id) is not None and not diverge:
-                    for note in settle_now(made, run_id):  # a copy taken while it was driven
-                        click.echo(f"stepstone: {note}", err=True)
-                if made.refs.tip(run_id) is not None:
-                    recorded = open_run(run_id, repo=store, drive=False, create=False)
-                    begun = any(recorded.records.get(n) for n in recorded.steps.names)
-                    params.refuse_other(
-                        run_id,
-                        recorded.info.parameters,
-                        params.canonical(identity),
-                        begun=begun,
-                        known=known,
-                    )
-                said = f"as run {run_id} ({len(plan)} steps, store {store})"
-                if cells and not magics:
-                    said += (
-                        " in --cells mode: every code cell is a step (it uses no stepstone "
-                        "magics; --no-cells runs it as nbclient does)"
-                    )
-                elif cells:
-                    said += " in --cells mode: every code cell is a step"
-            else:
-                said = "(--no-cells: executed as nbclient does)"
-            click.echo(f"running {notebook.name} {said}", err=True)
-            outcome = nbrun.execute(
-                notebook,
-                run_id=run_id,
-                repo=store,
-                output=output,
-                timeout=timeout,
-                progress=nbrun.default_progress,
-                steal=steal,
-                parameters=given,
-                diverge=diverge,
-                cells=cells,
-            )
-            if outcome.note:
-                click.echo(f"stepstone: {outcome.note}", err=True)
-            if outcome.signal is not None:
-                click.echo(f"stepstone: {outcome.message}", err=True)
-                sys.exit(128 + outcome.signal)
-            if not outcome.ok:
-                where = "" if outcome.note else f" (executed notebook: {output})"
-                click.echo(f"stepstone: {outcome.message}{where}", err=True)
-                sys.exit(1)
-            if outcome.opened is None:
-                click.echo(
-                    f"ran {notebook.name}: no steps (it opens no stepstone run: add "
-                    f"`%load_ext stepstone` and `%resume` to make it resumable); executed "
-                    f"notebook: {output}"
-                )
-                return
-            run_id, store = outcome.opened
-            status = open_run(
-                run_id, repo=store, workdir=notebook.parent, drive=False, create=False
-            ).status()
+            ran = headless.run_notebook(request, lambda line: click.echo(line, err=True))
         except nbrun.Interrupted as exc:
             click.echo(f"stepstone: {exc.message}", err=True)
             sys.exit(128 + exc.signum)
+    outcome, status = ran.outcome, ran.status
+    if outcome.note:
+        click.echo(f"stepstone: {outcome.note}", err=True)
+    if outcome.signal is not None:
+        click.echo(f"stepstone: {outcome.message}", err=True)
+        sys.exit(128 + outcome.signal)
+    if not outcome.ok:
+        where = "" if outcome.note else f" (executed notebook: {ran.output})"
+        click.echo(f"stepstone: {outcome.message}{where}", err=True)
+        sys.exit(1)
+    if status is None:
+        click.echo(
+            f"ran {notebook.name}: no steps (it opens no stepstone run: add "
+            f"`%load_ext stepstone` and `%resume` to make it resumable, or run it with "
+            f"--cells); executed notebook: {ran.output}"
+        )
+        return
     undone = [s for s in status.steps if s.state != "verified"]
     if undone or status.unresolved_effects:
         click.echo(f"stepstone: not done: {status.next_action}", err=True)

@@ -1,19 +1,24 @@
-"""What a step cell displayed: its outputs as the notebook keeps them (text it printed,
-what it displayed, the value of its last expression), captured as it runs, kept with
-its record (plain JSON under `KEY`), and shown again when the cell is skipped, so that
-the executed notebook of a resumed run has the outputs of an uninterrupted one.
+"""What a step cell displayed: its outputs as the notebook's client receives them (text
+it printed, what it displayed or updated, the value of its last expression, a cleared
+output), captured as it runs, kept with its record (plain JSON under `KEY`: each output
+as its message type and content), and shown again when the cell is skipped, so that the
+executed notebook of a resumed run has the outputs of an uninterrupted one.
 
-Captured: `print` and anything else written to `sys.stdout` and `sys.stderr` while the
-cell runs, `display(...)` and `update_display` (rich outputs: HTML, images, a widget's
-text fallback), `clear_output`, and the last expression's value. Not captured: what a C
-library writes to the process's file descriptors, and outputs sent from another thread
-after the cell ended. Outputs over `LIMIT` bytes in all are not kept (the card says so).
+In a Jupyter kernel every output message the cell's code sends on IOPub is captured at
+the kernel's session: `print`, `display`, `update_display`, `clear_output`, the last
+expression's value, what a C library writes to the process's standard streams (which
+the kernel forwards) and messages a cell sends itself. In a plain IPython shell, what
+reaches `sys.stdout`, `sys.stderr`, the display publisher and the display hook is.
+Not captured: output sent from another thread after the cell ended. Outputs over
+`LIMIT` bytes in all are not kept.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,15 +27,38 @@ from ..effects.redaction import redact
 
 KEY = "__displayed__"  # the name a step's outputs are kept under
 LIMIT = 8 << 20  # bytes of outputs kept with one step, at most
-CARD = "stepstone"  # the metadata key that marks stepstone's own card, which is not kept
+CARD = "stepstone"  # the metadata key that marks what stepstone itself shows in a cell
+OUTPUTS = frozenset(
+    {"stream", "display_data", "execute_result", "update_display_data", "clear_output"}
+)
 _UNSET = object()
 
+Shown = dict[str, Any]  # {"msg_type": ..., "content": {...}}
 
-class _Outputs(list[dict[str, Any]]):
-    """The outputs recorded so far; `muted` while the display hook writes a value to the
-    terminal itself (it is recorded as the value, not as text)."""
+
+def _ours(content: Any) -> bool:
+    return isinstance(content, dict) and CARD in (content.get("metadata") or {})
+
+
+class _Outputs(list[Shown]):
+    """The outputs recorded so far; `muted` while a terminal's display hook prints a
+    value itself (it is recorded as the value, not as text)."""
 
     muted = False
+
+    def add(self, msg_type: str, content: dict[str, Any]) -> None:
+        if msg_type not in OUTPUTS or _ours(content):
+            return
+        last = self[-1] if self else None
+        if (
+            msg_type == "stream"
+            and last is not None
+            and last["msg_type"] == "stream"
+            and last["content"].get("name") == content.get("name")
+        ):
+            last["content"]["text"] += content.get("text", "")
+            return
+        self.append({"msg_type": msg_type, "content": copy.deepcopy(content)})
 
 
 class _Tee:
@@ -41,18 +69,14 @@ class _Tee:
 
     def write(self, text: str) -> int:
         if isinstance(text, str) and text and not self._outputs.muted:
-            last = self._outputs[-1] if self._outputs else None
-            if last and last["output_type"] == "stream" and last["name"] == self._name:
-                last["text"] += text
-            else:
-                self._outputs.append({"output_type": "stream", "name": self._name, "text": text})
+            self._outputs.add("stream", {"name": self._name, "text": text})
         return self._stream.write(text)  # type: ignore[no-any-return]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
-class _Shown:
+class _Value:
     """The last expression's value of a skipped cell, as it was displayed."""
 
     def __init__(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
@@ -65,38 +89,73 @@ class _Shown:
         return str(self._data.get("text/plain", ""))
 
 
+def _session(ip: Any) -> Any:
+    """The Jupyter kernel's session the shell sends its messages with, if it runs in one."""
+    return getattr(getattr(ip, "kernel", None), "session", None)
+
+
 @contextmanager
-def capturing(ip: Any) -> Iterator[list[dict[str, Any]]]:
-    """While the body runs, what the shell `ip` shows is also recorded, in order, as
-    nbformat outputs (without execution counts)."""
+def _patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    before = [(obj, name, obj.__dict__.get(name, _UNSET)) for obj, name, _ in patches]
+    for obj, name, value in patches:
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for obj, name, was in before:
+            if was is _UNSET:
+                obj.__dict__.pop(name, None)
+            else:
+                setattr(obj, name, was)
+
+
+@contextmanager
+def capturing(ip: Any) -> Iterator[list[Shown]]:
+    """While the body runs, the outputs the shell `ip` sends are also recorded, in order."""
     outputs = _Outputs()
+    session = _session(ip)
+    if session is not None:
+        send = session.send
+
+        def recorded_send(
+            stream: Any, msg_or_type: Any, content: Any = None, *a: Any, **k: Any
+        ) -> Any:
+            if isinstance(msg_or_type, dict):
+                kind = msg_or_type.get("header", {}).get("msg_type") or msg_or_type.get("msg_type")
+                outputs.add(str(kind), msg_or_type.get("content") or {})
+            else:
+                outputs.add(str(msg_or_type), content or {})
+            return send(stream, msg_or_type, content, *a, **k)
+
+        with _patched([(session, "send", recorded_send)]):
+            try:
+                yield outputs
+            finally:
+                for stream in (sys.stdout, sys.stderr):  # what the cell wrote, sent now
+                    stream.flush()
+        return
+    yield from _terminal(ip, outputs)
+
+
+def _terminal(ip: Any, outputs: _Outputs) -> Iterator[list[Shown]]:
+    """`capturing` in a plain IPython shell: the streams, the publisher, the display hook."""
     publisher, hook = ip.display_pub, ip.displayhook
-    publish, write_data = publisher.publish, hook.write_format_data
-    write_prompt = hook.write_output_prompt
-    clear = getattr(publisher, "clear_output", None)
+    publish, write_data, write_prompt = (
+        publisher.publish,
+        hook.write_format_data,
+        hook.write_output_prompt,
+    )
 
     def recorded_publish(data: Any, metadata: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if not (isinstance(metadata, dict) and CARD in metadata):
-            shown: dict[str, Any] = {
-                "output_type": "display_data",
-                "data": dict(data or {}),
-                "metadata": dict(metadata or {}),
-            }
-            if kwargs.get("transient"):
-                shown["transient"] = dict(kwargs["transient"])
-            if kwargs.get("update"):
-                shown["update"] = True
-            outputs.append(shown)
+        content: dict[str, Any] = {"data": dict(data or {}), "metadata": dict(metadata or {})}
+        if kwargs.get("transient"):
+            content["transient"] = dict(kwargs["transient"])
+        outputs.add("update_display_data" if kwargs.get("update") else "display_data", content)
         return publish(data, metadata, *args, **kwargs)
 
     def recorded_write(format_dict: Any, md_dict: Any = None) -> Any:
-        outputs.append(
-            {
-                "output_type": "execute_result",
-                "data": dict(format_dict or {}),
-                "metadata": dict(md_dict or {}),
-            }
-        )
+        content = {"data": dict(format_dict or {}), "metadata": dict(md_dict or {})}
+        outputs.add("execute_result", content)
         outputs.muted = True  # a terminal's display hook prints the value itself
         try:
             return write_data(format_dict, md_dict)
@@ -110,38 +169,22 @@ def capturing(ip: Any) -> Iterator[list[dict[str, Any]]]:
         finally:
             outputs.muted = False
 
-    def recorded_clear(wait: bool = False) -> Any:
-        outputs.append({"output_type": "clear_output", "wait": bool(wait)})
-        assert clear is not None
-        return clear(wait)
-
-    patched = [
+    streams = sys.stdout, sys.stderr
+    patches = [
         (publisher, "publish", recorded_publish),
         (hook, "write_format_data", recorded_write),
         (hook, "write_output_prompt", muted_prompt),
     ]
-    if clear is not None:
-        patched.append((publisher, "clear_output", recorded_clear))
-    before = [(obj, name, obj.__dict__.get(name, _UNSET)) for obj, name, _ in patched]
-    streams = sys.stdout, sys.stderr
-    for obj, name, recording in patched:
-        setattr(obj, name, recording)
-    sys.stdout, sys.stderr = (
-        _Tee(streams[0], "stdout", outputs),
-        _Tee(streams[1], "stderr", outputs),
-    )
-    try:
-        yield outputs
-    finally:
-        sys.stdout, sys.stderr = streams
-        for obj, name, was in before:
-            if was is _UNSET:
-                obj.__dict__.pop(name, None)
-            else:
-                setattr(obj, name, was)
+    with _patched(patches):
+        sys.stdout = _Tee(streams[0], "stdout", outputs)
+        sys.stderr = _Tee(streams[1], "stderr", outputs)
+        try:
+            yield outputs
+        finally:
+            sys.stdout, sys.stderr = streams
 
 
-def kept(outputs: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def kept(outputs: list[Shown]) -> list[Shown] | None:
     """`outputs` as kept with the record (JSON), their text redacted as records are
     (credential-looking text, the values of credential-looking environment variables);
     None when they are too large or hold what JSON cannot."""
@@ -152,36 +195,50 @@ def kept(outputs: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return None if len(text) > LIMIT else json.loads(text)
 
 
-def _redacted(out: dict[str, Any]) -> dict[str, Any]:
+def _redacted(out: Shown) -> Shown:
     """An output with its text redacted (images and other binary data as they are)."""
-    out = dict(out)
-    if "text" in out:
-        out["text"] = redact(out["text"])
-    if "data" in out:
-        out["data"] = {
+    content = dict(out["content"])
+    if "text" in content:
+        content["text"] = redact(content["text"])
+    if "data" in content:
+        content["data"] = {
             mime: redact(value) if mime.startswith("text/") or mime.endswith("json") else value
-            for mime, value in out["data"].items()
+            for mime, value in content["data"].items()
         }
-    return out
+    return {"msg_type": out["msg_type"], "content": content}
 
 
-def show_again(ip: Any, outputs: list[dict[str, Any]]) -> None:
+def show_again(ip: Any, outputs: list[Shown]) -> None:
     """Show a skipped cell's kept outputs as it showed them."""
+    session = _session(ip)
     for out in outputs:
-        kind = out.get("output_type")
-        if kind == "stream":
-            stream = sys.stderr if out.get("name") == "stderr" else sys.stdout
-            stream.write(out.get("text", ""))
+        kind, content = out.get("msg_type"), dict(out.get("content") or {})
+        if kind not in OUTPUTS:
+            continue
+        if session is not None:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            if kind == "execute_result":
+                ip.displayhook(_Value(content.get("data", {}), content.get("metadata", {})))
+                continue
+            session.send(ip.kernel.iopub_socket, kind, content, parent=ip.parent_header)
+        elif kind == "stream":
+            stream = sys.stderr if content.get("name") == "stderr" else sys.stdout
+            stream.write(content.get("text", ""))
             stream.flush()
-        elif kind == "display_data":
-            extra = {"transient": out["transient"]} if out.get("transient") else {}
-            if out.get("update"):
+        elif kind in ("display_data", "update_display_data"):
+            extra: dict[str, Any] = (
+                {"transient": content["transient"]} if content.get("transient") else {}
+            )
+            if kind == "update_display_data":
                 extra["update"] = True
-            ip.display_pub.publish(data=out.get("data", {}), metadata=out.get("metadata"), **extra)
+            ip.display_pub.publish(
+                data=content.get("data", {}), metadata=content.get("metadata"), **extra
+            )
         elif kind == "execute_result":
-            ip.displayhook(_Shown(out.get("data", {}), out.get("metadata", {})))
-        elif kind == "clear_output" and hasattr(ip.display_pub, "clear_output"):
-            ip.display_pub.clear_output(out.get("wait", False))
+            ip.displayhook(_Value(content.get("data", {}), content.get("metadata", {})))
+        elif hasattr(ip.display_pub, "clear_output"):
+            ip.display_pub.clear_output(content.get("wait", False))
 
 
 def say(ip: Any, text: str) -> None:
@@ -189,3 +246,32 @@ def say(ip: Any, text: str) -> None:
     text marked as stepstone's, which `stepstone run` keeps in the cell's metadata rather
     than among the outputs the cell's code made."""
     ip.display_pub.publish(data={"text/plain": text}, metadata={CARD: {"said": True}})
+
+
+class Card:
+    """A step cell's outcome card. In a Jupyter kernel it is shown before the cell's code
+    runs and updated in place when the cell ends (an update is no new output: a
+    `clear_output(wait=True)` the code left pending stays pending, as in a plain cell);
+    in a terminal it is printed when the cell ends."""
+
+    def __init__(self, ip: Any, bundle: dict[str, str]) -> None:
+        self.ip = ip
+        self.display_id = f"stepstone-card-{uuid.uuid4().hex}"
+        self.shown = _session(ip) is not None
+        if self.shown:
+            self._publish(bundle, update=False)
+
+    def _publish(self, bundle: dict[str, str], *, update: bool) -> None:
+        self.ip.display_pub.publish(
+            data=bundle,
+            metadata={CARD: {"card": True}},
+            transient={"display_id": self.display_id},
+            update=update,
+        )
+
+    def end(self, bundle: dict[str, str]) -> None:
+        """The card as the cell ended."""
+        if self.shown:
+            self._publish(bundle, update=True)
+        else:
+            self.ip.display_pub.publish(data=bundle, metadata={CARD: {"card": True}})

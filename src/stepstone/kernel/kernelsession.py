@@ -13,7 +13,7 @@ import io
 import pickle
 import tokenize
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import PurePath
 from types import CodeType
@@ -23,6 +23,7 @@ from ..errors import StepstoneError
 from ..notebook import namespace
 from ..rules import dependencies
 from ..run import Run
+from ..values.artifacts import kind_of
 from . import displayed, processstate, retrying, sharing
 
 
@@ -35,8 +36,9 @@ def compiler(ip: Any) -> namespace.Compiler:
 def compiled(ip: Any, code: str) -> list[CodeType]:
     """A cell's code compiled by `compiler`, from the tree `read_cell` parsed, as IPython
     runs a cell: its last expression apart, in "single" mode, so that its value is
-    displayed (and kept in `Out`), unless a `;` ends it."""
-    filename = ip.compile.cache(code)
+    displayed (and kept in `Out`), unless a `;` ends it. Its file is named after the cell
+    running it (`Cell In[5]` in a traceback, as a plain cell's)."""
+    filename = ip.compile.cache(code, max(ip.execution_count - 1, 0))
     tree = dependencies.parsed(code)
     if tree is None:  # raises the cell's SyntaxError
         return [compile(code, filename, "exec", dont_inherit=True)]
@@ -83,6 +85,7 @@ class KernelSession:
         self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
         self.plain: dict[str, frozenset[str]] = {}  # step -> what plain cells make anew
         self.cells = False  # every code cell is a step (`%resume --cells`)
+        self.cell_files: set[str] = set()  # the files step cells' code was compiled as
         self.seen = namespace.Seen()  # large values as last saved or restored
         self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
         self.kept: set[str] = set()  # the names the steps met so far saved
@@ -123,6 +126,7 @@ class KernelSession:
         self.retries.began(ns, self._may_change(shape, ns))
         with cell_code(), displayed.capturing(self.ip) as outputs:
             for part in compiled(self.ip, code):
+                self.cell_files.add(part.co_filename)
                 exec(part, ns)
         changed, left = watch.changed()
         if left:
@@ -166,7 +170,7 @@ class KernelSession:
         self,
         step: str,
         values: dict[str, Any],
-        unsaved: Iterable[str],
+        unsaved: Mapping[str, str],
         shape: namespace.Cell | None,
         defined: bool,
     ) -> list[str]:
@@ -180,9 +184,12 @@ class KernelSession:
         process = [f"{part} state" for part in process]
         ns.update(values := namespace.living_globals(values, ns))
         self.given.update({name: id(value) for name, value in values.items()})
+        shell = kind_of(self.ip)
         for name in unsaved:  # as given back by an earlier step: from before this one ran
             if name in ns and self.given.get(name) == id(ns[name]):
                 del ns[name]
+            if unsaved[name] == shell:  # `ip = get_ipython()`: this shell is that shell
+                ns[name] = self.ip
         if shape is None:
             sharing.relink(ns, links)
             return process

@@ -250,6 +250,7 @@ class StepstoneMagics(Magics):
             shape is not None and pickled and namespace.define_first(shape, ns, compiler(self.ip))
         )
         cell_raised = ran = False  # ran: the cell's code started, and may have changed values
+        card: displayed.Card | None = None
         try:
             with run.stepping(
                 parsed.name,
@@ -261,6 +262,9 @@ class StepstoneMagics(Magics):
                 namespace=ns,
                 was=parsed.was,
             ) as attempt:
+                card = displayed.Card(
+                    self.ip, render_cells.running(attempt.start.planned.number, parsed.name)
+                )
                 before = attempt.start.record  # "again" only over a confirmed record
                 again = not attempt.skipped and before is not None and before.status == "confirmed"
                 if attempt.skipped:
@@ -295,7 +299,7 @@ class StepstoneMagics(Magics):
                 why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
                 failed = render_cells.of(number, parsed.name, "failed", why=why)
                 failed.notes += [left] if left else []
-                _show_outcome(failed)
+                _show_outcome(self.ip, card, failed)
             else:  # the cell raised stepstone's error, a check failed, a commit was cut short
                 if cell_raised:  # shown with its traceback, and recording's own if any
                     setattr(exc, FROM_CELL, True)
@@ -312,7 +316,8 @@ class StepstoneMagics(Magics):
         number = attempt.start.planned.number
         outcome = "skipped" if attempt.skipped else "again" if again else "confirmed"
         if attempt.skipped:
-            lost = dict(record.unsaved)  # and the untrusted pickles the step stands without:
+            lost = {n: k for n, k in record.unsaved.items() if ns.get(n) is not self.ip}
+            # and the untrusted pickles the step stands without:
             lost.update({n: namespace.UNTRUSTED for n in record.outputs if n not in attempt.values})
             back = {*attempt.values, *remade, *lost}
             unread = [n for n in record.binds if n not in back and n not in ns]
@@ -327,7 +332,8 @@ class StepstoneMagics(Magics):
             said = render.kernel_names((), (), record.unsaved, skipped=False)
         why = attempt.start.reason if again else ""
         rows = evidence_rows(record)
-        _show_outcome(render_cells.of(number, parsed.name, outcome, rows, why=why, kernel=said))
+        shown = render_cells.of(number, parsed.name, outcome, rows, why=why, kernel=said)
+        _show_outcome(self.ip, card, shown)
 
     @line_magic
     @_usage_errors
@@ -385,27 +391,34 @@ class StepstoneMagics(Magics):
             self.session.run = None
 
 
-def _show_outcome(cell: render_cells.CellOutcome) -> None:
+def _show_outcome(ip: Any, card: displayed.Card | None, cell: render_cells.CellOutcome) -> None:
     """Show a step cell's outcome: a card in Jupyter, its text in a terminal."""
-    display(render_cells.bundle(cell), raw=True, metadata={displayed.CARD: {"card": cell.outcome}})
+    (card or displayed.Card(ip, {})).end(render_cells.bundle(cell))
 
 
 _registered: dict[int, StepstoneMagics] = {}
 
 
-def _explain_name_errors(magics: StepstoneMagics) -> Callable[..., None]:
-    """An IPython handler for `NameError`: when the name was made by a step skipped on
-    resume that could not give it back, the traceback says so and what to do."""
+def _cell_errors(magics: StepstoneMagics) -> Callable[..., None]:
+    """An IPython handler for what a cell's code raised: a step cell's traceback starts at
+    its own code, as a plain cell's does (not in the magic that runs it); a `NameError`
+    of a name a step skipped on resume could not give back says so and what to do."""
 
     def handler(
         shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
     ) -> None:
-        hint = magics.session.unrestored.hint(getattr(value, "name", None) or "")
-        if hint is not None:
-            if hasattr(value, "add_note"):
-                value.add_note(hint)
-            else:  # Python 3.10
-                value.args = (f"{value}\n{hint}",)
+        if isinstance(value, NameError):
+            hint = magics.session.unrestored.hint(getattr(value, "name", None) or "")
+            if hint is not None:
+                if hasattr(value, "add_note"):
+                    value.add_note(hint)
+                else:  # Python 3.10
+                    value.args = (f"{value}\n{hint}",)
+        found, files = tb, magics.session.cell_files
+        while found is not None and found.tb_frame.f_code.co_filename not in files:
+            found = found.tb_next
+        if found is not None and not getattr(value, FROM_CELL, False):
+            tb, tb_offset = found, 0
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
 
     return handler
@@ -421,7 +434,7 @@ def register(ipython: Any) -> None:
 
     inputs.install(ipython)
     if not ipython.custom_exceptions:  # a handler the user set stays theirs
-        ipython.set_custom_exc((NameError,), _explain_name_errors(magics))
+        ipython.set_custom_exc((Exception,), _cell_errors(magics))
     _registered[id(ipython)] = magics
     atexit.register(magics.close)  # a kernel shut down normally hands its lease back
 
@@ -432,7 +445,7 @@ def unregister(ipython: Any) -> None:
 
     magics = _registered.pop(id(ipython), None)
     inputs.uninstall(ipython)
-    if ipython.custom_exceptions == (NameError,):
+    if ipython.custom_exceptions == (Exception,):
         ipython.set_custom_exc((), None)
         ipython.custom_exceptions = ()
     if magics is not None:

@@ -304,6 +304,8 @@ def split_cell(source: str) -> tuple[str, str] | None:
 
 STEP_COMMENT = re.compile(r"#\s*step:\s*(\S+)\s*$")  # `# step: NAME`, a cell's first line
 PARAMETER_TAGS = frozenset({"parameters", "injected-parameters"})  # papermill's
+PLAIN_TAGS = PARAMETER_TAGS | {"raises-exception", "skip-execution"}  # nbclient's too
+INJECTED = "injected-parameters"  # papermill's tag of the cell it adds: not counted
 
 
 def cell_step(
@@ -313,11 +315,12 @@ def cell_step(
     A `%%step` cell is one; with `cells` (`stepstone run --cells`), so is every other code
     cell, named by a first line `# step: NAME` or else `cell-N` by its `position` among
     the code cells (from 1), its whole source the body, except a cell of only line
-    magics, shell commands and comments (`%matplotlib inline`: it runs every time) and
+    magics, shell commands and comments (`%matplotlib inline`: it runs every time),
     papermill's parameters cells (they run every time, and the steps that read what they
-    bind are stale when they change)."""
+    bind are stale when they change), and the cells nbclient is told to let raise or to
+    skip (tagged `raises-exception`, `skip-execution`)."""
     parts = split_cell(source)
-    if parts is not None or not cells or PARAMETER_TAGS & set(tags):
+    if parts is not None or not cells or PLAIN_TAGS & set(tags):
         return parts
     lines = [line.strip() for line in source.splitlines() if line.strip()]
     if all(line.startswith(("%", "!", "#")) and not line.startswith("%%") for line in lines):

@@ -45,6 +45,7 @@ from ..settings import (
 from ..store import DEFAULT_STORE, GitStore
 from ..store.atomic import write_atomic
 from .cellargs import split_cell
+from .failures import CellFailed, mark_failure, remove_error_markers
 from .notebook_plan import read_notebook, step_cells
 from .parameters import beyond_defaults, canonical, defaults, inject
 
@@ -207,6 +208,7 @@ class NotebookOutcome:
     signal: int | None = None
     note: str = ""  # what went wrong besides (the executed notebook not written)
     opened: tuple[str, Path] | None = None  # the run (and store) its `%resume` opened
+    failed: CellFailed | None = None  # the cell that raised, marked in the executed notebook
 
 
 class Interrupted(KeyboardInterrupt):
@@ -383,6 +385,10 @@ def execute(
     parameters: Mapping[str, Any] | None = None,
     diverge: bool = False,
     cells: bool = False,
+    cwd: Path | None = None,
+    kernel: str | None = None,
+    start_timeout: int = 60,
+    log_output: Callable[[str], None] | None = None,
 ) -> NotebookOutcome:
     """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`.
 
@@ -390,20 +396,25 @@ def execute(
     the running cell, shuts the kernel down and ends the run with `signal` set. With
     `cells`, every code cell is a step (`cellargs.cell_step`): each runs as a `%%step`
     cell, after `%load_ext stepstone` and `%resume` when the notebook has none, and the
-    executed notebook keeps the cells as they were written.
+    executed notebook keeps the cells as they were written. The kernel runs in `cwd`
+    (default: the notebook's folder). A cell that raised is marked as papermill marks it
+    (`failures`); `log_output` gets each cell's text output as it ends.
     """
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     nb = read_notebook(path)
+    remove_error_markers(nb)  # an earlier run's, when this notebook is its output
     identity = beyond_defaults(parameters or {}, defaults(nb))
     if parameters:
         inject(nb, parameters)
     written = {id(cell): cell.source for cell in nb.cells}  # the sources, as written
     setup = None
     if cells and not any("%resume" in c.source for c in nb.cells if c.cell_type == "code"):
-        setup = nbformat.v4.new_code_cell("%load_ext stepstone\n%resume")  # type: ignore[no-untyped-call]
+        # the cells keep the execution counts they have without it (papermill's, nbclient's)
+        code = "%load_ext stepstone\n%resume\nget_ipython().execution_count -= 1"
+        setup = nbformat.v4.new_code_cell(code)  # type: ignore[no-untyped-call]
     steps: dict[int, tuple[int, str]] = {}  # cell index -> step number and name
     for index, parts, cell in step_cells(nb, cells=cells):  # named as the notebook has them
         if parts is None:
@@ -431,6 +442,14 @@ def execute(
 
     def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
         stopper.step = None
+        if setup is not None and cell_index == 0:  # not counted: the cells keep their counts
+            client.code_cells_executed -= 1
+        if log_output is not None:
+            for out in nb.cells[cell_index].get("outputs", []):
+                text = out.get("text") or (out.get("data") or {}).get("text/plain") or ""
+                text = text or "\n".join(out.get("traceback", []))
+                if text and CARD not in (out.get("metadata") or {}):
+                    log_output(str(text).rstrip("\n"))
         if cell_index not in steps:
             return
         number, name = steps[cell_index]
@@ -462,8 +481,9 @@ def execute(
         nb,
         config=_over_unix_sockets(noted.parent),
         timeout=timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent)}},
+        startup_timeout=start_timeout,
+        kernel_name=kernel or "python3",
+        resources={"metadata": {"path": str(cwd or path.parent)}},
         on_cell_start=stopper.check,
         on_cell_execute=on_cell_execute,
         on_cell_executed=on_cell_executed,
@@ -476,6 +496,7 @@ def execute(
         unwritten = ""
         _as_written(nb, written, setup)
         _cards_to_metadata(nb)
+        failed = mark_failure(nb) if isinstance(error, CellExecutionError) else None
         try:
             nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
         except OSError as exc:
@@ -492,7 +513,7 @@ def execute(
         where = f"step {failed_step[-1]}" if failed_step else "a cell"
         summary = f"{error.ename}: {error.evalue}".strip()
         message = f"{where} failed: {summary}"
-        return NotebookOutcome(False, message, output, note=unwritten, opened=opened)
+        return NotebookOutcome(False, message, output, note=unwritten, opened=opened, failed=failed)
     if isinstance(error, DeadKernelError):
         message = f"the kernel died; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, note=unwritten, opened=opened)

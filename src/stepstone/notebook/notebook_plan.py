@@ -15,7 +15,7 @@ from ..model import names
 from ..model.models import PlannedStep
 from ..rules.status import RunStatus
 from ..run import Run, source_hash
-from .cellargs import cell_step, parse_step_line
+from .cellargs import INJECTED, cell_step, parse_step_line
 from .namespace import without_our_magics
 from .parameters import defaults
 from .plaincells import contexts
@@ -98,8 +98,8 @@ def step_cells(nb: Any, *, cells: bool = False) -> list[tuple[int, tuple[str, st
     for index, cell in enumerate(nb.cells, start=1):
         if cell.cell_type != "code":
             continue
-        code += 1
         tags = (cell.metadata or {}).get("tags", [])
+        code += INJECTED not in tags  # the notebook's own cells only: names as written
         found.append((index, cell_step(cell.source, code, tags, cells=cells), cell))
     return found
 

@@ -162,6 +162,29 @@ def run_id_for(stem: str, parameters: Mapping[str, Any]) -> str:
     return f"{stem}-{hashlib.sha256(canonical(parameters).encode()).hexdigest()[:8]}"
 
 
+def translated(value: Any) -> str:
+    """A parameter's value as Python source, written as papermill's Python translator
+    writes it (strings in double quotes, escaped), so that the injected cell is papermill's."""
+    import math
+
+    if value is None or isinstance(value, (bool, int)):
+        return str(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return str(value)
+        return "float('nan')" if math.isnan(value) else f"float('{'-' if value < 0 else ''}inf')"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_quoted(k)}: {translated(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(translated(v) for v in value) + "]"
+    return _quoted(value)
+
+
+def _quoted(value: Any) -> str:
+    text = value.encode("unicode_escape").decode("utf-8") if isinstance(value, str) else value
+    return '"' + str(text).replace('"', r"\"") + '"'
+
+
 def inject(nb: Any, parameters: Mapping[str, Any]) -> None:
     """Put the parameters in a code cell tagged `injected-parameters` after the cell
     tagged `parameters` (replacing an injected cell from before), as papermill does."""
@@ -171,7 +194,10 @@ def inject(nb: Any, parameters: Mapping[str, Any]) -> None:
     at = next(
         (i + 1 for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])), 0
     )
-    lines = ["# Parameters", *(f"{name} = {value!r}" for name, value in parameters.items())]
+    lines = [
+        "# Parameters",
+        *(f"{name} = {translated(value)}" for name, value in parameters.items()),
+    ]
     cell = nbformat.v4.new_code_cell("\n".join(lines) + "\n")  # type: ignore[no-untyped-call]
     cell.metadata["tags"] = [INJECTED]
     nb.cells.insert(at, cell)

@@ -121,3 +121,14 @@ def of(
 ) -> CellOutcome:
     """A `CellOutcome` (evidence as a tuple)."""
     return CellOutcome(number, name, outcome, tuple(evidence), why=why, kernel=kernel)
+
+
+def running(number: int, name: str) -> dict[str, str]:
+    """The card of a step cell whose code runs now (in Jupyter, updated when it ends)."""
+    text = f"step {number} {name}: running"
+    html_text = (
+        '<div class="stepstone-outcome stepstone-running" style="font-family:system-ui,'
+        "sans-serif;font-size:12.5px;border-left:4px solid #8c959f;padding:4px 10px;"
+        f'margin:2px 0;color:#57606a">… step {number} <code>{_e(name)}</code>: running</div>'
+    )
+    return {"text/plain": text, "text/html": html_text}

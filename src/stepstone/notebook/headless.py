@@ -1,0 +1,243 @@
+"""Running a notebook headlessly, as `stepstone run` and `stepstone.execute_notebook` do:
+choose its run, settle copies of its store, execute it (resuming), mark a failed cell as
+papermill marks it, and say what came of it.
+
+papermill's users change one word: the same arguments (`-p`, `-r`, `-y`, `-b`, `-f`,
+`--cwd`, `-k`, `--execution-timeout`...) and the same output notebook on a failure (an
+error cell at the top, an anchor before the failed cell), and the next run resumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidInput, StepstoneError
+from ..model import names
+from ..rules.status import RunStatus
+from ..run import open_run
+from ..run.copies import settle_now
+from ..settings import Settings
+from ..store import DEFAULT_STORE, GitStore
+from . import notebook as nbrun
+from . import notebook_plan
+from . import parameters as params
+from .failures import CellFailed
+
+
+@dataclass
+class Request:
+    """What to run, and how: `stepstone run`'s options."""
+
+    notebook: Path
+    output: Path | None = None
+    run_id: str | None = None
+    repo: str | None = None
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    timeout: int | None = None
+    start_timeout: int = 60
+    steal: str | None = None
+    diverge: bool = False
+    new: bool = False
+    cells: bool | None = None  # None: every code cell is a step when it uses no magics
+    cwd: Path | None = None
+    kernel: str | None = None
+    log_output: bool = False
+    progress: bool = True
+
+
+@dataclass
+class Ran:
+    """What came of a run: the executed notebook, and the run's status (None when the
+    notebook ran plainly, with no run)."""
+
+    outcome: nbrun.NotebookOutcome
+    output: Path
+    status: RunStatus | None
+    failed: CellFailed | None = None
+
+
+def run_notebook(request: Request, say: Callable[[str], None]) -> Ran:
+    """Run `request.notebook` headlessly, resuming its run; `say` gets each line for a
+    person (the first says how it runs). Raises `StepstoneError` for what stops it
+    before a kernel starts; `nbrun.Interrupted` on SIGINT or SIGTERM."""
+    notebook = request.notebook.absolute()
+    magics = notebook_plan.uses_stepstone(notebook)
+    cells = not magics if request.cells is None else request.cells
+    stepped = magics or cells
+    plan = notebook_plan.plan_from_notebook(notebook, cells=cells)  # a bad plan: no kernel
+    problem = notebook_plan.schema_problem(notebook)
+    if problem:
+        say(
+            f"stepstone: note: {notebook.name} does not match the notebook schema "
+            f"({problem}); running it as Jupyter does"
+        )
+    known = notebook_plan.parameter_defaults(notebook)
+    given = params.normalised(request.parameters, known)
+    identity = params.beyond_defaults(given, known)
+    settings = Settings.from_env()
+    repo = request.repo
+    store = Path(repo or settings.store or notebook.parent / DEFAULT_STORE).absolute()
+    run_id = request.run_id or settings.run
+    if not run_id:
+        run_id = params.run_id_for(names.from_filename(notebook.stem), identity)
+        if stepped:
+            run_id = nbrun.choose_run(
+                store,
+                run_id,
+                notebook,
+                plan,
+                default_store=not (repo or settings.store),
+                parameters=params.canonical(identity),
+            )
+    elif stepped and not request.new:
+        nbrun.refuse_a_misspelled_run(store, run_id, notebook)
+    output = (request.output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
+    if stepped:
+        made = GitStore(store)  # a store that cannot be made says why, before a kernel
+        if made.refs.tip(run_id) is not None and not request.diverge:
+            for note in settle_now(made, run_id):  # a copy taken while it was driven
+                say(f"stepstone: {note}")
+        if made.refs.tip(run_id) is not None:
+            recorded = open_run(run_id, repo=store, drive=False, create=False)
+            begun = any(recorded.records.get(n) for n in recorded.steps.names)
+            params.refuse_other(
+                run_id,
+                recorded.info.parameters,
+                params.canonical(identity),
+                begun=begun,
+                known=known,
+            )
+        said = f"as run {run_id} ({len(plan)} steps, store {store})"
+        if cells:
+            said += " in --cells mode: every code cell is a step"
+            if not magics:
+                said += " (it uses no stepstone magics; --no-cells runs it as nbclient does)"
+    else:
+        said = "(--no-cells: executed as nbclient does)"
+    say(f"running {notebook.name} {said}")
+    outcome = nbrun.execute(
+        notebook,
+        run_id=run_id,
+        repo=store,
+        output=output,
+        timeout=request.timeout,
+        progress=(lambda line: say(line)) if request.progress else None,
+        steal=request.steal,
+        parameters=given,
+        diverge=request.diverge,
+        cells=cells,
+        cwd=request.cwd,
+        kernel=request.kernel,
+        start_timeout=request.start_timeout,
+        log_output=say if request.log_output else None,
+    )
+    status = None
+    if outcome.opened is not None and outcome.ok:
+        opened_id, opened_store = outcome.opened
+        workdir = (request.cwd or notebook.parent).absolute()
+        status = open_run(
+            opened_id, repo=opened_store, workdir=workdir, drive=False, create=False
+        ).status()
+    return Ran(outcome, output, status, outcome.failed)
+
+
+_UNSUPPORTED = ("stdout_file", "stderr_file")
+
+
+def execute_notebook(
+    input_path: str | Path,
+    output_path: str | Path | None,
+    parameters: Mapping[str, Any] | None = None,
+    engine_name: str | None = None,
+    request_save_on_cell_execute: bool = True,
+    prepare_only: bool = False,
+    kernel_name: str | None = None,
+    language: str | None = None,
+    progress_bar: bool = True,
+    log_output: bool = False,
+    stdout_file: Any = None,
+    stderr_file: Any = None,
+    start_timeout: int = 60,
+    report_mode: bool = False,
+    cwd: str | Path | None = None,
+    **engine_kwargs: Any,
+) -> Any:
+    """papermill's `execute_notebook`, resuming: run the notebook at `input_path` with
+    `parameters` and write the executed notebook to `output_path` (None: not written);
+    run it again after an interruption or a failure and it resumes where it stopped.
+    Returns the executed notebook (an nbformat `NotebookNode`). A cell that raised is
+    marked in it as papermill marks it, and `CellFailed` is raised after it is written.
+
+    Besides papermill's arguments: `execution_timeout` (seconds a cell may run), and
+    stepstone's `run_id`, `repo`, `cells` (every code cell a step: the default for a
+    notebook with no stepstone magics), `steal`, `diverge`, `new`."""
+    import tempfile
+
+    import nbformat
+
+    if not isinstance(input_path, (str, Path)):
+        raise InvalidInput("input_path: give the notebook's path (its run is named after it)")
+    if engine_name not in (None, "nbclient"):
+        raise InvalidInput(f"engine_name={engine_name!r}: stepstone runs notebooks with nbclient")
+    if language not in (None, "python"):
+        raise InvalidInput(f"language={language!r}: stepstone runs Python notebooks")
+    given = {"stdout_file": stdout_file, "stderr_file": stderr_file}
+    if any(given[name] is not None for name in _UNSUPPORTED):
+        raise InvalidInput("stdout_file and stderr_file are not supported: use log_output")
+    extra = {k: engine_kwargs.pop(k) for k in list(engine_kwargs) if k in _EXTRA}
+    timeout = engine_kwargs.pop("execution_timeout", None)
+    if engine_kwargs:
+        raise InvalidInput(f"unknown arguments: {', '.join(sorted(engine_kwargs))}")
+    path = Path(input_path)
+    if prepare_only:
+        nb = notebook_plan.read_notebook(path)
+        params.inject(nb, dict(parameters or {}))
+        if output_path is not None:
+            nbformat.write(nb, str(output_path))  # type: ignore[no-untyped-call]
+        return nb
+    scratch = None
+    if output_path is None:
+        scratch = Path(tempfile.mkdtemp(prefix="stepstone-out-")) / path.name
+    request = Request(
+        notebook=path,
+        output=Path(output_path) if output_path is not None else scratch,
+        parameters=dict(parameters or {}),
+        timeout=timeout,
+        start_timeout=start_timeout,
+        cwd=Path(cwd) if cwd is not None else None,
+        kernel=kernel_name,
+        log_output=log_output,
+        progress=progress_bar and not log_output,
+        **extra,
+    )
+    with nbrun.interrupts_raised():
+        ran = run_notebook(request, _logged)
+    if ran.outcome.signal is not None:
+        raise KeyboardInterrupt(ran.outcome.message)
+    nb = nbformat.read(str(ran.output), as_version=4)  # type: ignore[no-untyped-call]
+    if report_mode:
+        for cell in nb.cells:
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+        nbformat.write(nb, str(ran.output))  # type: ignore[no-untyped-call]
+    if scratch is not None:
+        import shutil
+
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+    if ran.failed is not None:
+        raise ran.failed
+    if not ran.outcome.ok:
+        raise StepstoneError(ran.outcome.message)
+    return nb
+
+
+_EXTRA = frozenset({"run_id", "repo", "cells", "steal", "diverge", "new"})
+
+
+def _logged(line: str) -> None:
+    """A line for a person, as papermill logs its progress: on standard error."""
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
