@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
-from conftest import stepstone_cli
+from conftest import clean_env, stepstone_cli
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 pytestmark = pytest.mark.kernel
@@ -33,7 +34,7 @@ CELLS = [
     (
         "code",
         "names = {'rows': [float(r) for r in rows], 'more': more.tolist()}\n"
-        "json.dump(names, open('names.json', 'w'))\nnames",
+        "with open('names.json', 'w') as f:\n    json.dump(names, f)\nnames",
     ),
 ]
 
@@ -112,3 +113,82 @@ def test_no_cells_runs_an_unannotated_notebook_as_nbclient_does(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert "executed as nbclient does" in done.stderr
     assert not (tmp_path / ".stepstone").exists()
+
+
+def test_resume_cells_in_a_live_kernel_runs_each_cell_as_its_step(
+    tmp_path: Path, monkeypatch, capsys
+):
+    """JupyterLab runs a cell as it shows it: with `%resume --cells`, a cell of the saved
+    notebook runs as its step (found by its cell id), and is skipped after a restart."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    path = _notebook(tmp_path)
+    book = nbformat.read(str(path), as_version=4)
+    code = [c for c in book.cells if c.cell_type == "code"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STEPSTONE_NOTEBOOK", str(path))
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "stepstone")
+    said = []
+    try:
+        for restart in (False, True):
+            if restart:  # a new kernel: none of the cells' names
+                for name in ("rng", "rows", "draws", "more", "names", "np", "json"):
+                    ip.user_ns.pop(name, None)
+            ip.run_line_magic("resume", "--cells")
+            for cell in code:
+                ip.run_cell(cell.source, store_history=True, cell_id=cell.id)
+            said.append(capsys.readouterr().out)
+            run = ip.magics_manager.registry["StepstoneMagics"].session.run
+            assert list(run.steps.names) == ["cell-2", "draw", "cell-4", "cell-5", "cell-6"]
+            assert all(run.records[n].status == "confirmed" for n in run.steps.names)
+        assert ip.user_ns["rows"] == json.loads((tmp_path / "names.json").read_text())["rows"]
+        assert "step 2 draw: confirmed" in said[0] and "step 2 draw: skipped" in said[1]
+        assert "step 5 cell-6: skipped" in said[1]
+    finally:
+        ip.run_line_magic("unload_ext", "stepstone")
+
+
+def _execute_as_jupyterlab(client: Any, code: str, cell_id: str) -> dict:
+    """Send a cell as JupyterLab sends it (its cell id in the request's metadata); the reply."""
+    msg = client.session.msg(
+        "execute_request",
+        {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+         "allow_stdin": False, "stop_on_error": True},
+        metadata={"cellId": cell_id},
+    )  # fmt: skip
+    client.shell_channel.send(msg)
+    while True:
+        reply = client.get_shell_msg(timeout=120)
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return reply["content"]
+
+
+def test_resume_cells_in_a_jupyter_kernel_finds_each_cell_by_its_id(tmp_path: Path):
+    from jupyter_client.manager import start_new_kernel
+
+    path = _notebook(tmp_path)
+    code = [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
+    env = clean_env(STEPSTONE_NOTEBOOK=str(path))
+    for _ in range(2):  # then a restarted kernel: every cell skipped
+        manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path), env=env)
+        try:
+            reply = _execute_as_jupyterlab(client, "%load_ext stepstone\n%resume --cells", "x")
+            assert reply["status"] == "ok", reply
+            for cell in code:
+                reply = _execute_as_jupyterlab(client, cell.source, cell.id)
+                assert reply["status"] == "ok", reply
+        finally:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+        status = json.loads(stepstone_cli("status", "--json", cwd=tmp_path).stdout)
+        assert [s["name"] for s in status["steps"]] == [
+            "cell-2",
+            "draw",
+            "cell-4",
+            "cell-5",
+            "cell-6",
+        ]
+        assert all(s["state"] == "verified" for s in status["steps"])
+    log = stepstone_cli("log", cwd=tmp_path).stdout
+    assert log.count("step 2 draw: confirmed") == 1, log  # the restarted kernel skipped it

@@ -16,12 +16,15 @@ from ..errors import StepstoneError
 from ..model import names
 from ..model.models import PlannedStep
 from ..notebook import cellargs, namespace, parameters
+from ..notebook.cellargs import parse_step_line
 from ..notebook.notebook import choose_run, claim, goal_of, note_opened
 from ..notebook.notebook_plan import (
     notebook_cells,
     parameter_defaults,
     plan_from_notebook,
+    read_notebook,
     refuse_to_leave_out,
+    step_cells,
 )
 from ..notebook.plaincells import made_anew
 from ..present import render, render_cells
@@ -30,7 +33,7 @@ from ..rules.status import RunStatus, StepStatus
 from ..run import Run, open_run
 from ..settings import Settings
 from ..store import resolve_store_path
-from . import clients, displayed, processstate, sharing
+from . import clients, displayed, everycell, processstate, sharing
 from .kernelsession import FROM_CELL, KernelSession, compiler
 
 M = TypeVar("M", bound=Callable[..., Any])
@@ -79,6 +82,7 @@ class StepstoneMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self.session = KernelSession(shell)  # the kernel-side state; these are its shell
+        self.every = everycell.EveryCell()  # `%resume --cells`: each cell runs as its step
 
     # -- helpers ----------------------------------------------------------------
 
@@ -148,6 +152,7 @@ class StepstoneMagics(Magics):
         if run.info.cells and not cells and notebook is not None:  # a run of every cell
             cells, plan = True, plan_from_notebook(notebook, validate=False, cells=True)
         self.session.cells = cells
+        self._every_cell(notebook if cells else None)
         try:
             status = self._open_plan(run, notebook, plan)
         except BaseException:
@@ -170,6 +175,22 @@ class StepstoneMagics(Magics):
         )
         if said := render.giving_back(rows):
             displayed.say(self.ip, said)
+
+    def _every_cell(self, notebook: Path | None) -> None:
+        """In `--cells` mode, run each code cell of the saved `notebook` as its step though
+        it does not say `%%step` (`everycell`); else stop doing so."""
+        if notebook is None:
+            everycell.uninstall(self.ip, self.every)
+            return
+        cells = step_cells(read_notebook(notebook, validate=False), cells=True)
+        self.every.know(
+            [
+                (getattr(cell, "id", None), parse_step_line(parts[0]).name, cell.source)
+                for _, parts, cell in cells
+                if parts is not None and cellargs.split_cell(cell.source) is None
+            ]
+        )
+        everycell.install(self.ip, self.every)
 
     def _open_plan(
         self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
@@ -449,5 +470,6 @@ def unregister(ipython: Any) -> None:
         ipython.set_custom_exc((), None)
         ipython.custom_exceptions = ()
     if magics is not None:
+        everycell.uninstall(ipython, magics.every)
         atexit.unregister(magics.close)
         magics.close()

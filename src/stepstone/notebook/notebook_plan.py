@@ -32,6 +32,7 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
             if raw.get("nbformat") == 4 and isinstance(raw.get("cells"), list):
                 cells = [
                     SimpleNamespace(
+                        id=cell.get("id"),
                         cell_type=cell.get("cell_type"),
                         source="".join(source) if isinstance(source, list) else source,
                         metadata=cell.get("metadata") or {},
