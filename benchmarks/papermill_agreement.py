@@ -33,18 +33,31 @@ TIMEOUT = 180
 
 
 def _cells(path: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
-    book = json.loads(path.read_text())
-    return [
-        (
-            c["cell_type"],
-            "".join(c["source"]) if isinstance(c["source"], list) else c["source"],
-            [
-                {k: v for k, v in o.items() if k not in ("execution_count", "metadata")}
-                for o in c.get("outputs", [])
-            ],
-        )
-        for c in book["cells"]
-    ]
+    """Each cell's type, source and outputs: execution counts and metadata aside, the
+    notebook's folder written as `<folder>`, and consecutive text of one stream as one
+    output (how the kernel cut it into messages depends on timing, as nbclient's
+    `coalesce_streams` knows)."""
+    text = path.read_text().replace(str(path.parent), "<folder>")
+    book = json.loads(text)
+    cells = []
+    for c in book["cells"]:
+        outputs: list[dict[str, Any]] = []
+        for o in c.get("outputs", []):
+            o = {k: v for k, v in o.items() if k not in ("execution_count", "metadata")}
+            if "text" in o and isinstance(o["text"], list):
+                o["text"] = "".join(o["text"])
+            last = outputs[-1] if outputs else None
+            if (
+                last
+                and o["output_type"] == last["output_type"] == "stream"
+                and last["name"] == o["name"]
+            ):
+                last["text"] += o["text"]
+            else:
+                outputs.append(o)
+        source = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        cells.append((c["cell_type"], source, outputs))
+    return cells
 
 
 def _env() -> dict[str, str]:

@@ -202,10 +202,25 @@ class Executed:
     reply: dict[str, Any]
     outputs: list[dict[str, Any]]  # iopub messages: display_data, stream, error, ...
 
+    def shown(self) -> list[dict[str, Any]]:
+        """The outputs as a front end shows them: an `update_display_data` replaces the
+        data of the output of its display id (a step's card, shown as the cell starts,
+        is updated so when it ends)."""
+        shown: list[dict[str, Any]] = []
+        for o in self.outputs:
+            display = (o["content"].get("transient") or {}).get("display_id")
+            if o["msg_type"] == "update_display_data":
+                for earlier in shown:
+                    if (earlier["content"].get("transient") or {}).get("display_id") == display:
+                        earlier["content"] = {**earlier["content"], "data": o["content"]["data"]}
+                continue
+            shown.append(dict(o))
+        return shown
+
     def html(self) -> str:
         return "".join(
             o["content"]["data"].get("text/html", "")
-            for o in self.outputs
+            for o in self.shown()
             if o["msg_type"] in ("display_data", "execute_result")
         )
 
@@ -214,7 +229,7 @@ class Executed:
             o["content"]["text"]
             if o["msg_type"] == "stream"
             else o["content"].get("data", {}).get("text/plain", "")
-            for o in self.outputs
+            for o in self.shown()
         )
 
 
@@ -553,10 +568,14 @@ def _menu(browser: Any, menu: str, command: str) -> None:
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
+    from selenium.common.exceptions import ElementClickInterceptedException
+
     wait = WebDriverWait(browser, 30)
     items = browser.find_elements(By.CSS_SELECTOR, "#jp-menu-panel .lm-MenuBar-item")
     (item,) = [i for i in items if i.text.strip() == menu]
-    item.click()
+    # on a busy machine a notification or a closing dialog may still cover the menu bar:
+    # wait until nothing does (an event), not for a time
+    wait.until(lambda b: _clicked(item, ElementClickInterceptedException))
     entry = wait.until(
         ec.element_to_be_clickable(
             (By.CSS_SELECTOR, f'.lm-Menu .lm-Menu-item[data-command="{command}"]')
@@ -564,6 +583,15 @@ def _menu(browser: Any, menu: str, command: str) -> None:
     )
     entry.click()
     wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, ".lm-Menu")))
+
+
+def _clicked(element: Any, covered: type[Exception]) -> bool:
+    """Click `element`; False when another element covers it now."""
+    try:
+        element.click()
+    except covered:
+        return False
+    return True
 
 
 def _until(browser: Any, condition: Any, what: str, timeout: float = 60) -> Any:
@@ -656,7 +684,7 @@ def test_a_person_restarts_the_kernel_mid_run_in_jupyterlab(tmp_path: Path):
                 return (
                     "stepstone-skipped" in " ".join(now["make-data"]["cards"])
                     and "pausing for 6 s" in now["pause"]["text"]
-                    and not now["pause"]["cards"]
+                    and all("stepstone-running" in c for c in now["pause"]["cards"])
                 )
 
             _until(browser, pausing, "pause did not start")

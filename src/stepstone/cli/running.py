@@ -156,6 +156,9 @@ def run_command(
         where = "" if outcome.note else f" (executed notebook: {ran.output})"
         click.echo(f"stepstone: {outcome.message}{where}", err=True)
         sys.exit(1)
+    if outcome.exited:  # as papermill has it: not a failure
+        click.echo(f"ran {notebook.name}: {outcome.message}; executed notebook: {ran.output}")
+        return
     if status is None:
         click.echo(
             f"ran {notebook.name}: no steps (it opens no stepstone run: add "

@@ -86,6 +86,7 @@ class KernelSession:
         self.plain: dict[str, frozenset[str]] = {}  # step -> what plain cells make anew
         self.cells = False  # every code cell is a step (`%resume --cells`)
         self.cell_files: set[str] = set()  # the files step cells' code was compiled as
+        self.exited: SystemExit | None = None  # the cell's code called sys.exit(0)
         self.seen = namespace.Seen()  # large values as last saved or restored
         self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
         self.kept: set[str] = set()  # the names the steps met so far saved
@@ -125,9 +126,14 @@ class KernelSession:
         before = {name: _state_print(value) for name, value in plain.items()}
         self.retries.began(ns, self._may_change(shape, ns))
         with cell_code(), displayed.capturing(self.ip) as outputs:
-            for part in compiled(self.ip, code):
-                self.cell_files.add(part.co_filename)
-                exec(part, ns)
+            try:
+                for part in compiled(self.ip, code):
+                    self.cell_files.add(part.co_filename)
+                    exec(part, ns)
+            except SystemExit as exc:  # sys.exit(0): the code ended here, as it asked
+                if exc.code not in (0, None):
+                    raise
+                self.exited = exc
         changed, left = watch.changed()
         if left:
             displayed.say(self.ip, f"will not survive a resume: {', '.join(left)}")

@@ -355,6 +355,9 @@ class StepstoneMagics(Magics):
         rows = evidence_rows(record)
         shown = render_cells.of(number, parsed.name, outcome, rows, why=why, kernel=said)
         _show_outcome(self.ip, card, shown)
+        exited, self.session.exited = self.session.exited, None
+        if exited is not None:  # confirmed: IPython shows the exit as it does a plain cell's
+            raise exited
 
     @line_magic
     @_usage_errors

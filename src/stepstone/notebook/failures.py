@@ -45,26 +45,42 @@ def remove_error_markers(nb: Any) -> None:
     ]
 
 
-def mark_failure(nb: Any) -> CellFailed | None:
-    """Mark the first cell whose outputs hold an error as papermill does (an error cell at
-    the top, an anchor before it); the failure, or None when no cell failed."""
+def exited(output: Any) -> bool:
+    """Whether an error output is `sys.exit(0)` (or `sys.exit()`): no failure, for
+    papermill, and for `stepstone run`."""
+    return output.get("ename") == "SystemExit" and output.get("evalue") in ("", "0")
+
+
+def mark_failure(nb: Any, raised: Any = None) -> CellFailed | None:
+    """Mark the failed cell as papermill does (an error cell at the top, an anchor before
+    it): the last cell whose outputs hold an error other than `sys.exit(0)`, else the cell
+    `raised` (whose execution failed without an error output: a `UsageError`); the
+    failure, or None when no cell failed."""
     import nbformat
 
+    failed: CellFailed | None = None
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        error = next((o for o in cell.get("outputs", []) if o.output_type == "error"), None)
-        if error is None:
-            continue
-        failed = CellFailed(
-            index, cell.get("execution_count"), cell.source, error.ename, error.evalue
-        )
-        failed.traceback = list(error.get("traceback", []))
-        message = nbformat.v4.new_markdown_cell(ERROR_MESSAGE % failed.exec_count)  # type: ignore[no-untyped-call]
-        anchor = nbformat.v4.new_markdown_cell(ERROR_ANCHOR)  # type: ignore[no-untyped-call]
-        for marker in (message, anchor):
-            marker.metadata["tags"] = [ERROR_MARKER_TAG]
-        nb.cells.insert(index, anchor)
-        nb.cells.insert(0, message)
-        return failed
-    return None
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        real = [o for o in errors if not exited(o)]
+        if real:
+            error = real[0]
+            failed = CellFailed(
+                index, cell.get("execution_count"), cell.source, error.ename, error.evalue
+            )
+            failed.traceback = list(error.get("traceback", []))
+        elif failed is None and not errors and raised is not None and cell is raised:
+            failed = CellFailed(
+                index, cell.get("execution_count"), cell.source, "CellExecutionError", ""
+            )
+            break
+    if failed is None:
+        return None
+    message = nbformat.v4.new_markdown_cell(ERROR_MESSAGE % failed.exec_count)  # type: ignore[no-untyped-call]
+    anchor = nbformat.v4.new_markdown_cell(ERROR_ANCHOR)  # type: ignore[no-untyped-call]
+    for marker in (message, anchor):
+        marker.metadata["tags"] = [ERROR_MARKER_TAG]
+    nb.cells.insert(failed.cell_index, anchor)
+    nb.cells.insert(0, message)
+    return failed

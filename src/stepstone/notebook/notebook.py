@@ -209,6 +209,7 @@ class NotebookOutcome:
     note: str = ""  # what went wrong besides (the executed notebook not written)
     opened: tuple[str, Path] | None = None  # the run (and store) its `%resume` opened
     failed: CellFailed | None = None  # the cell that raised, marked in the executed notebook
+    exited: bool = False  # a cell called sys.exit(0): the run stopped there, as it asked
 
 
 class Interrupted(KeyboardInterrupt):
@@ -426,6 +427,7 @@ def execute(
     if setup is not None:
         nb.cells.insert(0, setup)
     before: StepRecord | None = None  # the record of the step whose cell runs, before it
+    raised: list[Any] = []  # the cells whose execution failed
     failed_step: list[str] = []
     stopper = _Stopper()
     noted = Path(tempfile.mkdtemp(prefix="stepstone-run-")) / "opened.json"
@@ -442,6 +444,8 @@ def execute(
 
     def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
         stopper.step = None
+        if execute_reply.get("content", {}).get("status", "ok") != "ok":
+            raised.append(nb.cells[cell_index])
         if setup is not None and cell_index == 0:  # not counted: the cells keep their counts
             client.code_cells_executed -= 1
         if log_output is not None:
@@ -496,7 +500,9 @@ def execute(
         unwritten = ""
         _as_written(nb, written, setup)
         _cards_to_metadata(nb)
-        failed = mark_failure(nb) if isinstance(error, CellExecutionError) else None
+        failed = None
+        if isinstance(error, CellExecutionError):
+            failed = mark_failure(nb, raised[-1] if raised else None)
         try:
             nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
         except OSError as exc:
@@ -509,6 +515,9 @@ def execute(
     if stopper.signum is not None:
         message = f"interrupted {stopper.where}; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, stopper.signum, unwritten, opened)
+    if isinstance(error, CellExecutionError) and failed is None:  # it called sys.exit(0)
+        message = "the notebook stopped itself (sys.exit(0)); the cells after it did not run"
+        return NotebookOutcome(True, message, output, note=unwritten, opened=opened, exited=True)
     if isinstance(error, CellExecutionError):
         where = f"step {failed_step[-1]}" if failed_step else "a cell"
         summary = f"{error.ename}: {error.evalue}".strip()
