@@ -564,11 +564,10 @@ def _status(browser: Any) -> str:
 
 def _menu(browser: Any, menu: str, command: str) -> None:
     """Open the menu bar's `menu` and click the item for `command`."""
+    from selenium.common.exceptions import ElementClickInterceptedException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
-
-    from selenium.common.exceptions import ElementClickInterceptedException
 
     wait = WebDriverWait(browser, 30)
     items = browser.find_elements(By.CSS_SELECTOR, "#jp-menu-panel .lm-MenuBar-item")
