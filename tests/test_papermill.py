@@ -139,3 +139,37 @@ def test_execute_notebook_takes_papermills_arguments_and_resumes(tmp_path: Path,
     assert [s["state"] for s in status["steps"]] == ["verified"] * 3
     with pytest.raises(stepstone.InvalidInput, match="stdout_file"):
         stepstone.execute_notebook("in.ipynb", "out.ipynb", stdout_file="x.txt")
+
+
+def _papermill_beside(tmp_path: Path, cells: list[str]) -> tuple[Path, Path, int]:
+    """The same notebook in `ours` and `them`, run by papermill in `them`."""
+    ours, theirs = tmp_path / "ours", tmp_path / "them"
+    for folder in (ours, theirs):
+        folder.mkdir()
+        book = new_notebook(cells=[new_code_cell(c) for c in cells])
+        book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+        nbformat.write(book, str(folder / "in.ipynb"))
+    papermill = subprocess.run(
+        [sys.executable, "-m", "papermill", "in.ipynb", "out.ipynb"],
+        cwd=theirs, env=clean_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    return ours, theirs, papermill.returncode
+
+
+def test_a_cell_that_does_not_compile_shows_its_syntax_error_as_papermill_does(tmp_path: Path):
+    ours, theirs, code = _papermill_beside(tmp_path, ["x = 1", 'print "old style"', "y = 2"])
+    assert code == 1
+    failed = stepstone_cli("run", "in.ipynb", "out.ipynb", cwd=ours)
+    assert failed.returncode == 1 and "SyntaxError" in failed.stderr
+    assert _cells(ours / "out.ipynb") == _cells(theirs / "out.ipynb")  # no frames of stepstone's
+
+
+def test_a_step_that_called_sys_exit_0_stops_the_notebook_again_when_skipped(tmp_path: Path):
+    cells = ["import sys", "open('ran.txt', 'a').write('x')\nsys.exit(0)", "print('not run')"]
+    ours, theirs, code = _papermill_beside(tmp_path, cells)
+    assert code == 0
+    for _ in range(2):  # the second run skips the cell that exited, and stops there again
+        done = stepstone_cli("run", "in.ipynb", "out.ipynb", cwd=ours)
+        assert done.returncode == 0, done.stderr
+        assert _cells(ours / "out.ipynb") == _cells(theirs / "out.ipynb")
+    assert (ours / "ran.txt").read_text() == "x"

@@ -33,12 +33,13 @@ def compiler(ip: Any) -> namespace.Compiler:
     return lambda tree, filename: ip.compile(tree, filename, "exec")
 
 
-def compiled(ip: Any, code: str) -> list[CodeType]:
+def compiled(ip: Any, code: str, raw: str | None = None) -> list[CodeType]:
     """A cell's code compiled by `compiler`, from the tree `read_cell` parsed, as IPython
     runs a cell: its last expression apart, in "single" mode, so that its value is
     displayed (and kept in `Out`), unless a `;` ends it. Its file is named after the cell
-    running it (`Cell In[5]` in a traceback, as a plain cell's)."""
-    filename = ip.compile.cache(code, max(ip.execution_count - 1, 0))
+    running it (`Cell In[5]` in a traceback, as a plain cell's); a Jupyter kernel names
+    that file after the `raw` code, as it names a plain cell's after the code sent."""
+    filename = ip.compile.cache(code, max(ip.execution_count - 1, 0), raw_code=raw)
     tree = dependencies.parsed(code)
     if tree is None:  # raises the cell's SyntaxError
         return [compile(code, filename, "exec", dont_inherit=True)]
@@ -62,6 +63,9 @@ def _quiet(code: str) -> bool:
 
 
 FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
+EXITED = "__exited__"  # kept by a step whose code called sys.exit(0)
+# what a step keeps beside its values: not names in the kernel
+APART = frozenset({displayed.KEY, processstate.KEY, sharing.KEY, EXITED})
 
 
 @contextmanager
@@ -114,7 +118,9 @@ class KernelSession:
         ns = self.ip.user_ns
         return frozenset(n for n in shape.reads & clean if n in ns and _alike(ns[n]))
 
-    def execute(self, code: str, shape: namespace.Cell | None) -> dict[str, Any]:
+    def execute(
+        self, code: str, shape: namespace.Cell | None, raw: str | None = None
+    ) -> dict[str, Any]:
         """Run a step cell's code in the kernel; what it changed that is not its own to
         keep with its record: the process state (`processstate.KEY`), and the values of
         plain cells it changed in place (a generator it drew from, a list it appended
@@ -127,7 +133,7 @@ class KernelSession:
         self.retries.began(ns, self._may_change(shape, ns))
         with cell_code(), displayed.capturing(self.ip) as outputs:
             try:
-                for part in compiled(self.ip, code):
+                for part in compiled(self.ip, code, raw):
                     self.cell_files.add(part.co_filename)
                     exec(part, ns)
             except SystemExit as exc:  # sys.exit(0): the code ended here, as it asked
@@ -138,6 +144,8 @@ class KernelSession:
         if left:
             displayed.say(self.ip, f"will not survive a resume: {', '.join(left)}")
         kept: dict[str, Any] = {processstate.KEY: changed} if changed else {}
+        if self.exited is not None:  # skipped later, it stops the notebook there again
+            kept[EXITED] = True
         if outputs:
             kept[displayed.KEY] = displayed.kept(outputs)
         for name, value in plain.items():
@@ -185,6 +193,8 @@ class KernelSession:
         ns = self.ip.user_ns
         values = dict(values)
         displayed.show_again(self.ip, values.pop(displayed.KEY, None) or [])
+        if values.pop(EXITED, False):
+            self.exited = SystemExit(0)
         links = values.pop(sharing.KEY, None) or []
         process = processstate.restore(values.pop(processstate.KEY, None) or {})
         process = [f"{part} state" for part in process]

@@ -33,8 +33,8 @@ from ..rules.status import RunStatus, StepStatus
 from ..run import Run, open_run
 from ..settings import Settings
 from ..store import resolve_store_path
-from . import clients, displayed, everycell, processstate, sharing
-from .kernelsession import FROM_CELL, KernelSession, compiler
+from . import clients, displayed, everycell, sharing
+from .kernelsession import APART, FROM_CELL, KernelSession, compiler
 
 M = TypeVar("M", bound=Callable[..., Any])
 
@@ -167,7 +167,7 @@ class StepstoneMagics(Magics):
         rows = (
             (
                 n,
-                [v for v in r.outputs if v not in withheld.get(n, ()) and v != displayed.KEY],
+                [v for v in r.outputs if v not in withheld.get(n, ()) and v not in APART],
                 r.unsaved,
             )
             for n, r in giving
@@ -298,7 +298,8 @@ class StepstoneMagics(Magics):
                     attempt.start.plain = self.session.made_anew(parsed.name, shape)
                     attempt.start.check_writes = self.session.cells
                     cell_raised = ran = True
-                    theirs = self.session.execute(code, shape)
+                    # the body as sent, without the newline IPython adds to every cell
+                    theirs = self.session.execute(code, shape, cell.removesuffix("\n"))
                     cell_raised = False
                     attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
                     attempt.offer(theirs)
@@ -343,11 +344,7 @@ class StepstoneMagics(Magics):
             back = {*attempt.values, *remade, *lost}
             unread = [n for n in record.binds if n not in back and n not in ns]
             self.session.unrestored.skipped(parsed.name, lost, unread)
-            values = {
-                k: v
-                for k, v in attempt.values.items()
-                if k not in (processstate.KEY, sharing.KEY, displayed.KEY)
-            }
+            values = {k: v for k, v in attempt.values.items() if k not in APART}
             said = render.kernel_names(values, remade, lost, skipped=True)
         else:
             said = render.kernel_names((), (), record.unsaved, skipped=False)
@@ -441,6 +438,9 @@ def _cell_errors(magics: StepstoneMagics) -> Callable[..., None]:
         found, files = tb, magics.session.cell_files
         while found is not None and found.tb_frame.f_code.co_filename not in files:
             found = found.tb_next
+        if found is None and isinstance(value, SyntaxError):
+            shell.showsyntaxerror()  # the cell's own code does not compile: as for a plain cell
+            return
         if found is not None and not getattr(value, FROM_CELL, False):
             tb, tb_offset = found, 0
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
