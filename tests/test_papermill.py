@@ -173,3 +173,13 @@ def test_a_step_that_called_sys_exit_0_stops_the_notebook_again_when_skipped(tmp
         assert done.returncode == 0, done.stderr
         assert _cells(ours / "out.ipynb") == _cells(theirs / "out.ipynb")
     assert (ours / "ran.txt").read_text() == "x"
+
+
+def test_a_notebook_for_another_language_is_refused_before_a_kernel_starts(tmp_path: Path):
+    book = new_notebook(cells=[new_code_cell("x <- 1")])
+    book.metadata["kernelspec"] = {"name": "ir", "display_name": "R", "language": "R"}
+    nbformat.write(book, str(tmp_path / "in.ipynb"))
+    refused = stepstone_cli("run", "in.ipynb", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert "written for a R kernel ('ir')" in refused.stderr and "-k python3" in refused.stderr
+    assert not (tmp_path / ".stepstone").exists()

@@ -171,6 +171,7 @@ def run_command(
         click.echo(f"stepstone: not done: {status.next_action}", err=True)
         sys.exit(1)
     if not status.steps:
-        click.echo(f"ran {notebook.name} as run {status.run}: it has no %%step cells yet")
+        what = "code cells" if ran.cells else "%%step cells"
+        click.echo(f"ran {notebook.name} as run {status.run}: it has no {what} yet")
         return
     click.echo(f"all {len(status.steps)} steps confirmed; next: {status.next_action}")

@@ -57,6 +57,7 @@ class Ran:
     output: Path
     status: RunStatus | None
     failed: CellFailed | None = None
+    cells: bool = False  # it ran in --cells mode
 
 
 def run_notebook(request: Request, say: Callable[[str], None]) -> Ran:
@@ -74,6 +75,7 @@ def run_notebook(request: Request, say: Callable[[str], None]) -> Ran:
             f"stepstone: note: {notebook.name} does not match the notebook schema "
             f"({problem}); running it as Jupyter does"
         )
+    notebook_plan.refuse_another_language(notebook, request.kernel)
     known = notebook_plan.parameter_defaults(notebook)
     given = params.normalised(request.parameters, known)
     identity = params.beyond_defaults(given, known)
@@ -141,7 +143,7 @@ def run_notebook(request: Request, say: Callable[[str], None]) -> Ran:
         status = open_run(
             opened_id, repo=opened_store, workdir=workdir, drive=False, create=False
         ).status()
-    return Ran(outcome, output, status, outcome.failed)
+    return Ran(outcome, output, status, outcome.failed, cells)
 
 
 _UNSUPPORTED = ("stdout_file", "stderr_file")

@@ -40,7 +40,7 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
                     for cell in raw["cells"]
                     for source in [cell.get("source", "")]
                 ]
-                return SimpleNamespace(cells=cells)
+                return SimpleNamespace(cells=cells, metadata=raw.get("metadata") or {})
         except (ValueError, AttributeError, TypeError):
             pass  # the full read below says what is wrong
     import nbformat
@@ -80,6 +80,23 @@ def schema_problem(path: Path) -> str | None:
 
 
 _USES = ("%resume", "%%step", "load_ext stepstone", "import stepstone", "from stepstone")
+
+
+def refuse_another_language(path: Path, kernel: str | None) -> None:
+    """Refuse a notebook written for a kernel of another language (R, Julia...) unless
+    `kernel` is given: its steps would run as Python code. A notebook that names no
+    language runs in Python, as Jupyter's tools run it."""
+    if kernel is not None:
+        return
+    meta = read_notebook(path, validate=False).metadata or {}
+    spec = meta.get("kernelspec") or {}
+    language = spec.get("language") or (meta.get("language_info") or {}).get("name") or ""
+    if language and language.lower() not in ("python", "python3", "ipython"):
+        raise InvalidInput(
+            f"{path.name} is written for a {language} kernel ({spec.get('name', '?')!r}): "
+            f"stepstone runs its steps in a Python kernel. If its code is Python, run it "
+            f"with -k python3 (execute_notebook: kernel_name='python3')"
+        )
 
 
 def uses_stepstone(path: Path) -> bool:
