@@ -621,3 +621,34 @@ def test_a_step_a_plan_names_costs_one_commit_as_an_unplanned_one_does(ip, workd
     with stepstone.open_run("api", drive=False) as reader:  # the entries were committed
         assert [s.state for s in reader.status().steps] == ["verified", "verified"]
         assert reader.plan.steps[0].checks == ("expr:True",)
+
+
+def test_resume_reads_the_notebook_file_once(ip, workdir: Path, monkeypatch: pytest.MonkeyPatch):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    book = new_notebook(cells=[new_code_cell("%%step a\nx = 1"), new_code_cell("%%step b\ny = 2")])
+    path = workdir / "job.ipynb"
+    nbformat.write(book, str(path))
+    monkeypatch.setenv("STEPSTONE_NOTEBOOK", str(path))
+    import builtins
+    import io
+
+    reads: list[str] = []
+    real = builtins.open
+
+    def counted(file, *args, **kwargs):
+        if str(file).endswith("job.ipynb") and "w" not in (args[0] if args else "r"):
+            reads.append(str(file))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counted)
+    monkeypatch.setattr(io, "open", counted)
+    ip.run_line_magic("resume", "")
+    assert len(reads) == 1
+    ip.run_cell_magic("step", "a", "x = 1")
+    edited = path.read_text().replace("x = 1", "x = 3")
+    path.write_text(edited)  # edited: read again, once
+    del reads[:]
+    ip.run_line_magic("resume", "")
+    assert len(reads) == 1

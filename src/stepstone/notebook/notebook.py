@@ -185,7 +185,7 @@ def _refuse_renamed(
 
 def goal_of(path: Path) -> str:
     """The notebook's goal: the first heading of its first Markdown cell, if any."""
-    for cell in read_notebook(path).cells:
+    for cell in read_notebook(path, validate=False).cells:
         if cell.cell_type == "markdown":
             first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
             return first.lstrip("#").strip() if first.startswith("#") else ""

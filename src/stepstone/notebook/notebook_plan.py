@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +21,13 @@ from .namespace import without_our_magics
 from .parameters import defaults
 from .plaincells import contexts
 
+_last_read: list[Any] = [None, None]  # the last notebook read as plain JSON: its key, its cells
+
+
+def _version(seen: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is written again (in place or replaced)."""
+    return (seen.st_ino, seen.st_size, seen.st_mtime_ns, seen.st_ctime_ns)
+
 
 def read_notebook(path: Path, *, validate: bool = True) -> Any:
     """Read and validate a notebook, or raise `InvalidInput` saying what is wrong.
@@ -27,6 +35,13 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
     notebook is read as plain JSON: its schema's validator costs a new process more
     than the rest of `status`."""
     if not validate:
+        try:
+            seen = path.stat()
+        except OSError:
+            seen = None
+        key = (str(path.absolute()), *_version(seen)) if seen is not None else None
+        if key is not None and _last_read[0] == key:
+            return _last_read[1]  # `%resume` and `status` read one file in several places
         try:
             raw = json.loads(path.read_bytes())
             if raw.get("nbformat") == 4 and isinstance(raw.get("cells"), list):
@@ -40,7 +55,10 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
                     for cell in raw["cells"]
                     for source in [cell.get("source", "")]
                 ]
-                return SimpleNamespace(cells=cells, metadata=raw.get("metadata") or {})
+                read = SimpleNamespace(cells=cells, metadata=raw.get("metadata") or {})
+                if key is not None and _version(path.stat()) == key[1:]:  # not changed meanwhile
+                    _last_read[:] = [key, read]
+                return read
         except (ValueError, AttributeError, TypeError):
             pass  # the full read below says what is wrong
     import nbformat
@@ -166,7 +184,7 @@ def notebook_cells(
     """A notebook's code cells for `later_reads`, their IPython syntax turned into
     Python by `transform`."""
     found: list[tuple[str | None, str | None, Sequence[str]]] = []
-    for _, parts, cell in step_cells(read_notebook(path), cells=cells):
+    for _, parts, cell in step_cells(read_notebook(path, validate=False), cells=cells):
         try:
             if parts is None:
                 found.append((None, transform(without_our_magics(cell.source)), ()))
