@@ -18,6 +18,8 @@ from pathlib import Path
 from ..errors import RunLocked, StoreError
 from ..model.models import now
 
+HOLDER_WAIT = 3.0  # seconds to wait for a new holder's name before saying "another process"
+
 
 class RunLock:
     """An exclusive lock on a run, held by one process until `release` or its death."""
@@ -78,8 +80,11 @@ class RunLock:
 
     def describe_holder(self) -> str:
         """`user@host pid N since T` from the lock file, as well as it can be read."""
-        # The holder writes its name just after it takes the lock: give it a moment.
-        for _ in range(20):
+        # The holder writes its name just after it takes the lock: on a busy machine
+        # (eight processes racing on two cores) that can take a while to be scheduled.
+        deadline = time.monotonic() + HOLDER_WAIT
+        pause = 0.002
+        while True:
             try:
                 info = json.loads(self.path.read_text())
                 if not info.get("released"):
@@ -90,8 +95,10 @@ class RunLock:
                     return held
             except (OSError, ValueError, KeyError, TypeError):
                 pass
-            time.sleep(0.005)
-        return "another process"
+            if time.monotonic() > deadline:
+                return "another process"
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     @property
     def held(self) -> bool:
