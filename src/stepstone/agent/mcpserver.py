@@ -138,6 +138,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
     warm = Warm()
     bus = InMemorySubscriptionBus()
     legacy: dict[Any, set[str]] = {}  # the 2025 way (resources/subscribe): session -> uris
+    one_run = anyio.Lock()  # a run waits for the one before it (a cancelled one, stopping)
 
     @asynccontextmanager
     async def watching(_: MCPServer) -> AsyncIterator[None]:
@@ -456,6 +457,19 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         time; nothing done is lost). `parameters` as papermill's (a run of their own),
         `cells` runs every code cell as a step, `timeout` bounds a cell (seconds)."""
         store, home = place.at(folder)
+        async with one_run:
+            return await _run_once(ctx, run, notebook, parameters, cells, timeout, store, home)
+
+    async def _run_once(
+        ctx: Context,
+        run: str | None,
+        notebook: str | None,
+        parameters: dict[str, Any] | None,
+        cells: bool | None,
+        timeout: int | None,
+        store: str,
+        home: str,
+    ) -> CallToolResult:
         try:
             argv, path = await anyio.to_thread.run_sync(
                 lambda: actions.run_command(
