@@ -261,7 +261,7 @@ def test_the_docs_name_every_command_and_every_mcp_tool():
         text = agents + readme
         assert f"`stepstone {name}" in text or f" / `{name}" in text, name  # `push` / `pull`
     tools = asyncio.run(make_server().list_tools())
-    assert len(tools) == 14
+    assert len(tools) == 22
     for tool in tools:
         assert f"`{tool.name}(" in agents, tool.name
 

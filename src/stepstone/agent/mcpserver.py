@@ -100,7 +100,7 @@ class Place:
 
 
 def _text(data: Any) -> list[Any]:
-    return [TextContent(type="text", text=json.dumps(data))]
+    return [TextContent(type="text", text=json.dumps(data, separators=(",", ":")))]
 
 
 def _refused(exc: StepstoneError) -> CallToolResult:
