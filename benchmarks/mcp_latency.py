@@ -8,15 +8,23 @@
 The run is made by `stepstone run` of a notebook of N `%%step` cells, each writing a
 small file its `file:` check hashes (a few minutes for 1,000 steps the first time).
 The server is started once and warmed (one call of every tool); then each tool is
-called `--samples` times in turns, and the table gives the median and p95 wall time of
-a call as the client sees it (request, answer, and the structuredContent's check
-against the tool's outputSchema by the SDK).
+called `--samples` times in turns. The table gives, for each tool, the median and p95
+wall time of
+
+- `wire`: a JSON-RPC `tools/call` written to the server's stdin until its answer's
+  line is read from its stdout (the server's answer, serialized, through the pipe);
+- `SDK`: the same call by the MCP SDK's `Client.call_tool`, which also checks the
+  structuredContent against the tool's outputSchema with `jsonschema` in the client
+  (a cost that grows with the answer: `status` of 1,000 steps is about 270 kB);
+
+and the size of the answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import subprocess
 import sys
@@ -84,6 +92,65 @@ async def measure(folder: Path, samples: int) -> dict[str, list[float]]:
     return times
 
 
+def measure_wire(folder: Path, samples: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Each call's time on the wire: request written, answer line read (no client)."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "stepstone", "mcp"],
+        cwd=folder,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    ids = iter(range(1, 1_000_000))
+
+    def ask(method: str, params: dict[str, Any]) -> tuple[float, str]:
+        assert server.stdin is not None and server.stdout is not None
+        number = next(ids)
+        line = json.dumps({"jsonrpc": "2.0", "id": number, "method": method, "params": params})
+        start = time.perf_counter()
+        server.stdin.write(line + "\n")
+        server.stdin.flush()
+        while True:
+            answer = server.stdout.readline()
+            if not answer:
+                sys.exit(f"the server ended during {method}")
+            if json.loads(answer).get("id") == number:
+                return (time.perf_counter() - start) * 1000, answer
+
+    try:
+        hello = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "mcp_latency", "version": "1"},
+        }
+        ask("initialize", hello)
+        server.stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        server.stdin.flush()
+        times: dict[str, list[float]] = {name: [] for name in CALLS}
+        sizes: dict[str, int] = {}
+        for name, arguments in CALLS.items():  # warm
+            _, answer = ask("tools/call", {"name": name, "arguments": arguments})
+            if json.loads(answer)["result"].get("isError"):
+                sys.exit(f"{name}: {answer}")
+            sizes[name] = len(answer)
+        for _ in range(samples):
+            for name, arguments in CALLS.items():
+                taken, _ = ask("tools/call", {"name": name, "arguments": arguments})
+                times[name].append(taken)
+        return times, sizes
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+
+
+def _median_p95(taken: list[float]) -> str:
+    ordered = sorted(taken)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return f"{statistics.median(taken):.1f} | {p95:.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
@@ -96,14 +163,14 @@ def main() -> None:
         started = time.perf_counter()
         build(folder, args.steps)
         print(f"built a run of {args.steps:,} steps in {time.perf_counter() - started:.0f} s")
-    times = asyncio.run(measure(folder, args.samples))
+    wire, sizes = measure_wire(folder, args.samples)
+    sdk = asyncio.run(measure(folder, args.samples))
     print(f"\n{args.steps:,} steps, {args.samples} calls a tool, warm server (ms)\n")
-    print("| tool | median | p95 |")
-    print("| --- | --- | --- |")
-    for name, taken in times.items():
-        ordered = sorted(taken)
-        p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-        print(f"| {name} | {statistics.median(taken):.1f} | {p95:.1f} |")
+    print("| tool | wire median | wire p95 | SDK median | SDK p95 | answer |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name in CALLS:
+        size = f"{sizes[name] / 1000:.1f} kB"
+        print(f"| {name} | {_median_p95(wire[name])} | {_median_p95(sdk[name])} | {size} |")
 
 
 if __name__ == "__main__":

@@ -168,6 +168,8 @@ def test_an_agent_finishes_a_received_run_through_mcp_tools_alone(
     status = seen["status"]
     assert [u["id"] for u in status["unknowns"] if u["state"] == "open"] == ["U1"]
     assert [s["state"] for s in status["steps"]] == ["stale"] * 3  # its files are not here
+    why = {s["name"]: s["reason"] for s in status["steps"]}["summarise"]  # every cause
+    assert "data/summary.json does not exist" in why and "step make-data is stale" in why
 
     # the answer says that no step reads U1, and how one reads it
     assert seen["answer"]["runs_again"] == []
@@ -281,9 +283,15 @@ def test_every_tool_is_typed_and_annotated_and_a_bad_argument_changes_nothing(
             "unfinished": await me.call("finish"),
             "no notebook": await me.call("run", notebook="nosuch.ipynb"),
         }
-        seen["from elsewhere"] = await me.call("status", folder=str(folder))
 
     session(folder, agent)
+
+    async def from_elsewhere(me: Agent) -> None:  # a server started in another folder
+        seen["from elsewhere"] = await me.call("status", folder=str(folder))
+        seen["cells elsewhere"] = await me.call("show_cells", folder="../person-b")
+        seen["here"] = await me.call("status")
+
+    session(elsewhere, from_elsewhere)
 
     tools = seen["tools"]
     assert set(tools) == TOOLS
@@ -323,6 +331,8 @@ def test_every_tool_is_typed_and_annotated_and_a_bad_argument_changes_nothing(
     assert (folder / "quickstart.ipynb").read_bytes() == notebook
     assert sorted(p.name for p in folder.iterdir()) == [".stepstone", "quickstart.ipynb"]
     assert seen["from elsewhere"]["run"] == "quickstart"
+    assert seen["cells elsewhere"]["notebook"] == str(folder / "quickstart.ipynb")
+    assert "stepstone run" in seen["here"]["error"] or ".stepstone" in seen["here"]["error"]
 
 
 @pytest.mark.kernel
@@ -354,3 +364,7 @@ def test_a_subscriber_hears_when_the_run_moves_and_the_prompt_gives_the_brief(
     assert "edit_step" in seen["prompt"] and "finish" in seen["prompt"]
     assert '"answer": "EUR"' in seen["resource"]
     assert "U1: Are the prices in EUR or USD? The feed does not say. → **EUR**" in seen["brief.md"]
+    text = cli("status", cwd=folder)  # the text status keeps the answered unknown
+    assert (
+        "  answered U1: Are the prices in EUR or USD? The feed does not say. → EUR\n" in text.stdout
+    )

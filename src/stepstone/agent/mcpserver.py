@@ -22,6 +22,7 @@ and the tools to use.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -94,8 +95,7 @@ class Place:
         """(the store, the folder) for a call that names `folder` (None: the server's)."""
         if folder is None:
             return str(self.repo), str(self.folder)
-        path = Path(folder)
-        path = path if path.is_absolute() else self.folder / path
+        path = Path(os.path.normpath(self.folder / folder))  # absolute, or the server's
         return str(path / DEFAULT_STORE), str(path)
 
 
