@@ -377,12 +377,13 @@ def changed_input(
     written: Callable[[str], bool] = lambda path: False,
 ) -> str | None:
     """Why a step's recorded inputs no longer hold (every input that changed, in the
-    order recorded, `; `-separated), or None. `decision(key)` is a decision's value now;
-    `upstream(name, seen)` the state now and the record of the step once named `name`
-    that made `seen`; `kept(path, seen)` whether a missing file is kept in the store as
-    it was seen; `written(path)` whether the code of a step after it writes a file it
-    read (traced): a change to it is that step's."""
+    order recorded, `; `-separated; a file once), or None. `decision(key)` is a
+    decision's value now; `upstream(name, seen)` the state now and the record of the
+    step once named `name` that made `seen`; `kept(path, seen)` whether a missing file
+    is kept in the store as it was seen; `written(path)` whether the code of a step
+    after it writes a file it read (traced): a change to it is that step's."""
     causes: list[str] = []
+    named: set[str] = set()  # the files a cause names already (declared, then traced)
     for key, seen in inputs.items():
         if key.startswith(DECISION):
             name = key[len(DECISION) :]
@@ -399,12 +400,14 @@ def changed_input(
         elif key.startswith(FILE):
             path = key[len(FILE) :]
             now = file_digest(workdir / path)
-            if now != seen and not (now is None and kept(path, seen)):
+            if now != seen and not (now is None and kept(path, seen)) and path not in named:
                 causes.append(f"its input {path} changed since it ran")
+                named.add(path)
         elif key.startswith((READ, WROTE)):
             path = key.partition(":")[2]
             now = file_digest(workdir / path)
-            if now != seen and not written(path):
+            if now != seen and not written(path) and path not in named:
+                named.add(path)
                 gone = "is gone" if now is None else "changed"
                 verb = "read" if key.startswith(READ) else "wrote"
                 causes.append(f"the file {path} it {verb} {gone} since it ran")
