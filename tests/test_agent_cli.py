@@ -57,10 +57,10 @@ def test_an_unknown_answered_from_the_command_line_is_not_asked_again_by_its_cel
     assert "U1 is already answered: 'EUR' (the vendor's sheet says EUR)" in other.stderr
     assert "--revise" in other.stderr
     subject = git("log", "-1", "--format=%s", "quickstart", cwd=workdir / ".stepstone")
-    assert subject.strip() == "resolve U1: EUR"  # nothing recorded
+    assert subject.strip() == "answer U1: EUR"  # nothing recorded
     for text in ("USD", "EUR"):  # changed on purpose, and back
         assert cli("answer", "U1", text, "--revise", cwd=workdir).returncode == 0
-    assert "resolve U1: USD" in git("log", "-2", "--format=%s", cwd=workdir / ".stepstone")
+    assert "answer U1: USD" in git("log", "-2", "--format=%s", cwd=workdir / ".stepstone")
 
     again = cli("run", str(nb), cwd=workdir)
     assert again.returncode == 0, again.stderr
@@ -261,7 +261,7 @@ def test_the_docs_name_every_command_and_every_mcp_tool():
         text = agents + readme
         assert f"`stepstone {name}" in text or f" / `{name}" in text, name  # `push` / `pull`
     tools = asyncio.run(make_server().list_tools())
-    assert len(tools) == 14
+    assert len(tools) == 22
     for tool in tools:
         assert f"`{tool.name}(" in agents, tool.name
 
@@ -297,7 +297,7 @@ def test_agent_b_picks_up_the_run_with_only_the_command_line(workdir: Path):
         cwd=workdir / ".stepstone",
     )
     by_b = [line.split("|")[0] for line in log.splitlines() if line.strip().endswith("|cli")]
-    assert by_b[-2:] == ["revise threshold: 105 -> 104", "resolve U1: USD"]
+    assert by_b[-2:] == ["revise threshold: 105 -> 104", "answer U1: USD"]
     assert by_b[0].startswith("finish")
 
 

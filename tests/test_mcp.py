@@ -88,7 +88,7 @@ def test_an_agent_with_only_mcp_tools_picks_up_the_run_and_the_notebook_agrees(w
     store = workdir / ".stepstone"
     log = git("log", "--format=%s|%(trailers:key=Stepstone-Via,valueonly)", "quickstart", cwd=store)
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    assert lines[:2] == ["revise threshold: 105 -> 110|mcp", "resolve U1: EUR|mcp"]
+    assert lines[:2] == ["revise threshold: 105 -> 110|mcp", "answer U1: EUR|mcp"]
     forked = git("log", "-1", "--format=%B", "alt", cwd=store)
     assert "Stepstone-Via: mcp" in forked
 
@@ -123,4 +123,15 @@ def test_each_reading_tool_returns_the_json_the_command_line_prints(workdir: Pat
     ):
         printed = cli(*args, cwd=workdir)
         assert printed.returncode == 0, printed.stderr
-        assert tools[name] == json.loads(printed.stdout), name
+        assert _without_get(tools[name]) == _without_get(json.loads(printed.stdout)), name
+    got = tools["outputs"][0]["get"]  # the MCP server names its own tool, not a command
+    assert got == "get_output(step='summarise', name='summary')"
+
+
+def _without_get(found: Any) -> Any:
+    """`found` without the `get` of its outputs (a command line, or the MCP tool call)."""
+    if isinstance(found, list):
+        return [_without_get(item) for item in found]
+    if isinstance(found, dict):
+        return {key: _without_get(value) for key, value in found.items() if key != "get"}
+    return found

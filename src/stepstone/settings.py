@@ -36,6 +36,7 @@ CONFIG_ENV = "STEPSTONE_CONFIG"  # this user's configuration folder (values/trus
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"  # the notebook the kernel runs
 OPENED_ENV = "STEPSTONE_OPENED"  # a file where the kernel's `%resume` notes the run it opened
 PARAMETERS_ENV = "STEPSTONE_PARAMETERS"  # the parameters' canonical JSON, for `%resume`
+VIA_ENV = "STEPSTONE_VIA"  # who started the notebook's run: `cli run`, `mcp run`
 JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # a Jupyter server's: the notebook, from its root
 
 AUTOPUSH_KEY = "stepstone.autopush"
@@ -62,8 +63,13 @@ class Settings:
     """fsync each file a commit writes, all at once (the default), instead of one
     `syncfs` of the whole file system (`STEPSTONE_SYNC=syncfs`)."""
     via: str | None = None
-    """How the driver reaches the run, written in a trailer of each of its commits:
-    `cli`, `mcp` (None: a notebook or the Python API)."""
+    """How a command reaches the run for its one change, written in a trailer of its
+    commit: `cli`, `mcp` (None: a driver, see `origin`)."""
+    origin: str | None = None
+    """How a driver came to drive the run, written in the same trailer of each of its
+    commits: `cli run`, `mcp run` (a kernel that `stepstone run` or the MCP server's
+    `run` tool started, `STEPSTONE_VIA`), `python run` (`stepstone.execute_notebook`),
+    `notebook` (a kernel Jupyter started); None: the Python API."""
     offline: bool = False
     """Write effects without the lease of an unreachable remote (`STEPSTONE_OFFLINE=1`)."""
     steal: str | None = None
@@ -128,6 +134,7 @@ class Settings:
             "jupyter_session": env.get(JUPYTER_SESSION_ENV),
             "parameters": env.get(PARAMETERS_ENV),
             "opened_note": env.get(OPENED_ENV),
+            "origin": env.get(VIA_ENV) or None,
             **_live(env),
             "seen_env": tuple(env.get(var) for var in LIVE_ENV),
         }

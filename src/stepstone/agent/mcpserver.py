@@ -1,176 +1,749 @@
-"""`stepstone mcp`: an MCP server over stdio, on the `mcp` SDK, that gives an agent the
-same JSON as the command line (`actions`). It reads and records; it never runs notebook
-code (`status` and `verify` do not run `cmd:` or `call:` checks again). Its changes are
-commits that say `Stepstone-Via: mcp`.
+"""`stepstone mcp`: an MCP server over stdio, on the `mcp` SDK, that gives an agent every
+action it needs to finish a notebook's task: read where the run stands, answer and
+decide, read and edit the notebook's step cells, run the notebook (a progress
+notification per step; cancelling it stops the running cell as Ctrl-C does), finish.
+
+Each tool returns the JSON its command prints with `--json` (`actions`) as its
+`structuredContent`, declared as its `outputSchema` from the models of
+`model/shapes.py` (`stepstone schema` prints the same); a refusal is a tool error with
+the command's message. Each tool says what it does to the world in its annotations.
+Reading runs no notebook code (`status` and `verify` do not run `cmd:` or `call:`
+checks again); only `run` does. Changes are commits that say `Stepstone-Via: mcp`
+(`mcp run` for a run's).
+
+The server answers for the folder it was started in (the notebook's, with its store
+`.stepstone`, or the store `--repo` names), and for another folder a tool names
+(`folder`). The brief, the summary, the status, the cells and the report of each run
+are resources; a client that subscribes to one is told when the run moves (a commit, by
+anyone) or its notebook changes. One prompt, `pick_up`, gives a fresh agent the brief
+and the tools to use.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
-from typing import Any, TypeVar
+import json
+import os
+import re
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp_types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 
 from ..errors import StepstoneError
+from ..model import shapes
+from ..present.report.page import html_report
+from ..run import Run
+from ..settings import VIA_ENV, Settings, child_environment
+from ..store import DEFAULT_STORE
 from . import actions
+from .warm import Warm
 
-F = TypeVar("F", bound=Callable[..., Any])
+INSTRUCTIONS = """\
+stepstone keeps a notebook's progress in a Git store: each `%%step` cell's completion is \
+committed with its evidence, and a run of the notebook skips what still verifies.
+Pick up a run: `brief` (or the prompt `pick_up`) -> `status` -> act -> `status`.
+Act with tools only: `answer` an open question and `decide` a value (each says which steps \
+read it and run again; a step reads an answer with `stepstone.answer("U1", default)` in its \
+cell, a decision with `stepstone.decided("KEY")`); `show_cells` and `edit_step` to read and \
+change the notebook's step cells; `run` to execute the notebook (it resumes; progress per \
+step; cancelling it stops the running cell, nothing is lost); `finish` once every step is \
+verified and no question is open. `resolve` settles an effect in doubt, `rerun` marks a \
+step to run again, `fork`/`diff` try an alternative, `report` gives a page for people.
+Every tool takes `run` (default: the store's only run) and `folder` (default: the folder \
+the server started in). Only moving a store between machines (push, pull, clone, handoff), \
+`repair` and `trust` are shell commands (`stepstone ...`)."""
 
-INSTRUCTIONS = (
-    "stepstone keeps a notebook's progress in a Git store. Loop: brief -> status -> act "
-    "(answer, decide, resolve, rerun, fork) -> status. Every tool takes `run` (default: "
-    "the store's only run) and returns the JSON `stepstone <tool> --json` prints."
+READS = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+RECORDS = ToolAnnotations(  # one commit to the run; the same call again records nothing
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+MARKS = ToolAnnotations(  # one commit to the run each time
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+WRITES = ToolAnnotations(  # a file in the work folder, replaced when named
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+RUNS = ToolAnnotations(  # the notebook's code: its files, and its effects (sent once each)
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True
 )
 
-
-def _told(tool: F) -> F:
-    """A tool whose stepstone errors reach the agent as the tool's error message (what
-    went wrong and what to do), not as a crash."""
-
-    @functools.wraps(tool)
-    def told(*args: Any, **kwargs: Any) -> Any:  # (its docstring, dedented, describes it)
-        from mcp.server.mcpserver.exceptions import ToolError
-
-        try:
-            return tool(*args, **kwargs)
-        except StepstoneError as exc:
-            raise ToolError(str(exc)) from exc
-
-    told.__doc__ = inspect.cleandoc(tool.__doc__ or "")
-    return told  # type: ignore[return-value]
+STOP_GRACE = 30.0  # seconds a cancelled run may take to stop its cell and record it
+_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (.+): (done|skipped|failed)$")
+_RUNNING = re.compile(r"^running .+ as run (\S+) \((\d+) steps")
+WATCH_EVERY = 0.5  # seconds between looks at the runs' tips, for subscribers
 
 
-def make_server(repo: str | None = None) -> Any:
-    """The MCP server for the store at `repo` (default: `STEPSTONE_REPO`, else
-    `.stepstone` in the folder it is started in)."""
-    from mcp.server.mcpserver import MCPServer
+class Place:
+    """The folder and store a tool call is about: the server's, or the folder it names."""
 
-    server = MCPServer("stepstone", instructions=INSTRUCTIONS, log_level="WARNING")
+    def __init__(self, repo: str | None, folder: Path) -> None:
+        self.folder = folder
+        chosen = repo or Settings.from_env().store
+        self.repo = Path(chosen).absolute() if chosen else folder / DEFAULT_STORE
 
-    @server.tool()
-    @_told
-    def status(run: str | None = None) -> dict[str, Any]:
-        """Steps (verified, stale, pending, failed), evidence, decisions, unknowns,
-        effects and the next action."""
-        return actions.status(run, repo)
+    def at(self, folder: str | None) -> tuple[str, str]:
+        """(the store, the folder) for a call that names `folder` (None: the server's)."""
+        if folder is None:
+            return str(self.repo), str(self.folder)
+        path = Path(os.path.normpath(self.folder / folder))  # absolute, or the server's
+        return str(path / DEFAULT_STORE), str(path)
 
-    @server.tool()
-    @_told
-    def brief(run: str | None = None) -> dict[str, Any]:
-        """The hand-off brief: goal, where the run stands, the next command, open items."""
-        return actions.brief(run, repo)
 
-    @server.tool()
-    @_told
-    def log(run: str | None = None, step: str | None = None) -> list[dict[str, Any]]:
-        """The run's commits, newest first (only one step's with `step`)."""
-        return actions.log(run, repo, step)
+def _text(data: Any) -> list[Any]:
+    return [TextContent(type="text", text=json.dumps(data, separators=(",", ":")))]
 
-    @server.tool()
-    @_told
-    def show(step: str, run: str | None = None) -> dict[str, Any]:
-        """One step: state, record, evidence, what it read, outputs (type, shape, size,
-        how to load them), the commit that recorded it, its effects."""
-        return actions.show(run, repo, step)
 
-    @server.tool()
-    @_told
-    def outputs(step: str, run: str | None = None) -> list[dict[str, Any]]:
-        """The values a step saved, described without loading them."""
-        return actions.outputs(run, repo, step)
+def _refused(exc: StepstoneError) -> CallToolResult:
+    """A tool error with the command line's message (what went wrong, what to do)."""
+    return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
 
-    @server.tool()
-    @_told
-    def get_output(
-        step: str, name: str, to: str | None = None, run: str | None = None
-    ) -> dict[str, Any]:
-        """Write saved value `name` of `step` to the file `to` (default: NAME.<format>
-        in the server's folder, never over an existing file) in its stored format
-        (.npy, Parquet, JSON, pickle), checked against its sha256; says where."""
-        return actions.get_output(run, repo, step, name, to)
 
-    @server.tool()
-    @_told
-    def verify(run: str | None = None) -> dict[str, Any]:
-        """Every recorded step's evidence checked again now, read from Git (cmd: and
-        call: checks are not run again: this server runs no code)."""
-        return actions.verify(run, repo, recheck=False)
+def _answered(data: Any, *, listed: bool = False) -> CallToolResult:
+    structured = {"result": data} if listed else data
+    return CallToolResult(content=_text(data), structured_content=structured)
 
-    @server.tool()
-    @_told
-    def answer(
-        unknown: str, answer: str, why: str = "", revise: bool = False, run: str | None = None
-    ) -> dict[str, Any]:
-        """Close the open unknown `unknown` (U1...) with `answer`; the notebook's
-        `%unknown` line that asked it is then not asked again. Another answer to an
-        answered unknown needs `revise`."""
-        return actions.answer(run, repo, unknown, answer, why, revise=revise, via="mcp")
 
-    @server.tool()
-    @_told
-    def ask(question: str, run: str | None = None) -> dict[str, Any]:
-        """Record an open question (asked again, it is the one already recorded)."""
-        return actions.ask(run, repo, question, via="mcp")
+def _told(call: Callable[[], Any], *, listed: bool = False) -> CallToolResult:
+    """The result of `call` (the JSON its command prints), or its refusal."""
+    try:
+        return _answered(call(), listed=listed)
+    except StepstoneError as exc:
+        return _refused(exc)
 
-    @server.tool()
-    @_told
-    def decide(
-        key: str, value: str, why: str, revise: bool = False, run: str | None = None
-    ) -> dict[str, Any]:
-        """Decide `key`=`value` with its reason (`revise` to change one already made: it
-        stands over the notebook's `%decide` line until that line is edited)."""
-        return actions.decide(run, repo, key, value, why, revise=revise, via="mcp")
 
-    @server.tool()
-    @_told
-    def resolve(
-        key: str, happened: bool, receipt: str | None = None, why: str = "", run: str | None = None
-    ) -> dict[str, Any]:
-        """Settle an effect whose outcome was unknown: it did happen (give its
-        `receipt`) or it did not (the next run performs it)."""
-        return actions.resolve(
-            run, repo, key, happened=happened, receipt=receipt, why=why, via="mcp"
+def _with_tools(
+    described: list[dict[str, Any]], step: str, run: str | None
+) -> list[dict[str, Any]]:
+    """Saved values as the MCP server describes them: `get` names the tool call."""
+    for item in described:
+        given = f", run={run!r}" if run else ""
+        item["get"] = f"get_output(step={step!r}, name={item['name']!r}{given})"
+    return described
+
+
+def make_server(repo: str | None = None, folder: str | Path | None = None) -> Any:
+    """The MCP server for the folder `folder` (default: the current one) and its store
+    `repo` (default: `STEPSTONE_REPO`, else `.stepstone` in the folder)."""
+    place = Place(repo, Path(folder or Path.cwd()).absolute())
+    warm = Warm()
+    bus = InMemorySubscriptionBus()
+    legacy: dict[Any, set[str]] = {}  # the 2025 way (resources/subscribe): session -> uris
+    one_run = anyio.Lock()  # a run waits for the one before it (a cancelled one, stopping)
+
+    @asynccontextmanager
+    async def watching(_: MCPServer) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_watch, place, bus, legacy)
+            yield None
+            group.cancel_scope.cancel()
+
+    server = MCPServer(
+        "stepstone",
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+        subscriptions=bus,
+        lifespan=watching,
+    )
+    _legacy_subscriptions(server, legacy)
+
+    # -- reading -------------------------------------------------------------
+
+    @server.tool(annotations=READS, title="Where the run stands")
+    def status(
+        run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.StatusShape]:
+        """Steps (verified, stale and why, pending, failed), evidence, decisions, unknowns
+        (open and answered), effects, notes (how the notebook changed since its plan was
+        committed) and the next action, as the next run of the notebook will see it."""
+        store, home = place.at(folder)
+        return _told(lambda: warm.answer("status", run, store, home, actions.status_of))
+
+    @server.tool(annotations=READS, title="Hand-off brief")
+    def brief(
+        run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.BriefShape]:
+        """The hand-off brief: goal, done, not done and why, decisions, unknowns, effects
+        in doubt, and the next tool to call (`next_tool`)."""
+        store, home = place.at(folder)
+        return _told(lambda: warm.answer("brief", run, store, home, actions.brief_of))
+
+    @server.tool(annotations=READS, title="History")
+    def log(
+        run: str | None = None, step: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.LogShape]:
+        """The run's commits, newest first (only one step's with `step`), each with how it
+        came (`via`)."""
+        store, home = place.at(folder)
+        return _told(
+            lambda: warm.answer("log", run, store, home, lambda v: actions.log_of(v, step), step),
+            listed=True,
         )
 
-    @server.tool()
-    @_told
-    def rerun(
-        step: str, why: str, downstream: bool = False, run: str | None = None
-    ) -> dict[str, Any]:
-        """Mark a step (and with `downstream` what depends on it) to run again at the
-        next run of the notebook; its confirmed effects are not repeated."""
-        return actions.rerun(run, repo, step, why, downstream=downstream, via="mcp")
+    @server.tool(annotations=READS, title="One step")
+    def show(
+        step: str, run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.ShowShape]:
+        """One step: state, record, evidence, what it read, outputs (type, shape, size,
+        how to get and load them), the commit that recorded it, its effects."""
+        store, home = place.at(folder)
 
-    @server.tool()
-    @_told
-    def fork(run: str, at: str, new: str) -> dict[str, Any]:
-        """A new run `new` whose history is `run`'s up to step `at` (a Git branch point),
-        to try an alternative without losing `run`."""
-        return actions.fork(run, repo, at, new, via="mcp")
+        def shown(view: Run) -> dict[str, Any]:
+            found = actions.show_of(view, step)
+            _with_tools(found["outputs"], found["step"], run)
+            return found
 
-    @server.tool()
-    @_told
-    def diff(run_a: str, run_b: str) -> dict[str, Any]:
+        return _told(lambda: warm.answer("show", run, store, home, shown, step))
+
+    @server.tool(annotations=READS, title="A step's saved values")
+    def outputs(
+        step: str, run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.OutputsShape]:
+        """The values a step saved, described without loading them; `get` is the
+        `get_output` call that writes one out."""
+        store, home = place.at(folder)
+
+        def described(view: Run) -> list[dict[str, Any]]:
+            return _with_tools(actions.outputs_of(view, step), step, run)
+
+        return _told(lambda: warm.answer("outputs", run, store, home, described, step), listed=True)
+
+    @server.tool(annotations=WRITES, title="Write a saved value to a file")
+    def get_output(
+        step: str,
+        name: str,
+        to: str | None = None,
+        run: str | None = None,
+        folder: str | None = None,
+    ) -> Annotated[CallToolResult, shapes.GotOutputShape]:
+        """Write saved value `name` of `step` to the file `to` (default: NAME.<format> in
+        the folder, never over an existing file) in its stored format (.npy, Parquet,
+        JSON, pickle), checked against its sha256; says where."""
+        store, home = place.at(folder)
+        return _told(lambda: actions.get_output(run, store, step, name, to, home=home))
+
+    @server.tool(annotations=READS, title="Check the evidence again")
+    def verify(
+        run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.VerifyShape]:
+        """Every recorded step's evidence checked again now, read from Git (cmd: and
+        call: checks are not run again: reading runs no code)."""
+        store, home = place.at(folder)
+        return _told(
+            lambda: warm.answer(
+                "verify",
+                run,
+                store,
+                home,
+                lambda view: actions.verify_of(view, recheck=False),
+                cached=False,
+            )
+        )
+
+    @server.tool(annotations=READS, title="The runs of the store")
+    def runs(folder: str | None = None) -> Annotated[CallToolResult, shapes.RunsShape]:
+        """The runs in the store: active or finished, steps confirmed, last activity."""
+        store, home = place.at(folder)
+        return _told(lambda: warm.runs(store, home), listed=True)
+
+    @server.tool(annotations=READS, title="JSON shapes")
+    def schema() -> Annotated[CallToolResult, shapes.Schemas]:
+        """The JSON Schema of every record file and of every command's and tool's result
+        (as `stepstone schema`)."""
+        return _told(actions.schema)
+
+    @server.tool(annotations=READS, title="Compare two runs")
+    def diff(
+        run_a: str, run_b: str, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.DiffShape]:
         """What two runs recorded differently: steps, evidence, outputs, decisions,
         answers."""
-        return actions.diff(run_a, run_b, repo)
+        store, home = place.at(folder)
+        return _told(lambda: actions.diff(run_a, run_b, store, home=home))
 
-    @server.resource("stepstone://brief", mime_type="text/markdown")
+    @server.tool(annotations=READS, title="The page for people")
+    def report(
+        run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.ReportShape]:
+        """The run's report, one self-contained HTML page for the people beside you, as a
+        link to the resource `stepstone://runs/{run}/report` (read it to get the page)."""
+        store, home = place.at(folder)
+        try:
+            run_id, page = warm.answer(
+                "report.html+id", run, store, home, lambda v: (v.id, html_report(v))
+            )
+        except StepstoneError as exc:
+            return _refused(exc)
+        uri = f"stepstone://runs/{run_id}/report"
+        data = {"run": run_id, "uri": uri, "mime_type": "text/html", "size": len(page)}
+        link = ResourceLink(
+            type="resource_link",
+            uri=uri,
+            name=f"report of run {run_id}",
+            mime_type="text/html",
+            size=len(page.encode()),
+        )
+        return CallToolResult(content=[link, *_text(data)], structured_content=data)
+
+    @server.tool(annotations=READS, title="The notebook's cells")
+    def show_cells(
+        run: str | None = None, notebook: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.CellsShape]:
+        """The cells of the run's notebook (or `notebook`), in order: each one's number,
+        type, source, the step it is and that step's state now."""
+        store, home = place.at(folder)
+        return _told(
+            lambda: warm.maybe(
+                "cells", run, store, home, lambda v: actions.cells_of(v, notebook, home), notebook
+            )
+        )
+
+    # -- recording -----------------------------------------------------------
+
+    @server.tool(annotations=RECORDS, title="Answer an open question")
+    def answer(
+        unknown: str,
+        answer: str,
+        why: str = "",
+        revise: bool = False,
+        run: str | None = None,
+        folder: str | None = None,
+    ) -> Annotated[CallToolResult, shapes.AnswerShape]:
+        """Close the open unknown `unknown` (U1...) with `answer`; the notebook's
+        `%unknown` line that asked it is then not asked again. Says which steps read it
+        and run again (`runs_again`), or, when none does, how a step reads it. Another
+        answer to an answered unknown needs `revise`."""
+        store, home = place.at(folder)
+        return _told(
+            lambda: actions.answer(
+                run, store, unknown, answer, why, revise=revise, via="mcp", home=home
+            )
+        )
+
+    @server.tool(annotations=RECORDS, title="Ask a question")
+    def ask(
+        question: str, run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.UnknownRecordShape]:
+        """Record an open question (asked again, it is the one already recorded)."""
+        store, home = place.at(folder)
+        return _told(lambda: actions.ask(run, store, question, via="mcp", home=home))
+
+    @server.tool(annotations=RECORDS, title="Decide a value")
+    def decide(
+        key: str,
+        value: str,
+        why: str,
+        revise: bool = False,
+        dry_run: bool = False,
+        run: str | None = None,
+        folder: str | None = None,
+    ) -> Annotated[CallToolResult, shapes.DecideShape]:
+        """Decide `key`=`value` with its reason (`revise` to change one already made: it
+        stands over the notebook's `%decide` line until that line is edited). Says which
+        steps read it and run again; `dry_run` records nothing."""
+        store, home = place.at(folder)
+        return _told(
+            lambda: actions.decide(
+                run, store, key, value, why, revise=revise, dry_run=dry_run, via="mcp", home=home
+            )
+        )
+
+    @server.tool(annotations=RECORDS, title="Settle an effect in doubt")
+    def resolve(
+        key: str,
+        happened: bool,
+        receipt: str | None = None,
+        why: str = "",
+        run: str | None = None,
+        folder: str | None = None,
+    ) -> Annotated[CallToolResult, shapes.ResolvedEffectShape]:
+        """Settle an effect whose outcome was unknown: it did happen (give its
+        `receipt`) or it did not (the next run performs it)."""
+        store, home = place.at(folder)
+        return _told(
+            lambda: actions.resolve(
+                run, store, key, happened=happened, receipt=receipt, why=why, via="mcp", home=home
+            )
+        )
+
+    @server.tool(annotations=MARKS, title="Mark a step to run again")
+    def rerun(
+        step: str,
+        why: str,
+        downstream: bool = False,
+        run: str | None = None,
+        folder: str | None = None,
+    ) -> Annotated[CallToolResult, shapes.RerunShape]:
+        """Mark a step (and with `downstream` what depends on it) to run again at the
+        next run of the notebook; its confirmed effects are not repeated."""
+        store, home = place.at(folder)
+        return _told(
+            lambda: actions.rerun(
+                run, store, step, why, downstream=downstream, via="mcp", home=home
+            )
+        )
+
+    @server.tool(annotations=MARKS, title="Fork a run")
+    def fork(
+        run: str, at: str, new: str, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.ForkShape]:
+        """A new run `new` whose history is `run`'s up to step `at` (a Git branch point),
+        to try an alternative without losing `run`."""
+        store, _ = place.at(folder)
+        return _told(lambda: actions.fork(run, store, at, new, via="mcp"))
+
+    @server.tool(annotations=RECORDS, title="Finish the run")
+    def finish(
+        force: bool = False, run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.FinishShape]:
+        """Finish the run once every step is verified and no question or effect is open
+        (`force` to finish anyway): its summary is committed, written to
+        `<run>.summary.md` in its work folder (`file`), and the run tagged."""
+        store, home = place.at(folder)
+        return _told(lambda: actions.finish(run, store, force=force, via="mcp", home=home))
+
+    @server.tool(annotations=RECORDS, title="Reopen a finished run")
+    def reopen(
+        why: str, run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.ReopenShape]:
+        """Reopen a finished run so that it can change again (the reason is recorded)."""
+        store, home = place.at(folder)
+        return _told(lambda: actions.reopen(run, store, why, via="mcp", home=home))
+
+    @server.tool(annotations=WRITES, title="Edit a step cell")
+    def edit_step(
+        source: str,
+        step: str | None = None,
+        after: str | None = None,
+        run: str | None = None,
+        notebook: str | None = None,
+        folder: str | None = None,
+    ) -> Annotated[CallToolResult, shapes.EditShape]:
+        """Edit the run's notebook (or `notebook`) as a person would in Jupyter: replace
+        the source of step `step`'s cell with `source` (given without its `%%step` line,
+        the cell keeps its own), or insert a new step cell `source` (starting with its
+        `%%step NAME` line) after step `after`. Written in one go, only if the notebook
+        stays valid and its steps still read (else refused, nothing changed); says which
+        steps the next `run` runs again."""
+        store, home = place.at(folder)
+        return _told(
+            lambda: actions.edit_step(
+                run, store, source, step=step, after=after, notebook=notebook, home=home
+            )
+        )
+
+    @server.tool(name="run", annotations=RUNS, title="Run the notebook")
+    async def run_notebook(
+        ctx: Context,
+        run: str | None = None,
+        notebook: str | None = None,
+        parameters: dict[str, Any] | None = None,
+        cells: bool | None = None,
+        timeout: int | None = None,
+        folder: str | None = None,
+    ) -> Annotated[CallToolResult, shapes.RanShape]:
+        """Run the notebook headlessly, as `stepstone run` does: verified steps are
+        skipped, the rest run; a progress notification per step. Cancelling the call stops
+        the running cell as Ctrl-C does (it is recorded as failed and runs again next
+        time; nothing done is lost). `parameters` as papermill's (a run of their own),
+        `cells` runs every code cell as a step, `timeout` bounds a cell (seconds)."""
+        store, home = place.at(folder)
+        async with one_run:
+            return await _run_once(ctx, run, notebook, parameters, cells, timeout, store, home)
+
+    async def _run_once(
+        ctx: Context,
+        run: str | None,
+        notebook: str | None,
+        parameters: dict[str, Any] | None,
+        cells: bool | None,
+        timeout: int | None,
+        store: str,
+        home: str,
+    ) -> CallToolResult:
+        try:
+            argv, path = await anyio.to_thread.run_sync(
+                lambda: actions.run_command(
+                    run, store, notebook, parameters, cells, timeout, home=home
+                )
+            )
+        except StepstoneError as exc:
+            return _refused(exc)
+        return await _running(ctx, argv, path, store, home)
+
+    # -- resources -----------------------------------------------------------
+
+    def read(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except StepstoneError as exc:
+            raise ResourceError(str(exc)) from exc
+
+    @server.resource("stepstone://brief", mime_type="text/markdown", title="Hand-off brief")
     def brief_resource() -> str:
         """The hand-off brief of the store's only run, in Markdown."""
-        return actions.brief_text(None, repo)
+        store, home = place.at(None)
+        return str(read(lambda: warm.answer("brief.md", None, store, home, _markdown_brief)))
 
     @server.resource("stepstone://runs/{run}/brief", mime_type="text/markdown")
     def run_brief(run: str) -> str:
         """A run's hand-off brief, in Markdown."""
-        return actions.brief_text(run, repo)
+        store, home = place.at(None)
+        return str(read(lambda: warm.answer("brief.md", run, store, home, _markdown_brief)))
 
-    @server.resource("stepstone://runs/{run}/summary", mime_type="application/json")
-    def run_summary(run: str) -> dict[str, Any]:
-        """A run's summary: its status as JSON."""
-        return actions.status(run, repo)
+    @server.resource("stepstone://runs/{run}/summary", mime_type="text/markdown")
+    def run_summary(run: str) -> str:
+        """A run's summary in Markdown: the one `finish` wrote, or what it would write now."""
+        store, home = place.at(None)
+        return str(
+            read(lambda: warm.answer("summary.md", run, store, home, actions.summary_text_of))
+        )
+
+    @server.resource("stepstone://runs/{run}/status", mime_type="application/json")
+    def run_status(run: str) -> str:
+        """A run's status, as the `status` tool gives it."""
+        store, home = place.at(None)
+        return json.dumps(read(lambda: warm.answer("status", run, store, home, actions.status_of)))
+
+    @server.resource("stepstone://runs/{run}/cells", mime_type="application/json")
+    def run_cells(run: str) -> str:
+        """The cells of a run's notebook, as the `show_cells` tool gives them."""
+        store, home = place.at(None)
+        found = read(
+            lambda: warm.answer(
+                "cells", run, store, home, lambda v: actions.cells_of(v, None, home), None
+            )
+        )
+        return json.dumps(found)
+
+    @server.resource("stepstone://runs/{run}/report", mime_type="text/html")
+    def run_report(run: str) -> str:
+        """A run's report: one self-contained HTML page."""
+        store, home = place.at(None)
+        return str(read(lambda: warm.answer("report.html", run, store, home, html_report)))
+
+    # -- the prompt ----------------------------------------------------------
+
+    @server.prompt(name="pick_up", title="Pick up this run")
+    def pick_up(run: str | None = None) -> str:
+        """Pick up this run: the hand-off brief, and the tools that finish its task."""
+        store, home = place.at(None)
+        try:
+            said = actions.brief_text(run, store, home=home, tools=True)
+        except StepstoneError as exc:
+            said = f"(no brief: {exc})"
+        return PICK_UP.format(brief=said)
 
     return server
+
+
+def _markdown_brief(view: Run) -> str:
+    return actions.brief_text_of(view, tools=True)
+
+
+PICK_UP = """\
+You are picking up a notebook's task that someone else started; its progress is kept in \
+a Git store by stepstone, and the tools of this server are all you need (no shell).
+
+{brief}
+How to go on, with the tools:
+1. `status` says each step's state and why; `show_cells` shows the notebook's cells.
+2. Settle what is asked: `answer` an open question, `decide` a value. Each says which steps \
+read it and run again; when none does, make a step read it (`stepstone.answer("U1", \
+default)`, `stepstone.decided("KEY")`) with `edit_step`.
+3. `run` executes the notebook: verified steps are skipped, the others run (a progress \
+notification per step). A failed step: `show` it, fix its cell with `edit_step`, `run` again.
+4. When every step is verified and nothing is open, `finish` (the summary: `file`).
+Every change is a commit: `log` shows them. Do not reopen settled decisions without a reason.
+"""
+
+
+async def _running(
+    ctx: Context, argv: list[str], notebook: Path, store: str, home: str
+) -> CallToolResult:
+    """Run `argv` (`stepstone run ...`) in `home`, a progress notification per step it
+    ends; cancelled, it is stopped as Ctrl-C stops it (SIGINT: the running cell is
+    interrupted and recorded, no further cell starts) and waited for."""
+    said: list[str] = []
+    steps: list[dict[str, Any]] = []
+    run_id: list[str] = []
+
+    async def heard(line: str) -> None:
+        said.append(line)
+        if (begun := _RUNNING.match(line)) is not None:
+            run_id.append(begun.group(1))
+            await ctx.report_progress(0, int(begun.group(2)), line)
+        elif (step := _PROGRESS.match(line)) is not None:
+            number, of = int(step.group(1)), int(step.group(2))
+            steps.append(
+                {"number": number, "of": of, "name": step.group(3), "outcome": step.group(4)}
+            )
+            await ctx.report_progress(number, of, f"{step.group(3)}: {step.group(4)}")
+
+    process = await anyio.open_process(
+        argv,
+        cwd=home,
+        env=child_environment({VIA_ENV: "mcp run"}),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_lines, process.stderr, heard)
+            group.start_soon(_lines, process.stdout, heard)
+            code = await process.wait()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await _stop(process)
+        raise
+    finally:
+        if process.returncode is None:  # an error of ours, not a cancellation
+            with anyio.CancelScope(shield=True):
+                await _stop(process)
+    told = [line for line in said if line.startswith("stepstone: ")]
+    message = told[-1][len("stepstone: ") :] if told else (said[-1] if said else "")
+    if code == 2:  # refused before a kernel started: nothing changed
+        return _refused(StepstoneError(message))
+    outcome = {0: "done", 130: "interrupted", 143: "interrupted"}.get(code)
+    if outcome is None:
+        failed = any(s["outcome"] == "failed" for s in steps) or " failed" in message
+        outcome = "failed" if failed else "not done"
+    status = None
+    if run_id:
+        try:
+            status = await anyio.to_thread.run_sync(
+                lambda: actions.status(run_id[0], store, home=home)
+            )
+        except StepstoneError:
+            status = None
+    data = {
+        "run": run_id[0] if run_id else None,
+        "notebook": str(notebook),
+        "executed": str(notebook.with_name(f"{notebook.stem}.out.ipynb")),
+        "exit_code": code,
+        "outcome": outcome,
+        "message": message,
+        "steps": steps,
+        "said": said,
+        "status": status,
+    }
+    return _answered(data)
+
+
+async def _lines(stream: Any, heard: Callable[[str], Any]) -> None:
+    """Each line `stream` gives, to `heard`, until it ends."""
+    if stream is None:
+        return
+    pending = b""
+    async for chunk in stream:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            await heard(line.decode(errors="replace").rstrip("\r"))
+    if pending:
+        await heard(pending.decode(errors="replace"))
+
+
+async def _stop(process: Any) -> None:
+    """Stop `stepstone run` as Ctrl-C does and wait for it (it records the interrupted
+    step); killed only if it has not stopped within `STOP_GRACE`."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGINT)
+
+    async def drained(line: str) -> None:
+        return None
+
+    with anyio.move_on_after(STOP_GRACE):
+        async with anyio.create_task_group() as group:
+            group.start_soon(_lines, process.stderr, drained)
+            group.start_soon(_lines, process.stdout, drained)
+            await process.wait()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+
+
+# -- telling subscribers when a run moves ----------------------------------------
+
+
+def _uris(run: str, only: bool) -> list[str]:
+    found = [f"stepstone://runs/{run}/{part}" for part in RESOURCES]
+    return [*found, "stepstone://brief"] if only else found
+
+
+RESOURCES = ("brief", "summary", "status", "cells", "report")
+
+
+def _looks(place: Place) -> dict[str, tuple[Any, ...]]:
+    """What a subscriber's resources depend on, by run: its tip, and its notebook's
+    modification time and size."""
+    from ..store import GitStore
+
+    try:
+        store = GitStore(str(place.repo), create=False)
+    except StepstoneError:
+        return {}
+    found: dict[str, tuple[Any, ...]] = {}
+    notebooks = {p: p.stat() for p in place.folder.glob("*.ipynb")}
+    said = tuple(sorted((p.name, s.st_mtime_ns, s.st_size) for p, s in notebooks.items()))
+    for run in store.refs.runs():
+        found[run] = (store.refs.tip(run), said)
+    return found
+
+
+async def _watch(place: Place, bus: InMemorySubscriptionBus, legacy: dict[Any, set[str]]) -> None:
+    """Publish `resources/updated` for a run's resources whenever its tip moves (a
+    commit, by this server, a notebook's kernel or a command) or a notebook of the
+    folder changes."""
+    seen: dict[str, tuple[Any, ...]] | None = None
+    while True:
+        try:
+            now = await anyio.to_thread.run_sync(_looks, place)
+        except Exception:  # a store being made or moved: look again later
+            now = seen or {}
+        if seen is not None:
+            moved = [run for run in now if now[run] != seen.get(run)]
+            for run in moved:
+                for uri in _uris(run, only=len(now) == 1):
+                    await bus.publish(ResourceUpdated(uri=uri))
+                    for session, uris in list(legacy.items()):
+                        if uri not in uris:
+                            continue
+                        try:
+                            await session.send_resource_updated(uri)
+                        except Exception:  # that client is gone
+                            legacy.pop(session, None)
+        seen = now
+        await anyio.sleep(WATCH_EVERY)
+
+
+def _legacy_subscriptions(server: MCPServer, legacy: dict[Any, set[str]]) -> None:
+    """Serve `resources/subscribe` for clients of the 2025 protocol versions (newer ones
+    use `subscriptions/listen`, which the SDK serves from the same events): a subscribed
+    session is told of every change of a run's resources."""
+    from mcp_types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
+
+    async def subscribe(ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
+        legacy.setdefault(ctx.session, set()).add(str(params.uri))
+        return EmptyResult()
+
+    async def unsubscribe(ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
+        legacy.get(ctx.session, set()).discard(str(params.uri))
+        return EmptyResult()
+
+    lowlevel = server._lowlevel_server
+    lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+    lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
 
 
 def serve(repo: str | None = None) -> None:

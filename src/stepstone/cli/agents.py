@@ -42,7 +42,10 @@ def answer(
     """Close the open unknown UNKNOWN (U1...) with ANSWER. The notebook's `%unknown`
     line that asked it is then not asked again; another answer later needs --revise."""
     done = actions.answer(run_id, repo, unknown_id, text, why, revise=revise, via="cli")
-    _echo(as_json, done, f"run {done['run']}: unknown {done['id']} answered: {text}")
+    said = f"run {done['run']}: unknown {done['id']} answered: {text}"
+    if done["runs_again"]:
+        said += f"; runs again: {', '.join(done['runs_again'])}"
+    _echo(as_json, done, f"{said}\n{done['note']}" if done["note"] else said)
 
 
 @main.command()
@@ -89,6 +92,8 @@ def decide(
         )
     else:
         text = render.decision_text(key, value, why, done["was"], done["runs_again"])
+    if done["note"]:
+        text += f"\n{done['note']}"
     _echo(as_json, done, f"run {done['run']}: {text}")
 
 
@@ -152,9 +157,12 @@ def outputs(
 @repo_option
 @errors_as_exit_codes
 def mcp_command(repo: str | None) -> None:
-    """Serve the agents' tools over MCP on stdin/stdout (status, brief, log, show,
-    outputs, get_output, verify, answer, ask, decide, resolve, rerun, fork, diff): the
-    same JSON as these commands' --json. Add it to an MCP client as the command `stepstone mcp`."""
+    """Serve the agents' tools over MCP on stdin/stdout: every command an agent needs
+    (status, brief, log, show, outputs, get_output, verify, runs, schema, answer, ask,
+    decide, resolve, rerun, fork, diff, run, finish, reopen, report, show_cells,
+    edit_step), with the same JSON as these commands' --json; the brief, summary, cells
+    and report as resources. Add it to an MCP client as the command `stepstone mcp`,
+    started in the notebook's folder."""
     try:
         from ..agent.mcpserver import serve
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import click
 from ..errors import NothingToRepair, StoreError
 from ..notebook import notebook_plan
 from ..present import render
-from ..run import holding, open_run, problems_at
+from ..run import holding, problems_at
 from ..settings import AUTOPUSH_KEY
 from ..store import DEFAULT_STORE, GitStore, holder_identity
 from .common import (
@@ -115,27 +114,9 @@ def log(
 @errors_as_exit_codes
 def runs(repo: str | None, as_json: bool) -> None:
     """The runs in the store."""
+    from ..agent import actions
 
-    store = GitStore(repo, create=False)
-    rows = []
-    for name in store.refs.runs():
-        reader = open_run(name, repo=repo, drive=False, create=False)
-        table = reader.records.table
-        confirmed = sum(1 for step in reader.steps.names if table.status_of(step) == "confirmed")
-        last = next(store.history(name), None)
-        rows.append(
-            {
-                "run": name,
-                "state": "finished" if reader.info.finished else "active",
-                "steps": len(reader.steps),
-                "confirmed": confirmed,
-                "last_activity": (
-                    datetime.fromtimestamp(last.time, timezone.utc).isoformat(timespec="seconds")
-                    if last is not None
-                    else reader.info.updated
-                ),
-            }
-        )
+    rows = actions.runs(repo)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     elif not rows:
@@ -148,25 +129,33 @@ def runs(repo: str | None, as_json: bool) -> None:
 @run_option
 @repo_option
 @click.option("--force", is_flag=True, help="Finish although steps, unknowns or effects are open.")
+@json_option
 @errors_as_exit_codes
-def finish(run_id: str | None, repo: str | None, force: bool) -> None:
-    """Write the run's summary from its records and archive it (tag stepstone/<run>)."""
-    with open_driver(run_id, repo) as run:
-        if not force:
-            notebook_plan.refuse_to_leave_out(run)
-        click.echo(run.finish(force=force), nl=False)
+def finish(run_id: str | None, repo: str | None, force: bool, as_json: bool) -> None:
+    """Write the run's summary from its records (RUN.summary.md in its work folder, and
+    summary.md in the store) and archive it (tag stepstone/<run>)."""
+    from ..agent import actions
+
+    done = actions.finish(run_id, repo, force=force, via="cli")
+    if as_json:
+        click.echo(json.dumps(done, indent=2))
+        return
+    click.echo(done["summary"], nl=False)
+    click.echo(f"stepstone: summary written to {done['file']}; tagged {done['tag']}", err=True)
 
 
 @main.command()
 @run_option
 @repo_option
 @click.option("--why", required=True, help="Why the finished run changes again.")
+@json_option
 @errors_as_exit_codes
-def reopen(run_id: str | None, repo: str | None, why: str) -> None:
+def reopen(run_id: str | None, repo: str | None, why: str, as_json: bool) -> None:
     """Reopen a finished run so that it can change again (the reason is recorded)."""
-    with open_driver(run_id, repo) as run:
-        run.reopen(why)
-    click.echo(f"run {run.id} reopened: {why}")
+    from ..agent import actions
+
+    done = actions.reopen(run_id, repo, why, via="cli")
+    click.echo(json.dumps(done, indent=2) if as_json else f"run {done['run']} reopened: {why}")
 
 
 @main.command()
@@ -264,12 +253,12 @@ def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) ->
 
 @main.command()
 def schema() -> None:
-    """The JSON Schema of every file in a run and of `status --json`, generated from the
-    models."""
-    from ..model.models import json_schemas
-    from ..model.shapes import schemas
+    """The JSON Schema of every file in a run and of every command's --json output
+    (`status --json`...; the MCP server's tools return the same shapes), generated from
+    the models."""
+    from ..agent import actions
 
-    click.echo(json.dumps({**json_schemas(), **schemas()}, indent=2))
+    click.echo(json.dumps(actions.schema(), indent=2))
 
 
 @main.command()

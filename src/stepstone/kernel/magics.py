@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -136,7 +137,12 @@ class StepstoneMagics(Magics):
             self.session.run = None
         steal = args.steal or settings.steal
         run = open_run(
-            run_id, repo=args.repo, workdir=Path.cwd(), steal=steal, diverge=args.diverge
+            run_id,
+            repo=args.repo,
+            workdir=Path.cwd(),
+            steal=steal,
+            diverge=args.diverge,
+            settings=replace(settings, origin=settings.origin or "notebook"),
         )
         note_opened(settings.opened_note, run.id, run.store.path)
         given = settings.parameters

@@ -24,6 +24,7 @@ UNKNOWN = "Stepstone-Unknown"
 WHY = "Stepstone-Why"
 FROM = "Stepstone-From"
 VIA = "Stepstone-Via"
+COMMANDS = ("cli", "mcp")  # the Stepstone-Via of a command's one change (not a driver's)
 LEASE_EPOCH = "Stepstone-Lease-Epoch"  # the lease a commit was made under (a fencing token)
 
 
@@ -115,7 +116,8 @@ def run_commit(
     epoch: int | None = None,
 ) -> CommitMessage:
     """The message of a commit to `run` by `holder` (reaching it `via` the command line
-    or the MCP server, under lease `epoch` of its remote), `seq` its sequence number."""
+    or the MCP server, or as a driver started `via` one of them, a notebook...; under
+    lease `epoch` of its remote), `seq` its sequence number."""
     end = (
         (SEQ, str(seq)),
         (HOLDER, holder),

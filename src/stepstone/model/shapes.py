@@ -1,11 +1,13 @@
-"""The documented shape of `stepstone status --json`, as models: `stepstone schema`
-prints their JSON Schema, and the tests check real output against them."""
+"""The documented shapes of every command's `--json` output and of every MCP tool's
+result, as models: `stepstone schema` prints their JSON Schema, the MCP server declares
+each tool's `outputSchema` from them (and validates its `structuredContent` against
+them), and the tests check real output against them."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter
 
 
 class _Shape(BaseModel):
@@ -95,6 +97,466 @@ class StatusShape(_Shape):
     steps: list[StepShape]
 
 
+class VerifyShape(_Shape):
+    """`stepstone verify --json`: every recorded step's evidence checked again now."""
+
+    run: str
+    ok: bool = Field(description="no step is stale or failed")
+    steps: list[StepShape]
+
+
+class CommandShape(_Shape):
+    """A command for a shell: its words, the folder to run it in, one quoted line."""
+
+    argv: list[str]
+    cwd: str
+    shell: str
+
+
+class ToolCallShape(_Shape):
+    """An MCP tool call: the tool and the arguments the server knows (an answer, or
+    whether an effect happened, is the caller's to add)."""
+
+    tool: str
+    arguments: dict[str, Any]
+
+
+class DoneStepShape(_Shape):
+    number: int
+    name: str
+    evidence: str
+
+
+class NotDoneStepShape(_Shape):
+    number: int
+    name: str
+    state: Literal["stale", "failed", "pending"]
+    reason: str
+
+
+class OpenUnknownShape(_Shape):
+    id: str
+    question: str
+
+
+class AnsweredUnknownShape(_Shape):
+    id: str
+    question: str
+    answer: str | None
+
+
+class BriefShape(_Shape):
+    """`stepstone brief --json`: what a fresh agent needs to go on."""
+
+    run: str
+    goal: str
+    store: str
+    workdir: str
+    done: list[DoneStepShape]
+    not_done: list[NotDoneStepShape]
+    decisions: list[DecisionShape]
+    open_unknowns: list[OpenUnknownShape]
+    answered_unknowns: list[AnsweredUnknownShape]
+    unresolved_effects: list[EffectShape]
+    next_action: str
+    command: str | None = Field(description="the shell line that goes on (next_command.shell)")
+    next_command: CommandShape | None = Field(
+        description="the command that goes on; null: only the run's own code can, or it is finished"
+    )
+    next_tool: ToolCallShape | None = Field(
+        description="the MCP tool call that goes on; null: nothing is left, or only the "
+        "run's own Python code can go on"
+    )
+    notes: list[str]
+
+
+class LogEntryShape(_Shape):
+    """One commit of a run, read from its trailers (`stepstone log --json`)."""
+
+    commit: str
+    time: str
+    subject: str
+    status: str
+    step: str = Field(description="`N name`, or empty for a commit about no step")
+    evidence: list[str]
+    via: str = Field(
+        description="how it came: cli, mcp (a command's one change); cli run, mcp run, "
+        "python run, notebook (a driver); empty: the Python API"
+    )
+
+
+class RecordedEvidenceShape(_Shape):
+    check: str
+    kind: str
+    value: str | int | bool | None
+    detail: str
+
+
+class OutputShape(_Shape):
+    """A saved value described without loading code (`stepstone outputs --json`)."""
+
+    name: str
+    format: str
+    size: int
+    sha256: str
+    file: str = Field(description="the file `get` writes by default")
+    get: str = Field(description="how to write it out: a command, or the MCP tool call")
+    load: str = Field(description="how to load the written file in Python")
+    type: str
+    shape: list[int] | None = None
+    dtype: str | None = None
+    columns: list[str] | None = None
+    value: Any = Field(default=None, description="a small value, as it is")
+    loaded: bool | None = None
+
+
+class RecordSummaryShape(_Shape):
+    status: Literal["confirmed", "failed"]
+    attempt: int
+    started: str
+    finished: str
+    error: str | None
+    holder: str
+    rerun: str | None
+
+
+class CommitShape(_Shape):
+    id: str
+    time: int
+    subject: str
+
+
+class StepEffectShape(_Shape):
+    key: str
+    name: str
+    state: Literal["planned", "submitted", "confirmed", "unresolved"]
+    receipt: Any
+
+
+class ShowShape(_Shape):
+    """`stepstone show STEP --json`: one step, everything recorded about it."""
+
+    run: str
+    step: str
+    number: int
+    state: Literal["verified", "stale", "failed", "pending"]
+    reason: str
+    record: RecordSummaryShape | None
+    evidence: list[RecordedEvidenceShape] = []
+    inputs: dict[str, str | None] | None = None
+    reads: list[str] = []
+    binds: list[str] = []
+    outputs: list[OutputShape]
+    unsaved: dict[str, str] = {}
+    kept: dict[str, str] = {}
+    commit: CommitShape | None
+    effects: list[StepEffectShape]
+
+
+class GotOutputShape(_Shape):
+    """`stepstone outputs STEP --get NAME --json`: where a saved value was written."""
+
+    run: str
+    step: str
+    name: str
+    file: str
+    format: str
+    size: int
+
+
+class UnknownRecordShape(_Shape):
+    """An unknown as recorded (`stepstone ask --json`)."""
+
+    run: str
+    id: str
+    question: str
+    state: Literal["open", "resolved"]
+    asked: str
+    answer: str | None
+    resolved: str | None
+    why: str | None
+
+
+class AnswerShape(UnknownRecordShape):
+    """`stepstone answer --json`: the answered unknown and what it reaches."""
+
+    runs_again: list[str] = Field(
+        description="the steps that read the answer (stepstone.answer, --uses) and run again "
+        "at the next run, in plan order"
+    )
+    note: str | None = Field(description="when no step reads it: how a step reads it")
+
+
+class DecideShape(_Shape):
+    """`stepstone decide --json`: the decision made (or, with --dry-run, what it would do)."""
+
+    run: str
+    key: str
+    value: str
+    why: str | None = None
+    time: str | None = None
+    revised_from: str | None = None
+    by: str | None = None
+    over: str | None = None
+    was: str | None = Field(description="the value before (null: not decided)")
+    runs_again: list[str] = Field(description="the steps that read it and run again")
+    new_reason: str | None = Field(default=None, description="--dry-run: the reason it records")
+    note: str | None = Field(description="when no step reads it: how a step reads it")
+
+
+class ResolutionShape(_Shape):
+    happened: bool
+    by: str
+    time: str
+    why: str
+
+
+class ResolvedEffectShape(_Shape):
+    """`stepstone resolve --json`: the effect's record, settled."""
+
+    run: str
+    key: str
+    step: str
+    name: str
+    state: Literal["planned", "submitted", "confirmed", "unresolved"]
+    receiver: Literal["keyed", "lookup", "blind"]
+    payload_sha256: str | None
+    intent: str
+    retention: float | None
+    attempts: int
+    error: str | None
+    receipt: Any
+    confirmed: str | None
+    resolution: ResolutionShape | None
+
+
+class RerunShape(_Shape):
+    """`stepstone rerun --json`: the steps marked to run again."""
+
+    run: str
+    step: str
+    why: str
+    marked: list[str]
+
+
+class LeftBehindShape(_Shape):
+    decisions: list[str]
+    unknowns: list[str]
+
+
+class AnewShape(_Shape):
+    step: str
+    name: str
+    state: Literal["planned", "submitted", "confirmed", "unresolved"]
+
+
+class ForkShape(_Shape):
+    """`stepstone fork --json`: the new run and what it did not take along."""
+
+    run: str
+    from_: str = Field(alias="from")
+    at: str
+    commit: str
+    steps: list[str]
+    left_behind: LeftBehindShape
+    anew: list[AnewShape] = Field(description="effects the original performed after the fork")
+    notebook: str
+
+
+class SideShape(_Shape):
+    status: Literal["confirmed", "failed"]
+    attempt: int
+    evidence: dict[str, Any]
+    outputs: dict[str, str]
+    error: str | None
+
+
+class StepDiffShape(_Shape):
+    step: str
+    a: SideShape | None
+    b: SideShape | None
+    differs: list[str]
+
+
+class ValueDiffShape(_Shape):
+    key: str
+    a: str
+    b: str
+
+
+class AnswerDiffShape(_Shape):
+    question: str
+    a: str
+    b: str
+
+
+class DiffShape(_Shape):
+    """`stepstone diff A B --json`: what two runs recorded differently."""
+
+    a: str
+    b: str
+    same: bool
+    steps: list[StepDiffShape]
+    decisions: list[ValueDiffShape]
+    unknowns: list[AnswerDiffShape]
+
+
+class RunRowShape(_Shape):
+    """One run of the store (`stepstone runs --json`)."""
+
+    run: str
+    state: Literal["active", "finished"]
+    steps: int
+    confirmed: int
+    last_activity: str | None
+
+
+class FinishShape(_Shape):
+    """`stepstone finish --json`: the finished run and its summary."""
+
+    run: str
+    finished: str | None
+    file: str = Field(description="where the summary was written: <run>.summary.md")
+    tag: str
+    summary: str = Field(description="the summary, Markdown (summary.md in the store too)")
+
+
+class ReopenShape(_Shape):
+    """`stepstone reopen --json`."""
+
+    run: str
+    reopened: bool = Field(description="false: it was not finished")
+    why: str
+
+
+class CellShape(_Shape):
+    index: int = Field(description="the cell's number in the notebook, from 1")
+    id: str | None
+    type: Literal["code", "markdown", "raw"]
+    step: str | None = Field(description="the step it is; null: a plain cell")
+    source: str
+    state: Literal["verified", "stale", "failed", "pending"] | None
+    reason: str
+
+
+class CellsShape(_Shape):
+    """The MCP tool `show_cells`: the notebook's cells and their steps' states."""
+
+    run: str | None
+    notebook: str
+    cells: list[CellShape]
+
+
+class EditShape(_Shape):
+    """The MCP tool `edit_step`: what the edit did and what the next run runs again."""
+
+    run: str | None
+    notebook: str
+    action: Literal["replaced", "inserted", "unchanged"]
+    step: str
+    index: int = Field(description="the edited or inserted cell's number, from 1")
+    changes: list[str] = Field(description="how the notebook differs from the run's plan now")
+    runs_again: list[str] = Field(description="the steps the next run runs (or runs again)")
+
+
+class StepOutcomeShape(_Shape):
+    number: int
+    of: int
+    name: str
+    outcome: Literal["done", "skipped", "failed"]
+
+
+class RanShape(_Shape):
+    """The MCP tool `run`: what `stepstone run` did, and the run's status after it."""
+
+    run: str | None
+    notebook: str
+    executed: str = Field(description="the executed notebook (NAME.out.ipynb)")
+    exit_code: int = Field(description="stepstone run's: 0 done, 1 not done, 130 interrupted")
+    outcome: Literal["done", "not done", "failed", "interrupted"]
+    message: str
+    steps: list[StepOutcomeShape] = Field(description="each step's outcome, in the order met")
+    said: list[str] = Field(description="every line stepstone run printed")
+    status: StatusShape | None
+
+
+class ReportShape(_Shape):
+    """The MCP tool `report`: the HTML page, as a resource to read."""
+
+    run: str
+    uri: str
+    mime_type: str
+    size: int
+
+
+class Schemas(RootModel[dict[str, dict[str, Any]]]):
+    """`stepstone schema`: a JSON Schema by record file and by command output."""
+
+
+def listed(item: type[BaseModel]) -> Any:
+    """The MCP result of a tool that returns a list: `{"result": [...]}`."""
+    from pydantic import create_model
+
+    return create_model(f"{item.__name__}List", result=(list[item], ...))  # type: ignore[valid-type]
+
+
+LogShape = listed(LogEntryShape)
+OutputsShape = listed(OutputShape)
+RunsShape = listed(RunRowShape)
+
+COMMANDS: dict[str, Any] = {
+    "status --json": StatusShape,
+    "brief --json": BriefShape,
+    "log --json": list[LogEntryShape],
+    "show --json": ShowShape,
+    "outputs --json": list[OutputShape],
+    "outputs --get --json": GotOutputShape,
+    "verify --json": VerifyShape,
+    "runs --json": list[RunRowShape],
+    "answer --json": AnswerShape,
+    "ask --json": UnknownRecordShape,
+    "decide --json": DecideShape,
+    "resolve --json": ResolvedEffectShape,
+    "rerun --json": RerunShape,
+    "fork --json": ForkShape,
+    "diff --json": DiffShape,
+    "finish --json": FinishShape,
+    "reopen --json": ReopenShape,
+}
+"""Each command's `--json` output, by the command."""
+
+TOOLS: dict[str, Any] = {
+    "status": StatusShape,
+    "brief": BriefShape,
+    "log": LogShape,
+    "show": ShowShape,
+    "outputs": OutputsShape,
+    "get_output": GotOutputShape,
+    "verify": VerifyShape,
+    "runs": RunsShape,
+    "schema": Schemas,
+    "answer": AnswerShape,
+    "ask": UnknownRecordShape,
+    "decide": DecideShape,
+    "resolve": ResolvedEffectShape,
+    "rerun": RerunShape,
+    "fork": ForkShape,
+    "diff": DiffShape,
+    "finish": FinishShape,
+    "reopen": ReopenShape,
+    "run": RanShape,
+    "report": ReportShape,
+    "show_cells": CellsShape,
+    "edit_step": EditShape,
+}
+"""Each MCP tool's result (`structuredContent`): a command's shape, a list wrapped as
+`{"result": [...]}`; `run`, `report`, `show_cells` and `edit_step` are the server's own."""
+
+
 def schemas() -> dict[str, Any]:
-    """The JSON Schema of each documented command output, by the command."""
-    return {"status --json": StatusShape.model_json_schema()}
+    """The JSON Schema of each documented output: by the command (`status --json`), and
+    of the MCP tools that no command has (`mcp run`...)."""
+    found = {name: TypeAdapter(shape).json_schema() for name, shape in COMMANDS.items()}
+    for tool in ("run", "report", "show_cells", "edit_step"):
+        found[f"mcp {tool}"] = TypeAdapter(TOOLS[tool]).json_schema()
+    return found

@@ -46,6 +46,7 @@ class Request:
     kernel: str | None = None
     log_output: bool = False
     progress: bool = True
+    via: str = "cli run"  # its commits' Stepstone-Via, unless STEPSTONE_VIA says another
 
 
 @dataclass
@@ -135,6 +136,7 @@ def run_notebook(request: Request, say: Callable[[str], None]) -> Ran:
         kernel=request.kernel,
         start_timeout=request.start_timeout,
         log_output=say if request.log_output else None,
+        via=settings.origin or request.via,
     )
     status = None
     if outcome.opened is not None and outcome.ok:
@@ -213,6 +215,7 @@ def execute_notebook(
         kernel=kernel_name,
         log_output=log_output,
         progress=progress_bar and not log_output,
+        via="python run",
         **extra,
     )
     with nbrun.interrupts_raised():

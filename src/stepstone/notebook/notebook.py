@@ -40,6 +40,7 @@ from ..settings import (
     RUN_ENV,
     STEAL_ENV,
     STORE_ENV,
+    VIA_ENV,
     child_environment,
 )
 from ..store import DEFAULT_STORE, GitStore
@@ -390,6 +391,7 @@ def execute(
     kernel: str | None = None,
     start_timeout: int = 60,
     log_output: Callable[[str], None] | None = None,
+    via: str | None = None,
 ) -> NotebookOutcome:
     """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`.
 
@@ -399,7 +401,8 @@ def execute(
     cell, after `%load_ext stepstone` and `%resume` when the notebook has none, and the
     executed notebook keeps the cells as they were written. The kernel runs in `cwd`
     (default: the notebook's folder). A cell that raised is marked as papermill marks it
-    (`failures`); `log_output` gets each cell's text output as it ends.
+    (`failures`); `log_output` gets each cell's text output as it ends. The kernel's
+    commits say `Stepstone-Via: via` (`cli run`...).
     """
     import nbformat
     from nbclient import NotebookClient
@@ -475,6 +478,8 @@ def execute(
             PARAMETERS_ENV: canonical(identity),
         }
     )
+    if via:
+        env[VIA_ENV] = via
     if steal:
         env[STEAL_ENV] = steal
     if diverge:

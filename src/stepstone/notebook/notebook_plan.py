@@ -140,11 +140,36 @@ def step_cells(nb: Any, *, cells: bool = False) -> list[tuple[int, tuple[str, st
     return found
 
 
+_READ: dict[tuple[Any, ...], list[PlannedStep]] = {}  # plans read unvalidated, by file stat
+_KEPT = 8
+
+
 def plan_from_notebook(
     path: Path, *, validate: bool = True, cells: bool = False
 ) -> list[PlannedStep]:
     """The `%%step` cells of a notebook (with `cells`, every code cell but the plain ones
-    `cellargs.cell_step` names), in order, as plan steps."""
+    `cellargs.cell_step` names), in order, as plan steps. Read without `validate`, the
+    plan of a file whose stat (inode, size, modification and change times) is the one it
+    had when last read is not read again (a long-lived server reads it at every call)."""
+    stamp: tuple[Any, ...] | None = None
+    if not validate:
+        try:
+            st = path.stat()
+            stamp = (str(path.absolute()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            stamp += (cells,)
+        except OSError:
+            stamp = None
+        if stamp is not None and stamp in _READ:
+            return list(_READ[stamp])
+    steps = _plan_of(path, validate=validate, cells=cells)
+    if stamp is not None:
+        if len(_READ) >= _KEPT:
+            _READ.pop(next(iter(_READ)))
+        _READ[stamp] = steps
+    return list(steps)
+
+
+def _plan_of(path: Path, *, validate: bool, cells: bool) -> list[PlannedStep]:
     nb = read_notebook(path, validate=validate)
     steps: list[PlannedStep] = []
     seen: dict[str, int] = {}
@@ -275,8 +300,10 @@ def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
     after = False
     marked = []
     for step in status.steps:
-        if step.name in edited and step.state == "verified":
-            step = step._replace(state="stale", reason=edited[step.name][1])
+        if step.name in edited and step.state in ("verified", "stale"):
+            cause = edited[step.name][1]  # beside the causes it has already
+            reason = f"{cause}; {step.reason}" if step.state == "stale" else cause
+            step = step._replace(state="stale", reason=reason)
         elif after and step.state == "verified" and not run.settings.follow_inputs:
             step = step._replace(state="stale", reason=runs_after(first or ""))
         after = after or step.name == first

@@ -63,6 +63,26 @@ def command(status: RunStatus, where: Context) -> Command | None:
     return None
 
 
+def next_tool(status: RunStatus, where: Context) -> dict[str, Any] | None:
+    """The MCP tool call that continues the run, as `{"tool": NAME, "arguments": {...}}`
+    (the arguments the server cannot know, an answer or whether an effect happened,
+    are left to the caller), or None when nothing is left to do or only the run's own
+    Python code can go on (what `command` is for a shell)."""
+    run = {"run": status.run}
+    drives = bool(where.notebook)  # the `run` tool runs notebooks only
+    if status.finished:
+        return None
+    if status.unresolved_effects:
+        return {"tool": "resolve", "arguments": {"key": status.unresolved_effects[0]["key"], **run}}
+    if status.next_step is not None or status.added_cells or not status.steps:
+        return {"tool": "run", "arguments": run} if drives else None
+    if status.open_unknowns:
+        return {"tool": "answer", "arguments": {"unknown": status.open_unknowns[0].id, **run}}
+    if status.plan_mode == "incremental" and drives:
+        return {"tool": "run", "arguments": run}
+    return {"tool": "finish", "arguments": run}
+
+
 def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
     """The brief's content as data (`stepstone brief --json`)."""
     found = command(status, where)
@@ -83,6 +103,11 @@ def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
         ],
         "decisions": [{"key": d.key, "value": d.value, "why": d.why} for d in status.decisions],
         "open_unknowns": [{"id": u.id, "question": u.question} for u in status.open_unknowns],
+        "answered_unknowns": [
+            {"id": u.id, "question": u.question, "answer": u.answer}
+            for u in status.unknowns
+            if u.state == "resolved"
+        ],
         "unresolved_effects": list(status.unresolved_effects),
         "next_action": status.next_action,
         "command": found.shell if found is not None else None,
@@ -91,5 +116,6 @@ def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
             if found is not None
             else None
         ),
+        "next_tool": next_tool(status, where),
         "notes": list(status.notes),
     }

@@ -96,9 +96,10 @@ def shown_effects(status: RunStatus, *, every: bool = False) -> tuple[list[dict[
 
 
 def footer_lines(status: RunStatus, *, every: bool = False) -> list[str]:
-    """Decisions, open unknowns, effects, notes and the next action, a line each."""
+    """Decisions, unknowns (open, and answered with their answer), effects, notes and
+    the next action, a line each."""
     lines = [f"  decided {d.key}={d.value}  ({d.why})" for d in status.decisions]
-    lines += [f"  unknown {u.id}: {u.question}" for u in status.open_unknowns]
+    lines += [f"  {answered(u)}" for u in status.unknowns]
     lines += [f"  step {step} rests on open unknown {u}" for step, u in status.resting]
     effects, rest = shown_effects(status, every=every)
     lines += [
@@ -111,6 +112,14 @@ def footer_lines(status: RunStatus, *, every: bool = False) -> list[str]:
     lines += [f"  note: {note}" for note in status.notes]
     lines.append(f"next: {status.next_action}")
     return lines
+
+
+def answered(item: Unknown) -> str:
+    """An unknown in one line: `unknown U1: QUESTION` while open, `answered U1: QUESTION
+    → ANSWER` once answered."""
+    if item.state == "resolved":
+        return f"answered {item.id}: {item.question} → {item.answer}"
+    return f"unknown {item.id}: {item.question}"
 
 
 def _doubt(effect: Mapping[str, Any]) -> str:
@@ -160,9 +169,7 @@ def status_html(status: RunStatus) -> str:
             f"<li>decided <code>{escape(d.key)}={escape(d.value)}</code>: {escape(d.why)}</li>"
             for d in status.decisions
         )
-        + "".join(
-            f"<li>unknown {escape(u.id)}: {escape(u.question)}</li>" for u in status.open_unknowns
-        )
+        + "".join(f"<li>{escape(answered(u))}</li>" for u in status.unknowns)
         + "".join(
             f"<li>effect <code>{escape(e['key'])}</code>: {escape(e['state'])}</li>"
             for e in effects
@@ -256,7 +263,14 @@ def _ranges(steps: list[StepStatus]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
-def _command_text(status: RunStatus, where: Context) -> str:
+def _command_text(status: RunStatus, where: Context, *, tools: bool = False) -> str:
+    if tools:  # for an agent with the MCP server's tools
+        if status.finished:
+            return "The run is finished: the tool `reopen(why=...)` opens it again."
+        call = briefing.next_tool(status, where)
+        if call is not None:
+            given = ", ".join(f"{k}={v!r}" for k, v in call["arguments"].items())
+            return f"Next tool: `{call['tool']}({given})`."
     found = briefing.command(status, where)
     if status.finished:
         return "The run is finished: `stepstone reopen --why REASON` opens it again."
@@ -268,8 +282,9 @@ def _command_text(status: RunStatus, where: Context) -> str:
     return f"In `{found.cwd}`:\n\n    {shlex.join(found.argv)}"
 
 
-def brief(status: RunStatus, where: Context) -> str:
-    """The hand-off brief as Markdown: short enough to paste into a prompt."""
+def brief(status: RunStatus, where: Context, *, tools: bool = False) -> str:
+    """The hand-off brief as Markdown: short enough to paste into a prompt. With
+    `tools`, it ends with the MCP tool call that goes on, not the shell command."""
     goal, notebook, store = where.goal, where.notebook, where.store
     done = [s for s in status.steps if s.state == "verified"]
     pending = [s for s in status.steps if s.state == "pending"]
@@ -302,6 +317,10 @@ def brief(status: RunStatus, where: Context) -> str:
     if status.open_unknowns:
         lines += ["", "## Open unknowns (not settled)"]
         lines += [f"- {u.id}: {u.question}" for u in status.open_unknowns]
+    settled = [u for u in status.unknowns if u.state == "resolved"]
+    if settled:
+        lines += ["", "## Answered unknowns (settled)"]
+        lines += [f"- {u.id}: {u.question} → **{u.answer}**" for u in settled]
     if status.resting:
         lines += ["", "## Results resting on open unknowns (they run again once answered)"]
         lines += [f"- step {step} rests on {u}" for step, u in status.resting]
@@ -323,7 +342,13 @@ def brief(status: RunStatus, where: Context) -> str:
         ]
     if status.notes:
         lines += ["", "## Notes"] + [f"- {n}" for n in status.notes]
-    lines += ["", "## Next", f"{status.next_action}.", "", _command_text(status, where)]
+    lines += [
+        "",
+        "## Next",
+        f"{status.next_action}.",
+        "",
+        _command_text(status, where, tools=tools),
+    ]
     return "\n".join(lines) + "\n"
 
 

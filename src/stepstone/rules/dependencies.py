@@ -376,42 +376,49 @@ def changed_input(
     kept: Callable[[str, str | None], bool] = lambda path, seen: False,
     written: Callable[[str], bool] = lambda path: False,
 ) -> str | None:
-    """Why a step's recorded inputs no longer hold, or None. `decision(key)` is a
+    """Why a step's recorded inputs no longer hold (every input that changed, in the
+    order recorded, `; `-separated; a file once), or None. `decision(key)` is a
     decision's value now; `upstream(name, seen)` the state now and the record of the
     step once named `name` that made `seen`; `kept(path, seen)` whether a missing file
     is kept in the store as it was seen; `written(path)` whether the code of a step
     after it writes a file it read (traced): a change to it is that step's."""
+    causes: list[str] = []
+    named: set[str] = set()  # the files a cause names already (declared, then traced)
     for key, seen in inputs.items():
         if key.startswith(DECISION):
             name = key[len(DECISION) :]
             now = decision(name)
             if now != seen:
-                return f"decision {name} changed {seen} → {now} since it was read"
+                causes.append(f"decision {name} changed {seen} → {now} since it was read")
         elif key.startswith(UNKNOWN):
             name = key[len(UNKNOWN) :]
             now = answer(name)
             if now != seen:
-                return f"unknown {name}, which it rests on, was answered since it ran: {now}"
+                causes.append(
+                    f"unknown {name}, which it rests on, was answered since it ran: {now}"
+                )
         elif key.startswith(FILE):
             path = key[len(FILE) :]
             now = file_digest(workdir / path)
-            if now != seen and not (now is None and kept(path, seen)):
-                return f"its input {path} changed since it ran"
+            if now != seen and not (now is None and kept(path, seen)) and path not in named:
+                causes.append(f"its input {path} changed since it ran")
+                named.add(path)
         elif key.startswith((READ, WROTE)):
             path = key.partition(":")[2]
             now = file_digest(workdir / path)
-            if now != seen and not written(path):
+            if now != seen and not written(path) and path not in named:
+                named.add(path)
                 gone = "is gone" if now is None else "changed"
                 verb = "read" if key.startswith(READ) else "wrote"
-                return f"the file {path} it {verb} {gone} since it ran"
+                causes.append(f"the file {path} it {verb} {gone} since it ran")
         elif key.startswith(STEP):
             name = key[len(STEP) :]
             state, record = upstream(name, seen)
             if state != "verified" or record is None:
-                return f"it uses what step {name} made, and step {name} is {state}"
-            if fingerprint(record) != seen:
-                return f"step {name}, whose results it uses, ran again with other results"
-    return None
+                causes.append(f"it uses what step {name} made, and step {name} is {state}")
+            elif fingerprint(record) != seen:
+                causes.append(f"step {name}, whose results it uses, ran again with other results")
+    return "; ".join(causes) or None
 
 
 def readers(records: Iterable[StepRecord], key: str) -> list[str]:

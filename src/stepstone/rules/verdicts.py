@@ -8,7 +8,9 @@ stale. With `stepstone.followInputs` on, a cell that follows its recorded inputs
 (`dependencies.following`) is the exception: only a change to those inputs makes
 it stale, and it stays verified when an earlier step it does not read is redone.
 Steps with nothing to re-check (only "completed" evidence) are decided from the
-index alone, the leading run of them in one pass.
+index alone, the leading run of them in one pass. A stale step's reason names every
+cause: each of its own (evidence that fails, an edit, an input that changed) and the
+earlier step it runs again after.
 """
 
 from __future__ import annotations
@@ -196,10 +198,19 @@ def step_states(
             elif name in follows:  # its recorded inputs say what it depends on
                 problem = recheck(number, results)
                 state, reason = ("stale", problem) if problem else ("verified", "")
-            elif blocked is not None:
-                state, reason = "stale", runs_after(blocked)
-            elif seq < latest_pred_seq:
-                state, reason = "stale", "an earlier step was redone after it"
+            elif blocked is not None or seq < latest_pred_seq:
+                # it runs again after an earlier step; its own causes are named too
+                own = None
+                if world or plan_changed(planned_checks, planned_source, recorded_checks, source):
+                    own = recheck(number, results)
+                chain = (
+                    runs_after(blocked)
+                    if blocked is not None
+                    else "an earlier step was redone after it"
+                )
+                if own and blocked is not None and f"step {blocked} is " in own:
+                    chain = ""  # its own causes say so already
+                state, reason = "stale", "; ".join(c for c in (own, chain) if c)
             elif (
                 not world
                 and plan_changed(planned_checks, planned_source, recorded_checks, source) is None

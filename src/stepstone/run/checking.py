@@ -54,25 +54,26 @@ class Checker:
         run_commands: bool = True,
         state_of: Callable[[str], str] | None = None,
     ) -> str | None:
-        """Why `record` no longer stands for `planned`, or None when it verifies.
-        `state_of(name)` is an earlier step's state now (default: the verdicts')."""
+        """Why `record` no longer stands for `planned` (every cause, `; `-separated), or
+        None when it verifies. `state_of(name)` is an earlier step's state now (default:
+        the verdicts')."""
+        causes: list[str] = []
         changed = plan_changed(
             planned.checks, planned.source_hash, record.checks, record.source_hash
         )
         if changed is not None:
-            return changed
+            causes.append(changed)
         if record.rerun is not None:
-            return f"asked to run again: {record.rerun}"
+            causes.append(f"asked to run again: {record.rerun}")
         recorded = record.inputs or {}
         if any(d not in recorded for d in planned.inputs if d.startswith(("file:", "unknown:"))):
-            return "its declared inputs changed since it ran"
+            causes.append("its declared inputs changed since it ran")
         withheld = [var for var, art in record.outputs.items() if not self.may_load(art)]
-        for var in withheld:
-            if var in (*planned.outputs, RETURN):
-                return self.untrusted(var)
-        if withheld:
+        causes += [self.untrusted(var) for var in withheld if var in (*planned.outputs, RETURN)]
+        if withheld and not causes:
             self.withheld[planned.name] = withheld
         scope = namespace  # only `expr:` checks read it, and they read a copy
+        unloaded = False
         if any(ev.kind == "expr" for ev in record.evidence):
             read = checks.names_read(ev.check for ev in record.evidence)
             if read is not None and "result" in read:
@@ -80,8 +81,11 @@ class Checker:
             try:
                 scope = check_scope(namespace, self.load_outputs(record, only=read))
             except StepstoneError as exc:
-                return str(exc)
+                causes.append(str(exc))
+                unloaded = True  # its expr: checks cannot be evaluated without them
         for ev in record.evidence:
+            if unloaded and ev.kind == "expr":
+                continue
             verdict = checks.verify(
                 ev,
                 workdir=self.workdir,
@@ -92,11 +96,11 @@ class Checker:
             if not verdict.checkable:
                 self._not_rerun.append(f"{planned.name} ({ev.check})")
             if not verdict.ok and not self._put_back_on_resume(ev, record):
-                return verdict.reason
+                causes.append(verdict.reason)
         if record.inputs:
             state_now = state_of or self.verdicts.state
             records = self.state.records
-            return dependencies.changed_input(
+            changed_input = dependencies.changed_input(
                 record.inputs,
                 decision=self._decision,
                 answer=lambda key: u.answer if (u := self.state.unknowns.get(key)) else None,
@@ -111,7 +115,9 @@ class Checker:
                 ),
                 written=lambda path: written_after(self.state, path, planned.number),
             )
-        return None
+            if changed_input is not None:
+                causes.append(changed_input)
+        return "; ".join(dict.fromkeys(causes)) or None
 
     def _decision(self, key: str) -> str | None:
         decision = self.state.decisions.get(key)

@@ -25,6 +25,7 @@ from ..rules.status import RunStatus
 from ..rules.verdicts import Verdicts
 from ..settings import Settings
 from ..store import GitStore, holder_identity
+from ..store.atomic import write_atomic
 from . import active, copies, finishing, keeping, questions, rerunning
 from .checking import RETURN, Checker
 from .copies import run_lock
@@ -54,6 +55,7 @@ class Run(RunView):
         at: str | None = None,
         settings: Settings | None = None,
         diverge: bool = False,
+        home: Path | None = None,
     ) -> None:
         self.store = store
         self.id = names.run_id(run_id)
@@ -78,7 +80,7 @@ class Run(RunView):
             if drive:
                 self.notes += [] if diverge else copies.take_turns(store, self.id, lock)
                 self._link.join(steal)
-            self._open(workdir, drive=drive, create=create, cached=cached, at=at)
+            self._open(workdir, drive=drive, create=create, cached=cached, at=at, home=home)
             if drive and diverge:
                 self.notes += copies.diverge(self.state, self.ledger, lock)
         except BaseException:
@@ -86,7 +88,14 @@ class Run(RunView):
             raise
 
     def _open(
-        self, workdir: Path | None, *, drive: bool, create: bool, cached: bool, at: str | None
+        self,
+        workdir: Path | None,
+        *,
+        drive: bool,
+        create: bool,
+        cached: bool,
+        at: str | None,
+        home: Path | None = None,
     ) -> None:
         store = self.store
         snap = store.reader.read(self.id, skip=("artifacts", *INDEXED), cached=cached, at=at)
@@ -98,7 +107,7 @@ class Run(RunView):
         if drive and snap.commit:
             refuse_rolled_back_effects(store, self.id, snap.commit)
         self.previous_workdir, self._checker.workdir = settle_workdir(
-            self.state, workdir, driving=self.driving
+            self.state, workdir, driving=self.driving, home=home
         )
         if drive and snap.commit is None:
             self.state.note_info(uid=secrets.token_hex(8))
@@ -318,15 +327,24 @@ class Run(RunView):
         """Commit one record file of this run as it is (a hand edit, a tool's repair)."""
         self.ledger.commit({path: data}, subject, trailers)
 
+    @property
+    def summary_file(self) -> Path:
+        """Where `finish` writes the run's summary: `<run>.summary.md` in its work folder."""
+        return self.workdir / f"{self.id}.summary.md"
+
     def finish(self, *, force: bool = False) -> str:
-        """Write `summary.md` from the records, commit it and tag the run `stepstone/<id>`.
+        """Write `summary.md` from the records, commit it and tag the run `stepstone/<id>`;
+        write it to `summary_file` too. The summary.
 
         Refuses while a step is not verified, an unknown is open or an effect is
         unresolved, unless `force`.
         """
         self._require_lock()
         status = None if self.info.finished else self.status()
-        return finishing.finish(self.ledger, status, force=force)
+        text = finishing.finish(self.ledger, status, force=force)
+        if text:
+            write_atomic(self.summary_file, text.encode())
+        return text
 
     def reopen(self, why: str) -> None:
         """Reopen a finished run so that it can change again, recording why (its archive

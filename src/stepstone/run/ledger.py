@@ -78,7 +78,7 @@ class Ledger:
                 trailers,
                 seq=state.seq,
                 holder=self.holder,
-                via=self.settings.via,
+                via=self.settings.via or self.settings.origin,
                 epoch=self.epoch,
             )
             try:

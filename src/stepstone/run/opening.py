@@ -33,6 +33,7 @@ def open_run(
     cached: bool = True,
     settings: Settings | None = None,
     diverge: bool = False,
+    home: str | os.PathLike[str] | None = None,
 ) -> Run:
     """Open a run (creating it and its store if new) and hold it as its only driver.
 
@@ -45,11 +46,11 @@ def open_run(
     (derived data under `<git dir>/stepstone/cache`), as `stepstone verify` does.
     `workdir` is where the run's relative paths (`file:` checks, commands)
     resolve; by default the folder the run recorded (kept relative to the store's
-    folder, so a copied project keeps it), else the current folder. A driver
-    records the folder it works in. `settings` replaces what the environment and
-    the store's Git config say (`stepstone.settings.Settings`). A store copied while
-    its run was driven takes in what the original did since before it drives; with
-    `diverge`, it drives as a new lineage instead (see docs/effects.md).
+    folder, so a copied project keeps it), else `home` (a server's folder), else the
+    current folder. A driver records the folder it works in. `settings` replaces what
+    the environment and the store's Git config say (`stepstone.settings.Settings`). A
+    store copied while its run was driven takes in what the original did since before
+    it drives; with `diverge`, it drives as a new lineage instead (see docs/effects.md).
     """
     if drive and create and repo is None:
         refuse_a_second_store(run)
@@ -64,6 +65,7 @@ def open_run(
         steal=steal,
         cached=cached,
         diverge=diverge or store.settings.diverge,
+        home=Path(home).absolute() if home is not None else None,
     )
     if drive:
         active.now_driving(opened)

@@ -52,14 +52,14 @@ def refuse_a_second_store(run: str | None) -> None:
 
 
 def settle_workdir(
-    state: RunState, asked: Path | None, *, driving: bool
+    state: RunState, asked: Path | None, *, driving: bool, home: Path | None = None
 ) -> tuple[Path | None, Path]:
     """(the folder the run recorded, if it exists here; the folder relative paths resolve
-    in: the one asked for, else the recorded one, else the current folder). A driver
-    records the folder it was asked to work in, or the one it works in when none was
-    recorded yet, and the script that drives it."""
+    in: the one asked for, else the recorded one, else `home`, else the current folder).
+    A driver records the folder it was asked to work in, or the one it works in when
+    none was recorded yet, and the script that drives it."""
     recorded = state.recorded_workdir()
-    workdir = asked or recorded or Path.cwd()
+    workdir = asked or recorded or home or Path.cwd()
     if driving and (asked is not None or not state.info.workdir):
         state.note_info(workdir=state.relative_to_store(workdir))
         program = driver_program()

@@ -171,7 +171,7 @@ def answer(ledger: Ledger, unknown_id: str, text: str, why: str | None = None) -
     )
     ledger.commit(
         {unknown_path(item.id): dump(closed)},
-        f"resolve {item.id}: {one_line(text)[:60]}",
+        f"answer {item.id}: {one_line(text)[:60]}",
         [(message.STATUS, "resolved"), (message.UNKNOWN, item.id)]
         + ([(message.WHY, why)] if why else []),
     )

@@ -158,18 +158,26 @@ class RunView:
         it `value` makes run again, in plan order: those that read another value, and the steps
         recorded after the first of them, as the conservative rule runs them again (a
         cell that follows its recorded inputs only if it reads one that runs again)."""
-        state = self.state
-        before = state.decisions.get(key)
+        before = self.state.decisions.get(key)
         was = before.value if before is not None else None
-        read = f"{dependencies.DECISION}{key}"
+        return was, self._runs_again(f"{dependencies.DECISION}{key}", str(value))
+
+    def answering(self, unknown_id: str, text: str) -> list[str]:
+        """The steps that answering question `unknown_id` with `text` makes run again, in
+        plan order: those that read it (`stepstone.answer`, `--uses`) and saw another
+        answer (none while it was open), and the steps after them as `revising` says."""
+        return self._runs_again(f"{dependencies.UNKNOWN}{unknown_id}", text)
+
+    def _runs_again(self, read: str, value: str) -> list[str]:
+        state = self.state
         readers = {  # those that saw another value (a default before it was decided)
             name
-            for name in self.readers(key)
-            if (state.records[name].inputs or {}).get(read) != str(value)
+            for name in dependencies.readers(state.records.values(), read)
+            if (state.records[name].inputs or {}).get(read) != value
         }
         numbers = [state.numbers[name] for name in readers if name in state.numbers]
         if not numbers:
-            return was, sorted(readers)
+            return sorted(readers)
         follows = self._checker.following()
         again: list[str] = []
         for name in state.steps.names[min(numbers) - 1 :]:
@@ -179,7 +187,7 @@ class RunView:
             uses_again = not state.steps_read(record.inputs).isdisjoint(again)
             if name in readers or name not in follows or uses_again:
                 again.append(name)
-        return was, again
+        return again
 
     def preview_decision(
         self, key: str, value: str, why: str, *, revise: bool = False, line: bool = False

@@ -254,7 +254,7 @@ def _interrupted(
             done
             | {_step_of(c, steps) for c in session if _first(c, message.STATUS) == "confirmed"},
         )
-        if _first(session[0], message.VIA) or not holder:
+        if _first(session[0], message.VIA) in message.COMMANDS or not holder:
             continue  # a command's one change, not a driver at work
         records = [c for c in session if _is_record(c)]
         recorded = {_step_of(c, steps) for c in records}

@@ -1,0 +1,130 @@
+"""A notebook's cells read, and its step cells edited, from outside a kernel, as a
+person edits them in Jupyter: one step cell's source replaced, or a step cell inserted
+after another. The edited notebook is written in one rename, and only once it is still
+a valid notebook (nbformat's schema) whose `%%step` cells still make a plan (the
+refusals the next run of the notebook would meet: a line the grammar refuses, two
+cells with one step name); else nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidInput
+from ..model import names
+from ..store.atomic import write_atomic
+from .cellargs import parse_step_line, split_cell
+from .notebook_plan import plan_from_notebook, read_notebook, step_cells
+
+
+def cells(path: Path, *, every: bool = False) -> list[dict[str, Any]]:
+    """Every cell of the notebook at `path`, in order: its number (from 1), id, type,
+    the step it is (None: a plain code cell or markdown) and its source. With `every`
+    (`--cells` mode) each code cell but the plain ones is a step."""
+    nb = read_notebook(path, validate=False)  # read, not written: as `status` reads it
+    steps = {index: _name(parts) for index, parts, _ in step_cells(nb, cells=every)}
+    return [
+        {
+            "index": index,
+            "id": getattr(cell, "id", None),
+            "type": cell.cell_type,
+            "step": steps.get(index),
+            "source": cell.source,
+        }
+        for index, cell in enumerate(nb.cells, start=1)
+    ]
+
+
+def edit(
+    path: Path,
+    source: str,
+    *,
+    step: str | None = None,
+    after: str | None = None,
+    every: bool = False,
+) -> dict[str, Any]:
+    """Replace the source of step `step`'s cell with `source` (without a `%%step` line,
+    the cell keeps its own), or insert a cell of `source` after step `after`'s cell
+    (it starts with its `%%step NAME` line, unless `every`). Returns what was done:
+    `action` (`replaced`, `inserted`, `unchanged`), the step, the cell's number.
+    Raises `InvalidInput` (`PlanError`) and writes nothing when the edited notebook
+    would not be valid or its plan would not read."""
+    import nbformat
+
+    if (step is None) == (after is None):
+        raise InvalidInput(
+            "say which cell: step=NAME replaces that step's cell, after=NAME inserts a "
+            "step cell after it (one of the two)"
+        )
+    if not source.strip():
+        raise InvalidInput("the cell's source is empty: give its code")
+    nb = read_notebook(path)
+    found = {
+        name: index - 1
+        for index, parts, _ in step_cells(nb, cells=every)
+        if (name := _name(parts)) is not None
+    }
+    wanted = step if step is not None else after
+    assert wanted is not None
+    if wanted not in found:
+        raise InvalidInput(
+            f"{path.name} has no step cell {wanted!r} (steps: {names.listing(list(found))})"
+        )
+    at = found[wanted]
+    if step is not None:
+        cell = nb.cells[at]
+        line = split_cell(cell.source)
+        if line is not None and split_cell(source) is None:
+            source = f"%%step {line[0]}\n{source}"  # the body only: the cell keeps its line
+        if source == cell.source:
+            return {"action": "unchanged", "step": step, "index": at + 1}
+        cell.source = source
+        action, index = "replaced", at + 1
+    else:
+        if split_cell(source) is None and not every:
+            raise InvalidInput(
+                "a step cell starts with its `%%step NAME` line (and its checks): "
+                "`%%step NAME --check file:PATH` then its code"
+            )
+        new = nbformat.v4.new_code_cell(source)  # type: ignore[no-untyped-call]
+        nb.cells.insert(at + 1, new)
+        action, index = "inserted", at + 2
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as exc:
+        raise InvalidInput(
+            f"the edited {path.name} would not be a valid notebook: {str(exc).splitlines()[0]}"
+        ) from exc
+    made = _write_checked(path, nb, every=every)
+    name = made[index - 1] if index - 1 < len(made) else None
+    return {"action": action, "step": name or wanted, "index": index}
+
+
+def _write_checked(path: Path, nb: Any, *, every: bool) -> list[str | None]:
+    """Write `nb` over `path` in one rename once its plan reads (raising `PlanError`
+    as the next run would, naming the notebook as `path` names it); each cell's step."""
+    import nbformat
+
+    with tempfile.TemporaryDirectory(prefix="stepstone-edit-") as folder:
+        trial = Path(folder) / path.name
+        nbformat.write(nb, str(trial))  # type: ignore[no-untyped-call]
+        plan_from_notebook(trial, cells=every)  # PlanError: nothing is written
+        mode = path.stat().st_mode & 0o7777 if path.exists() else None
+        write_atomic(path, trial.read_bytes())
+        if mode is not None:
+            os.chmod(path, mode)
+    steps = {index: _name(parts) for index, parts, _ in step_cells(nb, cells=every)}
+    return [steps.get(index) for index in range(1, len(nb.cells) + 1)]
+
+
+def _name(parts: tuple[str, str] | None) -> str | None:
+    """The step a cell's (option line, body) names, or None (a plain cell, a bad line)."""
+    if parts is None:
+        return None
+    try:
+        return parse_step_line(parts[0]).name
+    except InvalidInput:
+        return None
