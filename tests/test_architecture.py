@@ -91,7 +91,7 @@ def test_the_import_graph_has_no_cycle():
 # for paths users type: `stepstone.atomic` from docs/effects.md, `stepstone.tagged` from
 # the load hint of `stepstone outputs`).
 LAYERS: list[tuple[str, ...]] = [
-    ("stepstone.errors", "stepstone.settings"),  # the one error tree; the one env reader
+    ("stepstone.errors", "stepstone.settings", "stepstone.faults"),  # errors, env, fault points
     ("stepstone.model",),
     ("stepstone.store",),
     ("stepstone.values",),

@@ -37,6 +37,7 @@ NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"  # the notebook the kernel runs
 OPENED_ENV = "STEPSTONE_OPENED"  # a file where the kernel's `%resume` notes the run it opened
 PARAMETERS_ENV = "STEPSTONE_PARAMETERS"  # the parameters' canonical JSON, for `%resume`
 VIA_ENV = "STEPSTONE_VIA"  # who started the notebook's run: `cli run`, `mcp run`
+FAULT_ENV = "STEPSTONE_FAULT"  # tests: NAME[:N], kill the process at a fault point (faults.py)
 JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # a Jupyter server's: the notebook, from its root
 
 AUTOPUSH_KEY = "stepstone.autopush"
@@ -170,6 +171,11 @@ class Settings:
         if retention is not None and retention > 0:
             found["effect_retention"] = retention
         return replace(self, **found)
+
+
+def fault_point() -> str | None:
+    """The fault point a test armed (`STEPSTONE_FAULT`), as the process started."""
+    return os.environ.get(FAULT_ENV) or None
 
 
 def config_dir() -> Path:

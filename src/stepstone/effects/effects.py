@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .. import faults
 from ..errors import (
     EffectChanged,
     EffectRenamed,
@@ -134,6 +135,7 @@ def perform(
                 retention=_retention(run, retention) if keyed else None,
             )
             _save(run, record, f"effect {record.name}: submitted")
+            faults.reached("effect.submitted")
     assert record is not None
     # the write itself runs outside the guard: other threads' effects go on meanwhile
     if fresh:
@@ -355,6 +357,7 @@ def _do(run: Run, record: EffectRecord, do: Callable[[str], Any], seconds: float
         late = record.model_copy(update={"error": f"no answer within {seconds:g} s"})
         _save(run, late, f"effect {record.name}: timed out")
         raise EffectTimedOut(run.current_step or record.step, record.name, record.key, seconds)
+    faults.reached("effect.sent")
     return _confirm(run, record, receipt, "")
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pygit2
 
+from .. import faults
 from ..settings import Settings
 from . import durable, gitobjects
 from .bigblobs import StoredBlob
@@ -95,6 +96,7 @@ class Writer:
             )
             commit_id = writer.write(b"commit", content).hex()
             writer.finish()
+            faults.reached("commit.objects-written")
             self._refs.move(
                 self._refs.ref(run),
                 commit_id,
@@ -106,6 +108,7 @@ class Writer:
             raise commit_failed(self._path, run, exc) from exc
         finally:
             writer.discard()
+        faults.reached("commit.ref-moved")
         self._upkeep.after_commit(writer)
         return Snapshot(commit_id, tree.hex())
 
