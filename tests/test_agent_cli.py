@@ -361,3 +361,21 @@ def test_an_edited_cell_is_stale_in_status_and_finish_refuses_to_leave_it_out(wo
     assert refused.returncode == 2 and "since they ran: summarise-prices." in refused.stderr
     assert cli("run", str(nb), cwd=workdir).returncode == 0  # runs it: now it may finish
     assert cli("finish", cwd=workdir).returncode == 0
+
+
+@pytest.mark.kernel
+def test_the_brief_names_finish_once_only_finishing_is_left_and_a_gone_input_as_gone(
+    workdir: Path,
+):
+    _quickstart(workdir)
+    brief = json.loads(cli("brief", "--json", cwd=workdir).stdout)
+    assert brief["next_tool"]["tool"] == "answer"  # U1 is open: running again is the way on
+    assert brief["next_command"]["argv"][:2] == ["stepstone", "run"]
+    assert cli("answer", "U1", "EUR", cwd=workdir).returncode == 0
+    brief = json.loads(cli("brief", "--json", cwd=workdir).stdout)
+    assert brief["next_tool"]["tool"] == "finish"
+    assert brief["command"].endswith("&& stepstone finish --run quickstart")  # as next_action
+    (workdir / "data" / "prices.csv").unlink()
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    reasons = {s["name"]: s["reason"] for s in status["steps"]}
+    assert "its input data/prices.csv is gone since it ran" in reasons["summarise"]

@@ -308,9 +308,12 @@ def test_the_briefs_command_works_in_a_shell_with_spaces_and_parentheses(
     store = tmp_path / "stores (shared)" / "s"
     first = cli("run", "job (final).ipynb", "--repo", str(store), cwd=folder, RECEIVER=receiver.url)
     assert first.returncode == 0, first.stderr
+    (folder / "data" / "numbers.json").unlink()  # the first step must run again
     brief = cli("brief", "--json", "--repo", str(store), cwd=tmp_path)
     command = json.loads(brief.stdout)["next_command"]
     assert command["argv"][:3] == ["stepstone", "run", "job (final).ipynb"]
+    text = cli("brief", "--repo", str(store), cwd=tmp_path).stdout
+    assert shlex.join(command["argv"]) in text
     again = subprocess.run(
         ["bash", "-c", command["shell"]],
         capture_output=True,
@@ -319,9 +322,10 @@ def test_the_briefs_command_works_in_a_shell_with_spaces_and_parentheses(
         check=False,
     )
     assert again.returncode == 0, again.stderr
-    assert executions(folder) == ["make", "total", "notify"]
-    text = cli("brief", "--repo", str(store), cwd=tmp_path).stdout
-    assert shlex.join(command["argv"]) in text
+    assert executions(folder) == ["make", "total", "notify"] * 2  # the file made anew
+    assert list(receiver.applied("blind").values()) == [1]  # its effect is not sent again
+    finish = json.loads(cli("brief", "--json", "--repo", str(store), cwd=tmp_path).stdout)
+    assert finish["next_command"]["argv"][:2] == ["stepstone", "finish"]  # all verified
 
 
 SCRIPT = DRIVERS / "etl.py"  # a user's script: copied into their folder as etl.py

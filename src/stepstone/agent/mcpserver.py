@@ -147,8 +147,11 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
             yield None
             group.cancel_scope.cancel()
 
+    from importlib.metadata import version
+
     server = MCPServer(
         "stepstone",
+        version=version("stepstone"),
         instructions=INSTRUCTIONS,
         log_level="WARNING",
         subscriptions=bus,
@@ -563,7 +566,8 @@ default)`, `stepstone.decided("KEY")`) with `edit_step`.
 3. `run` executes the notebook: verified steps are skipped, the others run (a progress \
 notification per step). A failed step: `show` it, fix its cell with `edit_step`, `run` again.
 4. When every step is verified and nothing is open, `finish` (the summary: `file`).
-Every change is a commit: `log` shows them. Do not reopen settled decisions without a reason.
+Every change is a commit: `log` shows them (a cell edited with `edit_step` is recorded
+by the next `run`, in its plan commit). Do not reopen settled decisions without a reason.
 """
 
 

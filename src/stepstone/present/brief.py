@@ -53,10 +53,14 @@ def command(status: RunStatus, where: Context) -> Command | None:
     the run's folder, so the command also works on a copy of the project."""
     if status.finished:
         return None
+    repo = []
+    if where.store.resolve() != (where.workdir / ".stepstone").resolve():
+        repo = ["--repo", os.path.relpath(where.store.resolve(), where.workdir.resolve())]
+    grows = status.plan_mode == "incremental"  # its program may add steps: run it again
+    if not grows and (next_tool(status, where) or {}).get("tool") == "finish":
+        return Command(("stepstone", "finish", "--run", status.run, *repo), where.workdir)
     if where.notebook:
-        argv = ["stepstone", "run", where.notebook, "--run", status.run]
-        if where.store.resolve() != (where.workdir / ".stepstone").resolve():
-            argv += ["--repo", os.path.relpath(where.store.resolve(), where.workdir.resolve())]
+        argv = ["stepstone", "run", where.notebook, "--run", status.run, *repo]
         return Command(tuple(argv), where.workdir)
     if where.program:
         return Command(("python", *shlex.split(where.program)), where.workdir)

@@ -401,7 +401,8 @@ def changed_input(
             path = key[len(FILE) :]
             now = file_digest(workdir / path)
             if now != seen and not (now is None and kept(path, seen)) and path not in named:
-                causes.append(f"its input {path} changed since it ran")
+                gone = "is gone" if now is None else "changed"
+                causes.append(f"its input {path} {gone} since it ran")
                 named.add(path)
         elif key.startswith((READ, WROTE)):
             path = key.partition(":")[2]
