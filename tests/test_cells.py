@@ -192,3 +192,21 @@ def test_resume_cells_in_a_jupyter_kernel_finds_each_cell_by_its_id(tmp_path: Pa
         assert all(s["state"] == "verified" for s in status["steps"])
     log = stepstone_cli("log", cwd=tmp_path).stdout
     assert log.count("step 2 draw: confirmed") == 1, log  # the restarted kernel skipped it
+
+
+def test_a_file_a_later_cell_removes_by_a_shell_command_is_no_missing_evidence(tmp_path: Path):
+    # as public notebooks clean up: `!rm some_array.npy` after the cells that wrote it
+    cells = [
+        "import numpy as np\nnp.save('some_array', np.arange(10))",
+        "np.load('some_array.npy').sum()",
+        "!rm some_array.npy",
+        "done = True",
+    ]
+    book = new_notebook(cells=[new_code_cell(c) for c in cells])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(book, str(tmp_path / "clean.ipynb"))
+    first = stepstone_cli("run", "clean.ipynb", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr  # it said "not done: the file ... is gone"
+    again = stepstone_cli("run", "clean.ipynb", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count(": skipped") == 3, again.stderr  # `!rm` runs each time

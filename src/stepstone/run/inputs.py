@@ -63,10 +63,28 @@ def recorded_inputs(
             workdir=workdir,
         )
         inputs = {**traced, **(inputs or {})}
+    if start.check_writes:
+        wrote += _removed_unseen(state, wrote, workdir)
     if start.check_writes and wrote:
         made = {f"{dependencies.WROTE}{p}": dependencies.file_digest(workdir / p) for p in wrote}
         inputs = {**(inputs or {}), **{k: v for k, v in made.items() if v is not None}}
     return inputs, reads, binds, tuple(wrote)
+
+
+def _removed_unseen(state: RunState, wrote: list[str], workdir: Path) -> list[str]:
+    """The files earlier steps wrote that are gone now though this step's trace did not
+    see them removed (`!rm`, a subprocess): this step removed them, and the steps that
+    wrote them no longer answer for them. A file whose last writer already found it
+    gone is not named again."""
+    found = []
+    for path, writers in state.records.table.writers().items():
+        if path in wrote or (workdir / path).exists():
+            continue
+        last = max(writers, key=lambda name: state.numbers.get(name) or 0)
+        record = state.records.get(last)
+        if record is not None and f"{dependencies.WROTE}{path}" in (record.inputs or {}):
+            found.append(path)
+    return sorted(found)
 
 
 def _names_a_checked_file(state: RunState, source: str, read: Iterable[str]) -> bool:
