@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,6 @@ def edit(
     `action` (`replaced`, `inserted`, `unchanged`), the step, the cell's number.
     Raises `InvalidInput` (`PlanError`) and writes nothing when the edited notebook
     would not be valid or its plan would not read."""
-    import nbformat
 
     if (step is None) == (after is None):
         raise InvalidInput(
@@ -61,7 +61,42 @@ def edit(
         )
     if not source.strip():
         raise InvalidInput("the cell's source is empty: give its code")
+    with _lock_for(path):  # two edits at once: the second reads what the first wrote
+        return _edit(path, source, step=step, after=after, every=every)
+
+
+_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+def _lock_for(path: Path) -> threading.Lock:
+    with _locks_lock:
+        return _locks.setdefault(os.path.realpath(path), threading.Lock())
+
+
+def _version(path: Path) -> tuple[int, ...]:
+    seen = path.stat()
+    return (seen.st_ino, seen.st_size, seen.st_mtime_ns)
+
+
+def _valid(nb: Any) -> bool:
+    import nbformat
+
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError:
+        return False
+    return True
+
+
+def _edit(
+    path: Path, source: str, *, step: str | None, after: str | None, every: bool
+) -> dict[str, Any]:
+    import nbformat
+
+    read_as = _version(path)
     nb = read_notebook(path)
+    was_valid = _valid(nb)
     found = {
         name: index - 1
         for index, parts, _ in step_cells(nb, cells=every)
@@ -89,21 +124,31 @@ def edit(
                 "a step cell starts with its `%%step NAME` line (and its checks): "
                 "`%%step NAME --check file:PATH` then its code"
             )
+        if (nb.nbformat, nb.nbformat_minor) < (4, 5):  # cells have ids from 4.5 on
+            from nbformat.corpus.words import generate_corpus_id
+
+            nb.nbformat_minor = 5  # as Jupyter upgrades a notebook it saves
+            for cell in nb.cells:
+                cell.setdefault("id", generate_corpus_id())  # type: ignore[no-untyped-call]
         new = nbformat.v4.new_code_cell(source)  # type: ignore[no-untyped-call]
         nb.cells.insert(at + 1, new)
         action, index = "inserted", at + 2
     try:
         nbformat.validate(nb)
     except nbformat.ValidationError as exc:
-        raise InvalidInput(
-            f"the edited {path.name} would not be a valid notebook: {str(exc).splitlines()[0]}"
-        ) from exc
-    made = _write_checked(path, nb, every=every)
+        if was_valid:  # a problem the notebook had already is Jupyter's to live with
+            first = str(exc).splitlines()[0]
+            raise InvalidInput(
+                f"the edited {path.name} would not be a valid notebook: {first}"
+            ) from exc
+    made = _write_checked(path, nb, every=every, read_as=read_as)
     name = made[index - 1] if index - 1 < len(made) else None
     return {"action": action, "step": name or wanted, "index": index}
 
 
-def _write_checked(path: Path, nb: Any, *, every: bool) -> list[str | None]:
+def _write_checked(
+    path: Path, nb: Any, *, every: bool, read_as: tuple[int, ...]
+) -> list[str | None]:
     """Write `nb` over `path` in one rename once its plan reads (raising `PlanError`
     as the next run would, naming the notebook as `path` names it); each cell's step."""
     import nbformat
@@ -113,6 +158,11 @@ def _write_checked(path: Path, nb: Any, *, every: bool) -> list[str | None]:
         nbformat.write(nb, str(trial))  # type: ignore[no-untyped-call]
         plan_from_notebook(trial, cells=every)  # PlanError: nothing is written
         mode = path.stat().st_mode & 0o7777 if path.exists() else None
+        if _version(path) != read_as:
+            raise InvalidInput(
+                f"{path.name} changed while it was edited (saved from Jupyter, or another "
+                f"edit): nothing was written; read its cells again and edit again"
+            )
         write_atomic(path, trial.read_bytes())
         if mode is not None:
             os.chmod(path, mode)
