@@ -21,7 +21,8 @@ from .namespace import without_our_magics
 from .parameters import defaults
 from .plaincells import contexts
 
-_last_read: list[Any] = [None, None]  # the last notebook read as plain JSON: its key, its cells
+# the last notebook read as plain JSON, with its key: one tuple, replaced whole (threads)
+_LAST: list[tuple[Any, Any]] = [(None, None)]
 
 
 def _version(seen: os.stat_result) -> tuple[int, ...]:
@@ -40,8 +41,9 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
         except OSError:
             seen = None
         key = (str(path.absolute()), *_version(seen)) if seen is not None else None
-        if key is not None and _last_read[0] == key:
-            return _last_read[1]  # `%resume` and `status` read one file in several places
+        seen_key, seen_read = _LAST[0]
+        if key is not None and seen_key == key:
+            return seen_read  # `%resume` and `status` read one file in several places
         try:
             raw = json.loads(path.read_bytes())
             if raw.get("nbformat") == 4 and isinstance(raw.get("cells"), list):
@@ -57,7 +59,7 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
                 ]
                 read = SimpleNamespace(cells=cells, metadata=raw.get("metadata") or {})
                 if key is not None and _version(path.stat()) == key[1:]:  # not changed meanwhile
-                    _last_read[:] = [key, read]
+                    _LAST[0] = (key, read)
                 return read
         except (ValueError, AttributeError, TypeError):
             pass  # the full read below says what is wrong
