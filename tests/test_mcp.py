@@ -135,3 +135,27 @@ def _without_get(found: Any) -> Any:
     if isinstance(found, dict):
         return {key: _without_get(value) for key, value in found.items() if key != "get"}
     return found
+
+
+@pytest.mark.kernel
+def test_show_cells_of_another_notebook_sees_an_edit_of_it(workdir: Path):
+    nb = _quickstart(workdir)
+    shutil.copy(nb, workdir / "draft.ipynb")
+
+    async def agent(call: Any, read: Any) -> tuple[Any, Any, Any]:
+        before = await call("show_cells", notebook="draft.ipynb")
+        edited = await call(
+            "edit_step", notebook="draft.ipynb", step="report", source="print('draft')"
+        )
+        after = await call("show_cells", notebook="draft.ipynb")
+        return before, edited, after
+
+    before, edited, after = _session(workdir, agent)
+    assert edited["action"] == "replaced", edited
+
+    def report(cells: Any) -> str:
+        rows = cells["cells"] if isinstance(cells, dict) else cells
+        return next(c["source"] for c in rows if c["step"] == "report")
+
+    assert "print('draft')" not in report(before)
+    assert report(after).endswith("print('draft')")  # not the answer cached before the edit

@@ -44,7 +44,7 @@ from ..run import Run
 from ..settings import VIA_ENV, Settings, child_environment
 from ..store import DEFAULT_STORE
 from . import actions
-from .warm import Warm
+from .warm import Warm, signature
 
 INSTRUCTIONS = """\
 stepstone keeps a notebook's progress in a Git store: each `%%step` cell's completion is \
@@ -306,7 +306,13 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         store, home = place.at(folder)
         return _told(
             lambda: warm.maybe(
-                "cells", run, store, home, lambda v: actions.cells_of(v, notebook, home), notebook
+                "cells",
+                run,
+                store,
+                home,
+                lambda v: actions.cells_of(v, notebook, home),
+                notebook,  # a notebook named: its file's stat tells an edit of it
+                signature(Path(home or ".") / notebook) if notebook else None,
             )
         )
 

@@ -33,7 +33,7 @@ IN_DOUBT_SECONDS = 5.0
 _WORLD = (dependencies.FILE, dependencies.READ, dependencies.WROTE)
 
 
-def _signature(path: Path) -> tuple[Any, ...] | None:
+def signature(path: Path) -> tuple[Any, ...] | None:
     """A file's stat as a stamp (a folder's: each of its files'), None when missing."""
     try:
         st = path.stat()
@@ -44,7 +44,7 @@ def _signature(path: Path) -> tuple[Any, ...] | None:
     found: list[Any] = []
     for folder, _, files in os.walk(path):
         for name in sorted(files):
-            found.append((folder, name, _signature(Path(folder) / name)))
+            found.append((folder, name, signature(Path(folder) / name)))
     return tuple(found)
 
 
@@ -70,7 +70,7 @@ class _Opened:
         self.in_doubt = any(e.state != "confirmed" for e in view.effects.values())
 
     def stamp(self) -> tuple[Any, ...]:
-        files = tuple(_signature(path) for path in self.paths)
+        files = tuple(signature(path) for path in self.paths)
         when = int(time.monotonic() // IN_DOUBT_SECONDS) if self.in_doubt else 0
         return (files, when)
 
