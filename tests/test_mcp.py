@@ -159,3 +159,25 @@ def test_show_cells_of_another_notebook_sees_an_edit_of_it(workdir: Path):
 
     assert "print('draft')" not in report(before)
     assert report(after).endswith("print('draft')")  # not the answer cached before the edit
+
+
+@pytest.mark.kernel
+def test_the_report_of_another_folder_comes_as_the_page_itself(workdir: Path, tmp_path: Path):
+    _quickstart(workdir)
+    elsewhere = tmp_path / "server-home"
+    elsewhere.mkdir()
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "stepstone", "mcp"], cwd=str(elsewhere), env=clean_env()
+    )
+
+    async def main() -> Any:
+        async with Client(params, read_timeout_seconds=60) as client:
+            there = await client.call_tool("report", {"folder": str(workdir)})
+            here = await client.call_tool("report", {})
+            return there, here
+
+    there, here = asyncio.run(main())
+    page = there.content[0]
+    assert page.type == "resource" and page.resource.uri == "stepstone://runs/quickstart/report"
+    assert "quickstart" in page.resource.text and "<html" in page.resource.text.lower()
+    assert here.is_error  # the server's own folder has no store: no link to a page it lacks

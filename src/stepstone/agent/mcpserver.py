@@ -35,7 +35,14 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
-from mcp_types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
+from mcp_types import (
+    CallToolResult,
+    EmbeddedResource,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
+)
 
 from ..errors import StepstoneError
 from ..model import shapes
@@ -278,7 +285,9 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         run: str | None = None, folder: str | None = None
     ) -> Annotated[CallToolResult, shapes.ReportShape]:
         """The run's report, one self-contained HTML page for the people beside you, as a
-        link to the resource `stepstone://runs/{run}/report` (read it to get the page)."""
+        link to the resource `stepstone://runs/{run}/report` (read it to get the page);
+        for another `folder` than the server's, the page itself (its resources are the
+        server's folder's)."""
         store, home = place.at(folder)
         try:
             run_id, page = warm.answer(
@@ -288,13 +297,18 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
             return _refused(exc)
         uri = f"stepstone://runs/{run_id}/report"
         data = {"run": run_id, "uri": uri, "mime_type": "text/html", "size": len(page)}
-        link = ResourceLink(
+        link: ResourceLink | EmbeddedResource = ResourceLink(
             type="resource_link",
             uri=uri,
             name=f"report of run {run_id}",
             mime_type="text/html",
             size=len(page.encode()),
         )
+        if folder is not None and place.at(folder) != place.at(None):
+            link = EmbeddedResource(
+                type="resource",
+                resource=TextResourceContents(uri=uri, mime_type="text/html", text=page),
+            )
         return CallToolResult(content=[link, *_text(data)], structured_content=data)
 
     @server.tool(annotations=READS, title="The notebook's cells")
