@@ -298,3 +298,18 @@ def test_rerun_of_a_name_the_run_does_not_have_says_which_names_it_has_and_how(w
     assert bad.returncode == 2
     assert "has no step 's2-renamed'" in bad.stderr and "s1, s2, s3" in bad.stderr
     assert "stepstone rerun OLD_NAME --why REASON" in bad.stderr
+
+
+def test_a_summary_file_that_cannot_be_written_says_the_run_is_finished_and_how_to_write_it(
+    workdir: Path,
+):
+    (workdir / "demo.summary.md").mkdir()  # in the way of the file
+    with stepstone.open_run("demo") as run:
+        run.step("a", lambda: 1)
+        with pytest.raises(stepstone.StepstoneError, match=r"is finished .* finish again"):
+            run.finish()
+        assert run.info.finished
+    (workdir / "demo.summary.md").rmdir()
+    with stepstone.open_run("demo") as run:
+        assert "demo" in run.finish()
+    assert "demo" in (workdir / "demo.summary.md").read_text()

@@ -343,7 +343,15 @@ class Run(RunView):
         status = None if self.info.finished else self.status()
         text = finishing.finish(self.ledger, status, force=force)
         if text:
-            write_atomic(self.summary_file, text.encode())
+            try:
+                write_atomic(self.summary_file, text.encode())
+            except OSError as exc:
+                raise StepstoneError(
+                    f"run {self.id} is finished (its summary is committed and tagged "
+                    f"stepstone/{self.id}), but {self.summary_file} could not be written "
+                    f"({exc.strerror or exc}): make the folder writable and finish again "
+                    f"to write it"
+                ) from exc
         return text
 
     def reopen(self, why: str) -> None:
