@@ -38,10 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 from kernel_corpus import CORPUS, FINAL, PRELUDE, _final, _folder, _write, plain_cells
+from killing import killed_after
 
 TIMEOUT = 1200
+RUN = [sys.executable, "-m", "stepstone", "run", "nb.ipynb", "out.ipynb"]
 
 
 @dataclass
@@ -73,23 +74,6 @@ def _run(folder: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], fl
         timeout=TIMEOUT,
     )
     return done, time.perf_counter() - started
-
-
-def _killed_after(folder: Path, cells: int) -> int:
-    """`stepstone run` with its kernel killed (kill -9) as its `cells`-th cell ends."""
-    with subprocess.Popen(
-        [sys.executable, "-m", "stepstone", "run", "nb.ipynb", "out.ipynb"],
-        cwd=folder,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    ) as proc:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith(f"[{cells}/"):
-                for child in psutil.Process(proc.pid).children(recursive=True):
-                    child.kill()
-        return proc.wait(timeout=TIMEOUT)
 
 
 def _outputs(path: Path) -> list[list[dict[str, Any]]]:
@@ -146,7 +130,7 @@ def measure(notebook: Path, root: Path, seed: int) -> Outcome:
         out.killed_after = rng.randrange(1, steps)
         folder = _folder(root, notebook, "killed")
         _write(folder / "nb.ipynb", sources)
-        if _killed_after(folder, out.killed_after) == 0:
+        if killed_after(RUN, folder, out.killed_after, TIMEOUT) == 0:
             raise RuntimeError(f"the kill after cell {out.killed_after} did not happen")
         resumed, _ = _run(folder)
         if resumed.returncode != 0:
@@ -171,7 +155,7 @@ def measure(notebook: Path, root: Path, seed: int) -> Outcome:
         out.rerun = _ran(again)
         folder = _folder(root, notebook, "ninety")
         _write(folder / "nb.ipynb", sources)
-        _killed_after(folder, max(1, (steps * 9) // 10))
+        killed_after(RUN, folder, max(1, (steps * 9) // 10), TIMEOUT)
         resumed, out.resume90_s = _run(folder)
         if resumed.returncode != 0:
             raise RuntimeError(f"resume at 90% failed: {resumed.stderr[-800:]}")

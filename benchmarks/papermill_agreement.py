@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from killing import clean_env, killed_after
 
 # what papermill's tests (papermill/tests/test_execute.py) pass to each notebook
 PARAMETERS: dict[str, dict[str, str]] = {
@@ -60,34 +61,13 @@ def _cells(path: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
     return cells
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
-    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-    return env
-
-
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
-            args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT
+            args, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT
         )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(args, -1, "", "timed out")
-
-
-def _killed_after(args: list[str], cwd: Path, step: int) -> int:
-    """`stepstone run` with its kernel killed (kill -9) once `step` steps ended."""
-    import psutil
-
-    with subprocess.Popen(
-        args, cwd=cwd, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
-    ) as proc:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith(f"[{step}/"):
-                for child in psutil.Process(proc.pid).children(recursive=True):
-                    child.kill()
-        return proc.wait(timeout=TIMEOUT)
 
 
 def _first_difference(a: list[Any], b: list[Any]) -> str:
@@ -128,7 +108,7 @@ def measure(source: Path) -> dict[str, Any]:
     row["agree"] = "yes" if not differ else f"no: {differ}"
     steps = ours.stderr.count("]")  # `[k/N] name: ...` lines
     if ours.returncode == 0 and steps >= 2:
-        _killed_after(stepstone, folders["killed"], steps // 2)
+        killed_after(stepstone, folders["killed"], steps // 2, TIMEOUT)
         resumed = _run(stepstone, folders["killed"])
         differ = _first_difference(_cells(folders["killed"] / "out.ipynb"), expected)
         row["after a kill"] = (

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -40,7 +39,9 @@ from pathlib import Path
 
 import nbformat
 import psutil
+from killing import clean_env, killed_after
 
+STEPSTONE_RUN = [sys.executable, "-m", "stepstone", "run", "nb.ipynb"]
 SETUP = textwrap.dedent(
     """\
     import time
@@ -121,19 +122,13 @@ def write(path: Path, sources: list[str]) -> None:
     nbformat.write(book, str(path))
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
-    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-    return env
-
-
 def _until_reached(args: list[str], folder: Path, env: dict[str, str] | None = None) -> float:
     """Launch `args` in `folder`; the seconds until cell 10 starts; then stop it."""
     reached = folder / "reached.json"
     reached.unlink(missing_ok=True)
     started = time.time()
     with subprocess.Popen(
-        args, cwd=folder, env=env or _env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        args, cwd=folder, env=env or clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     ) as proc:
         while not reached.exists() or not reached.read_text():
             if proc.poll() is not None:
@@ -144,23 +139,6 @@ def _until_reached(args: list[str], folder: Path, env: dict[str, str] | None = N
             child.kill()
         proc.kill()
     return took
-
-
-def _killed_after(folder: Path, step: int) -> None:
-    with subprocess.Popen(
-        [sys.executable, "-m", "stepstone", "run", "nb.ipynb"],
-        cwd=folder,
-        env=_env(),
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    ) as proc:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith(f"[{step}/"):
-                for child in psutil.Process(proc.pid).children(recursive=True):
-                    child.kill()
-        proc.wait()
 
 
 def _size_mb(folder: Path) -> float:
@@ -180,7 +158,7 @@ def main() -> None:
     resumed = root / "resumed"
     resumed.mkdir()
     write(resumed / "nb.ipynb", [*sources, LAST])
-    _killed_after(resumed, 10)  # [10/11]: cell 9 (the setup cell is step 1) has ended
+    killed_after(STEPSTONE_RUN, resumed, 10)  # [10/11]: cell 9 (the setup cell is step 1) has ended
     store_mb = _size_mb(resumed / ".stepstone")
     plain = root / "plain"
     plain.mkdir()
@@ -192,7 +170,7 @@ def main() -> None:
         made.mkdir()
         nb = made / "nb.ipynb"
         write(nb, [KISHU_ATTACH.format(path=str(nb)), *sources])
-        env = {**_env(), "TEST_NOTEBOOK_PATH": str(nb), "ENV_KISHU_TEST_MODE": "1"}
+        env = {**clean_env(), "TEST_NOTEBOOK_PATH": str(nb), "ENV_KISHU_TEST_MODE": "1"}
         made_run = subprocess.run(
             [str(args.kishu_python), "-c", NBCLIENT, str(nb), str(made)],
             env=env,
@@ -223,7 +201,7 @@ def main() -> None:
         if args.kishu_python and n < args.kishu_rounds:
             out = kishu_folder / "out"
             env = {
-                **_env(),
+                **clean_env(),
                 "TEST_NOTEBOOK_PATH": str(out / "nb.ipynb"),
                 "ENV_KISHU_TEST_MODE": "1",
             }
