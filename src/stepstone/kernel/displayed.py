@@ -16,6 +16,7 @@ Not captured: output sent from another thread after the cell ended. Outputs over
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import sys
 import uuid
@@ -28,6 +29,10 @@ from ..effects.redaction import redact
 KEY = "__displayed__"  # the name a step's outputs are kept under
 LIMIT = 8 << 20  # bytes of outputs kept with one step, at most
 CARD = "stepstone"  # the metadata key that marks what stepstone itself shows in a cell
+# a card's display id: unique to this kernel by a counter (a uuid4 each cost a step
+# 0.1 ms, drawing from the OS's random source), and among kernels by its prefix
+_PROCESS = uuid.uuid4().hex[:16]
+_CARDS = itertools.count(1)
 OUTPUTS = frozenset(
     {"stream", "display_data", "execute_result", "update_display_data", "clear_output"}
 )
@@ -256,7 +261,7 @@ class Card:
 
     def __init__(self, ip: Any, bundle: dict[str, str]) -> None:
         self.ip = ip
-        self.display_id = f"stepstone-card-{uuid.uuid4().hex}"
+        self.display_id = f"stepstone-card-{_PROCESS}-{next(_CARDS)}"
         self.shown = _session(ip) is not None
         if self.shown:
             self._publish(bundle, update=False)

@@ -24,7 +24,7 @@ from ..notebook import namespace
 from ..rules import dependencies
 from ..run import Run
 from ..values.artifacts import kind_of
-from . import displayed, processstate, retrying, sharing
+from . import displayed, processstate, retrying, sharing, usernames
 
 
 def compiler(ip: Any) -> namespace.Compiler:
@@ -95,6 +95,7 @@ class KernelSession:
         self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
         self.kept: set[str] = set()  # the names the steps met so far saved
         self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
+        self.names = usernames.UserNames(getattr(ip, "user_ns_hidden", None))
 
     def fresh(
         self,
@@ -130,7 +131,8 @@ class KernelSession:
         watch = processstate.Watch()
         plain = _plain_values(shape, ns, self.kept)
         before = {name: _state_print(value) for name, value in plain.items()}
-        self.retries.began(ns, self._may_change(shape, ns))
+        names = self.names.of(ns)
+        self.retries.began(ns, names, self._may_change(shape, ns, names))
         with cell_code(), displayed.capturing(self.ip) as outputs:
             try:
                 for part in compiled(self.ip, code, raw):
@@ -153,11 +155,13 @@ class KernelSession:
                 kept[name] = value
         return kept
 
-    def _may_change(self, shape: namespace.Cell | None, ns: dict[str, Any]) -> list[set[str]]:
+    def _may_change(
+        self, shape: namespace.Cell | None, ns: dict[str, Any], names: list[str]
+    ) -> list[set[str]]:
         """The names a cell's code may change in place, each with the names it shares
         objects with: what it reads (all, when it may read any or calls the notebook's
-        own functions), of the values a notebook made."""
-        values = user_values(ns)
+        own functions), of the values a notebook made (`names`: the notebook's names)."""
+        values = user_values(ns, names)
         reads = None if shape is None else shape.reads
         if reads is not None and any(namespace.calls_notebook_code(ns.get(n)) for n in reads):
             reads = None
@@ -174,7 +178,7 @@ class KernelSession:
         one is a change of the other), to be saved again when they changed; and the links
         that make the names it gives back share again on a skip (`sharing`)."""
         ns = self.ip.user_ns
-        found = sharing.Sharing(user_values(ns))
+        found = sharing.Sharing(user_values(ns, self.names.of(ns)))
         given = set(given)
         partners = found.partners(given | read.keys())
         changed = {n: ns[n] for n in partners if n in self.kept and n not in read}
@@ -268,15 +272,15 @@ def _alike(value: Any, depth: int = 0) -> bool:
 _SHELL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 
 
-def user_values(ns: dict[str, Any]) -> dict[str, Any]:
-    """The kernel's names a notebook made: not IPython's own (`_`, `_i3`, `In`), nor
-    modules, functions and classes, which hold nothing to share."""
+def user_values(ns: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """The values of `names` (the kernel's names not starting with `_`: `UserNames`) a
+    notebook made: not IPython's own (`In`), nor modules, functions and classes, which
+    hold nothing to share."""
     return {
         name: value
-        for name, value in ns.items()
-        if not name.startswith("_")
-        and name not in _SHELL_NAMES
-        and not isinstance(value, (types.ModuleType, type, types.FunctionType))
+        for name in names
+        if name not in _SHELL_NAMES
+        and not isinstance(value := ns[name], (types.ModuleType, type, types.FunctionType))
     }
 
 

@@ -94,10 +94,13 @@ class Retries:
         self._left.pop(step, None)
         self._attempt = None
 
-    def began(self, ns: Mapping[str, Any], groups: Iterable[Collection[str]]) -> None:
-        """A step's code is about to run in `ns`; `groups`: the names it may change in
-        place, those that share objects in one group."""
-        attempt = Attempt(_user_names(ns))
+    def began(
+        self, ns: Mapping[str, Any], names: Iterable[str], groups: Iterable[Collection[str]]
+    ) -> None:
+        """A step's code is about to run in `ns`, whose names not starting with `_` are
+        `names`; `groups`: the names it may change in place, those that share objects in
+        one group."""
+        attempt = Attempt({n: ns[n] for n in names})
         budget = COPY_LIMIT
         for group in groups:
             values = {n: ns[n] for n in group if n in ns}
