@@ -165,10 +165,10 @@ class KernelSession:
         reads = None if shape is None else shape.reads
         if reads is not None and any(namespace.calls_notebook_code(ns.get(n)) for n in reads):
             reads = None
-        names = set(values) if reads is None else {n for n in reads if n in values}
-        if not names:
+        changeable = set(values) if reads is None else {n for n in reads if n in values}
+        if not changeable:
             return []
-        return sharing.Sharing(values).groups(names)
+        return sharing.Sharing(values).groups(changeable)
 
     def shared(
         self, given: Iterable[str], read: dict[str, Any]
