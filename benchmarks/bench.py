@@ -4,6 +4,7 @@
     python benchmarks/bench.py --sizes 0,1000,10000,100000
     python benchmarks/bench.py --steps 10000        # also time 10,000 real steps in a row
     python benchmarks/bench.py --planned            # %%step after a %%plan of names
+    python benchmarks/bench.py --no-history         # %%step with IPython's history off
 
 Prints two tables. The first: the floor (an atomic fsync'd write of a 300-byte
 record), SQLite's durable insert, raw Git bindings committing one small file
@@ -264,18 +265,24 @@ def stepstone_incremental(tmp: Path) -> tuple[Sampler, Callable[[], None]]:
     return (lambda i: run.step(f"s{i + 10}", lambda: None) and None), run.close
 
 
-def stepstone_magic(tmp: Path, planned: int = 0) -> tuple[Sampler, Callable[[], None]]:
+def stepstone_magic(
+    tmp: Path, planned: int = 0, history: bool = True
+) -> tuple[Sampler, Callable[[], None]]:
     """What `%%step` adds to a cell in a real IPython shell, no notebook file (so the
     plan is incremental, or, with `planned`, a `%%plan` listing that many names): a
     `%%step NAME` cell of `x = 1  # cell i` less the same plain cell, the two timed in
-    turns (each cell's code its own, as in a notebook); in ms."""
+    turns (each cell's code its own, as in a notebook); in ms. `history`: IPython's
+    history database on (its thread writes each cell while the next runs)."""
     import io
 
     from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
 
     folder = tmp / ("planned" if planned else "magic")
     folder.mkdir()
-    ip = InteractiveShell.instance()
+    config = Config()
+    config.HistoryManager.enabled = history
+    ip = InteractiveShell.instance(config=config)
     ip.run_line_magic("load_ext", "stepstone")
     quiet = contextlib.redirect_stdout(io.StringIO())
     with quiet:
@@ -588,6 +595,11 @@ def main() -> None:
         "--planned", action="store_true", help="the %%step row after a %%plan that lists names"
     )
     parser.add_argument(
+        "--no-history",
+        action="store_true",
+        help="the %%step row with IPython's history database off (stepstone's own cost)",
+    )
+    parser.add_argument(
         "--no-auto-gc",
         action="store_true",
         help="no background `git gc --auto` during the steps in a row (gc.auto=0)",
@@ -609,7 +621,9 @@ def main() -> None:
         closers.append(close)
         incremental, close = stepstone_incremental(tmp)
         closers.append(close)
-        magic, close = stepstone_magic(tmp, planned=n + 10 if args.planned else 0)
+        magic, close = stepstone_magic(
+            tmp, planned=n + 10 if args.planned else 0, history=not args.no_history
+        )
         closers.append(close)
         graph_step, close = langgraph_step(tmp)
         closers.append(close)
@@ -625,7 +639,8 @@ def main() -> None:
             "stepstone step (record + commit)": step,
             "stepstone step, incremental plan (no plan given)": incremental,
             "stepstone %%step adds to an IPython cell "
-            + ("(after a %%plan of names)" if args.planned else "(incremental plan)"): magic,
+            + ("(after a %%plan of names)" if args.planned else "(incremental plan)")
+            + (", IPython's history off" if args.no_history else ""): magic,
             "stepstone skip path (verify file check + restore value)": skip,
             "stepstone effect (intent + confirmation commits)": effect,
             "stepstone decision (one commit)": decision,
