@@ -79,6 +79,31 @@ def previous(i):
 """
 
 
+def _copy_live(source: Path, path: Path) -> None:
+    """`cp -r` of a folder a driver may be writing: a file renamed away between the
+    listing and its copy (a temporary file of an atomic write) is skipped, as cp
+    reports and skips it."""
+    try:
+        shutil.copytree(source, path, symlinks=True)
+    except shutil.Error as exc:
+        problems = exc.args[0]
+        if not all("No such file or directory" in str(why) for _, _, why in problems):
+            raise
+
+
+def _tar_live(tar: tarfile.TarFile, source: Path, name: str) -> None:
+    """`tar c` of a folder a driver may be writing: a file removed before it was read is
+    skipped, as tar reports and skips it."""
+    tar.add(source, arcname=name, recursive=False)
+    for folder, dirs, files in os.walk(source):
+        for entry in sorted(dirs) + sorted(files):
+            full = Path(folder) / entry
+            try:
+                tar.add(full, arcname=f"{name}/{full.relative_to(source)}", recursive=False)
+            except FileNotFoundError:
+                continue
+
+
 @dataclass
 class Notebook:
     """What a folder's notebook says: step names, effect names, its decision and answer
@@ -258,11 +283,11 @@ class World:
         name = f"f{len(self.folders)}"
         path = self.root / name
         if how == "cp -r":
-            shutil.copytree(source.path, path, symlinks=True)
+            _copy_live(source.path, path)
         elif how == "tar":
             archive = self.root / f"{name}.tar"
             with tarfile.open(archive, "w") as tar:
-                tar.add(source.path, arcname=name)
+                _tar_live(tar, source.path, name)
             with tarfile.open(archive) as tar:
                 tar.extractall(self.root, filter="tar")
             archive.unlink()
