@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from IPython.core.interactiveshell import InteractiveShell
 
-from stepstone.kernel.usernames import MARK, UserNames
+from stepstone.kernel.processstate import Watch
+from stepstone.kernel.usernames import MARKS, UserNames
 
 NAMES = st.sampled_from(["a", "b", "c", "df", "_x", "_i7", "Out", "_"])
 ACTIONS = st.lists(
@@ -22,6 +25,8 @@ ACTIONS = st.lists(
         st.tuples(st.just("read"), st.none()),
         st.tuples(st.just("clear"), st.none()),
         st.tuples(st.just("replace"), st.none()),
+        st.tuples(st.just("copy"), st.none()),
+        st.tuples(st.just("put_back"), st.none()),
     ),
     max_size=60,
 )
@@ -38,6 +43,7 @@ def test_the_names_read_equal_a_full_scan_after_any_binds_and_deletes(
 ) -> None:
     ns: dict[str, Any] = {"__name__": "__main__"}
     names = UserNames()
+    copy: dict[str, Any] = {}
     for counter, (action, name) in enumerate(actions, 1):
         if action == "bind":
             ns[name] = counter  # type: ignore[index]
@@ -51,6 +57,11 @@ def test_the_names_read_equal_a_full_scan_after_any_binds_and_deletes(
             ns.clear()
         elif action == "replace":  # a new kernel namespace
             ns = dict(ns)
+        elif action == "copy":
+            copy = dict(ns)
+        elif action == "put_back":  # globals().clear(); globals().update(copy)
+            ns.clear()
+            ns.update(copy)
         else:
             assert names.of(ns) == full_scan(ns)
     assert names.of(ns) == full_scan(ns)
@@ -68,7 +79,7 @@ def test_the_mark_is_hidden_from_who_and_steps_read_names_bound_again(tmp_path: 
             ip.run_cell("%%step first\ntotal = sum(rows)", store_history=True)
             ip.run_cell("del alias\nalias = rows", store_history=True)  # after the mark now
             ip.run_cell("%%step second\nrows.append(3)", store_history=True)
-        assert MARK in ip.user_ns and MARK in ip.user_ns_hidden
+        assert any(m in ip.user_ns and m in ip.user_ns_hidden for m in MARKS)
         assert ip.run_line_magic("who_ls", "") == ["alias", "rows", "total"]
         # `alias`, deleted and bound again after the first step read the names, comes last
         session = ip.magics_manager.registry["StepstoneMagics"].session
@@ -79,3 +90,54 @@ def test_the_mark_is_hidden_from_who_and_steps_read_names_bound_again(tmp_path: 
     finally:
         ip.magics_manager.registry["StepstoneMagics"].close()
         InteractiveShell.clear_instance()
+
+
+def test_a_name_another_thread_binds_while_names_are_read_is_read_next_time() -> None:
+    ns: dict[str, Any] = {"__name__": "__main__"}
+    names = UserNames()
+    readings = 0
+    stop = threading.Event()
+
+    def bind() -> None:
+        i = 0
+        while readings < 20 and i < 300_000:
+            ns[f"t{i}"] = i
+            i += 1
+        stop.set()
+
+    worker = threading.Thread(target=bind)
+    worker.start()
+    while not stop.is_set():
+        names.of(ns)
+        readings += 1
+    worker.join()
+    assert readings >= 2
+    assert names.of(ns) == full_scan(ns)  # none missed for good
+
+
+def test_a_copy_of_the_namespace_put_back_is_read_whole() -> None:
+    ns: dict[str, Any] = {"__name__": "__main__", "a": 1}
+    names = UserNames()
+    assert names.of(ns) == ["a"]
+    copy = dict(ns)  # holds the mark as it was
+    ns["b"] = 2
+    assert names.of(ns) == ["a", "b"]
+    ns.clear()
+    ns.update(copy)
+    ns["c"] = 3
+    assert names.of(ns) == full_scan(ns) == ["a", "c"]
+    ns.clear()  # %reset -f, then the copy put back before the next reading
+    ns.update(copy)
+    assert names.of(ns) == full_scan(ns) == ["a"]
+
+
+def test_os_environ_replaced_by_a_cell_changes_only_what_it_changed() -> None:
+    watch = Watch()
+    saved = os.environ
+    try:
+        os.environ = dict(os.environ)  # type: ignore[assignment]  # noqa: B003 (what the cell did)
+        os.environ["STEPSTONE_TEST_NEW"] = "1"
+        kept, left = watch.changed()
+    finally:
+        os.environ = saved  # noqa: B003
+    assert kept == {"environ": {"STEPSTONE_TEST_NEW": "1"}} and left == []

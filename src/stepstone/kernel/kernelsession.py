@@ -237,7 +237,8 @@ class KernelSession:
         else:
             read = {name: ns[name] for name in self.kept if name in ns}
         try:
-            return self.retries.failed(step, read, self.ip.execution_count, ns)
+            names = self.names.of(ns)
+            return self.retries.failed(step, read, self.ip.execution_count, ns, names)
         except Exception:
             return ""
 

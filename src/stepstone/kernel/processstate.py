@@ -79,9 +79,16 @@ def _set_cwd(saved: Any) -> None:
 
 def _environ() -> dict[Any, Any]:
     # os.environ's own mapping of encoded names to values: copied in one go, where
-    # going through os.environ decodes every name and value (30 us a step)
-    data = getattr(os.environ, "_data", None)
-    return dict(data) if isinstance(data, dict) else dict(os.environ)
+    # going through os.environ decodes every name and value (30 us a step); encoded
+    # alike when a cell replaced os.environ, so that before and after compare
+    data = getattr(os.environ, "_data", None) if isinstance(os.environ, os._Environ) else None
+    if isinstance(data, dict):
+        return dict(data)
+    return {_encoded(name): _encoded(value) for name, value in os.environ.items()}
+
+
+def _encoded(text: Any) -> Any:
+    return os.fsencode(text) if os.name == "posix" and isinstance(text, str) else text
 
 
 def _environ_kept(diff: dict[Any, Any]) -> dict[str, str | None]:

@@ -68,10 +68,6 @@ class Left:
     from_store: dict[str, str] = field(default_factory=dict)  # name -> print as left
 
 
-def _user_names(ns: Mapping[str, Any]) -> dict[str, Any]:
-    return {n: v for n, v in ns.items() if not n.startswith("_")}
-
-
 class Retries:
     """What the kernel's failed step attempts left changed, by step."""
 
@@ -131,15 +127,22 @@ class Retries:
         )
 
     def failed(
-        self, step: str, read: Mapping[str, Any], cell_number: int, ns: Mapping[str, Any]
+        self,
+        step: str,
+        read: Mapping[str, Any],
+        cell_number: int,
+        ns: Mapping[str, Any],
+        names: Iterable[str],
     ) -> str:
         """After the code of `step`'s cell ran and the step failed: what it rebound and
         what of the values it may have changed in place (`read`) it changed, in a
-        sentence ('' when nothing). `put_back` undoes those before its next attempt."""
+        sentence ('' when nothing). `names`: the names of `ns` not starting with `_`, read
+        as `began`'s were (a name one reading missed is never taken for one the attempt
+        bound). `put_back` undoes those before its next attempt."""
         left, said = Left(), []
         attempt, self._attempt = self._attempt, None
         if attempt is not None:
-            now = _user_names(ns)
+            now = {n: ns[n] for n in names}
             for name in sorted({*attempt.bindings, *now}):
                 was, got = attempt.bindings.get(name, _GONE), now.get(name, _GONE)
                 if was is not got:
