@@ -181,3 +181,49 @@ def test_the_report_of_another_folder_comes_as_the_page_itself(workdir: Path, tm
     assert page.type == "resource" and page.resource.uri == "stepstone://runs/quickstart/report"
     assert "quickstart" in page.resource.text and "<html" in page.resource.text.lower()
     assert here.is_error  # the server's own folder has no store: no link to a page it lacks
+
+
+def test_the_server_looks_at_the_runs_only_while_a_client_listens_and_tells_it_of_a_commit(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anyio
+    from mcp.shared.subscriptions import ResourceUpdated
+
+    import stepstone
+    from stepstone.agent import mcpserver
+
+    with stepstone.open_run("watched", repo=workdir / ".stepstone") as run:
+        run.decide("region", "eu", why="where the data lives")
+    looks: list[float] = []
+    real = mcpserver._looks
+
+    def counted(place: Any) -> Any:
+        looks.append(1)
+        return real(place)
+
+    monkeypatch.setattr(mcpserver, "_looks", counted)
+    monkeypatch.setattr(mcpserver, "WATCH_EVERY", 0.05)
+    server = mcpserver.make_server(folder=workdir)
+    uri = "stepstone://runs/watched/status"
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with Client(server) as client:
+            await anyio.sleep(0.5)  # ten turns of the watcher, nobody listening
+            seen["idle"] = len(looks)
+            async with client.listen(resource_subscriptions=[uri]) as events:
+                with stepstone.open_run("watched", repo=workdir / ".stepstone") as run:
+                    run.decide("currency", "EUR", why="the feed's prices")
+                with anyio.fail_after(10):
+                    async for event in events:
+                        if isinstance(event, ResourceUpdated) and event.uri == uri:
+                            seen["told"] = True
+                            break
+                seen["listening"] = len(looks)
+            await anyio.sleep(0.5)
+            seen["after"] = len(looks)
+
+    asyncio.run(main())
+    assert seen["idle"] == 0
+    assert seen["told"] and seen["listening"] >= 2  # the first look, and the one that saw it
+    assert seen["after"] - seen["listening"] <= 1  # stopped looking once the client left

@@ -87,7 +87,7 @@ RUNS = ToolAnnotations(  # the notebook's code: its files, and its effects (sent
 STOP_GRACE = 30.0  # seconds a cancelled run may take to stop its cell and record it
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (.+): (done|skipped|failed)$")
 _RUNNING = re.compile(r"^running .+ as run (\S+) \((\d+) steps")
-WATCH_EVERY = 0.5  # seconds between looks at the runs' tips, for subscribers
+WATCH_EVERY = 0.5  # seconds between looks at the runs' tips, while anyone subscribes
 
 
 class Place:
@@ -143,14 +143,13 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
     `repo` (default: `STEPSTONE_REPO`, else `.stepstone` in the folder)."""
     place = Place(repo, Path(folder or Path.cwd()).absolute())
     warm = Warm()
-    bus = InMemorySubscriptionBus()
-    legacy: dict[Any, set[str]] = {}  # the 2025 way (resources/subscribe): session -> uris
+    bus = WatchedBus(place, {})
     one_run = anyio.Lock()  # a run waits for the one before it (a cancelled one, stopping)
 
     @asynccontextmanager
     async def watching(_: MCPServer) -> AsyncIterator[None]:
         async with anyio.create_task_group() as group:
-            group.start_soon(_watch, place, bus, legacy)
+            group.start_soon(_watch, bus)
             yield None
             group.cancel_scope.cancel()
 
@@ -164,7 +163,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         subscriptions=bus,
         lifespan=watching,
     )
-    _legacy_subscriptions(server, legacy)
+    _legacy_subscriptions(server, bus)
 
     # -- reading -------------------------------------------------------------
 
@@ -725,44 +724,88 @@ def _looks(place: Place) -> dict[str, tuple[Any, ...]]:
     return found
 
 
-async def _watch(place: Place, bus: InMemorySubscriptionBus, legacy: dict[Any, set[str]]) -> None:
+def _looked(place: Place, before: dict[str, tuple[Any, ...]] | None) -> dict[str, tuple[Any, ...]]:
+    try:
+        return _looks(place)
+    except Exception:  # a store being made or moved: look again later
+        return before or {}
+
+
+class WatchedBus(InMemorySubscriptionBus):
+    """The SDK's bus of events, knowing whether anyone listens: the runs are looked at
+    only then. The first subscriber's arrival takes the first look at once (before its
+    subscription is acknowledged), so that a commit right after it is told."""
+
+    def __init__(self, place: Place, legacy: dict[Any, set[str]]) -> None:
+        super().__init__()
+        self.place = place
+        self.legacy = legacy  # the 2025 way (resources/subscribe): session -> uris
+        self.listeners = 0
+        self.seen: dict[str, tuple[Any, ...]] | None = None  # the last look, while listened to
+
+    def listened(self) -> bool:
+        return self.listeners > 0 or any(self.legacy.values())
+
+    def arrived(self) -> None:
+        """A subscriber arrived: the look to compare with, unless one is kept already."""
+        if self.seen is None:
+            self.seen = _looked(self.place, None)
+
+    def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
+        self.arrived()
+        unsubscribe = super().subscribe(listener)
+        self.listeners += 1
+        gone = False
+
+        def once() -> None:
+            nonlocal gone
+            if not gone:
+                gone = True
+                self.listeners -= 1
+            unsubscribe()
+
+        return once
+
+
+async def _watch(bus: WatchedBus) -> None:
     """Publish `resources/updated` for a run's resources whenever its tip moves (a
     commit, by this server, a notebook's kernel or a command) or a notebook of the
-    folder changes."""
-    seen: dict[str, tuple[Any, ...]] | None = None
+    folder changes, while anyone listens."""
     while True:
-        try:
-            now = await anyio.to_thread.run_sync(_looks, place)
-        except Exception:  # a store being made or moved: look again later
-            now = seen or {}
+        await anyio.sleep(WATCH_EVERY)
+        if not bus.listened():
+            bus.seen = None  # looked at afresh when the next subscriber arrives
+            continue
+        seen = bus.seen
+        now = await anyio.to_thread.run_sync(_looked, bus.place, seen)
         if seen is not None:
             moved = [run for run in now if now[run] != seen.get(run)]
             for run in moved:
                 for uri in _uris(run, only=len(now) == 1):
                     await bus.publish(ResourceUpdated(uri=uri))
-                    for session, uris in list(legacy.items()):
+                    for session, uris in list(bus.legacy.items()):
                         if uri not in uris:
                             continue
                         try:
                             await session.send_resource_updated(uri)
                         except Exception:  # that client is gone
-                            legacy.pop(session, None)
-        seen = now
-        await anyio.sleep(WATCH_EVERY)
+                            bus.legacy.pop(session, None)
+        bus.seen = now
 
 
-def _legacy_subscriptions(server: MCPServer, legacy: dict[Any, set[str]]) -> None:
+def _legacy_subscriptions(server: MCPServer, bus: WatchedBus) -> None:
     """Serve `resources/subscribe` for clients of the 2025 protocol versions (newer ones
     use `subscriptions/listen`, which the SDK serves from the same events): a subscribed
     session is told of every change of a run's resources."""
     from mcp_types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
 
     async def subscribe(ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
-        legacy.setdefault(ctx.session, set()).add(str(params.uri))
+        bus.arrived()
+        bus.legacy.setdefault(ctx.session, set()).add(str(params.uri))
         return EmptyResult()
 
     async def unsubscribe(ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
-        legacy.get(ctx.session, set()).discard(str(params.uri))
+        bus.legacy.get(ctx.session, set()).discard(str(params.uri))
         return EmptyResult()
 
     lowlevel = server._lowlevel_server
