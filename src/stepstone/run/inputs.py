@@ -37,8 +37,11 @@ def recorded_inputs(
         start.plain,
         state.store.path,
     )
-    root = os.path.realpath(workdir)
-    read, wrote = trace.files.relative(root, skip=(os.path.realpath(store),))
+    read: list[str] = []
+    wrote: list[str] = []
+    if trace.files.read or trace.files.wrote:  # (resolving the folders costs a stat a part)
+        root = os.path.realpath(workdir)
+        read, wrote = trace.files.relative(root, skip=(os.path.realpath(store),))
     table = state.records.table
     inputs, reads, binds = dependencies.recorded_inputs(
         source=source,
