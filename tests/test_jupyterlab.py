@@ -564,8 +564,9 @@ def _status(browser: Any) -> str:
 
 def _menu(browser: Any, menu: str, command: str) -> None:
     """Open the menu bar's `menu` and click the item for `command`."""
-    from selenium.common.exceptions import ElementClickInterceptedException
+    from selenium.common.exceptions import ElementClickInterceptedException, TimeoutException
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -573,8 +574,23 @@ def _menu(browser: Any, menu: str, command: str) -> None:
     items = browser.find_elements(By.CSS_SELECTOR, "#jp-menu-panel .lm-MenuBar-item")
     (item,) = [i for i in items if i.text.strip() == menu]
     # on a busy machine a notification or a closing dialog may still cover the menu bar:
-    # wait until nothing does (an event), not for a time
-    wait.until(lambda b: _clicked(item, ElementClickInterceptedException))
+    # wait until nothing does (an event), not for a time; each second it still does,
+    # Escape (what a person would press to be rid of a dialog or a stray menu)
+    covering: list[str] = []
+
+    def uncovered(b: Any) -> bool:
+        if _clicked(item, ElementClickInterceptedException, covering):
+            return True
+        if len(covering) % 5 == 0:
+            b.switch_to.active_element.send_keys(Keys.ESCAPE)
+        return False
+
+    try:
+        WebDriverWait(browser, 60, poll_frequency=0.2).until(uncovered)
+    except TimeoutException:
+        raise AssertionError(
+            f"the {menu} menu stayed covered for 60 s: {covering[-1] if covering else ''}"
+        ) from None
     entry = wait.until(
         ec.element_to_be_clickable(
             (By.CSS_SELECTOR, f'.lm-Menu .lm-Menu-item[data-command="{command}"]')
@@ -584,11 +600,14 @@ def _menu(browser: Any, menu: str, command: str) -> None:
     wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, ".lm-Menu")))
 
 
-def _clicked(element: Any, covered: type[Exception]) -> bool:
-    """Click `element`; False when another element covers it now."""
+def _clicked(element: Any, covered: type[Exception], said: list[str] | None = None) -> bool:
+    """Click `element`; False when another element covers it now (what the browser said
+    of it appended to `said`)."""
     try:
         element.click()
-    except covered:
+    except covered as exc:
+        if said is not None:
+            said.append(str(exc.msg or exc).splitlines()[0])
         return False
     return True
 
