@@ -600,14 +600,13 @@ def _menu(browser: Any, menu: str, command: str) -> None:
     wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, ".lm-Menu")))
 
 
-def _clicked(element: Any, covered: type[Exception], said: list[str] | None = None) -> bool:
+def _clicked(element: Any, covered: type[Exception], said: list[str]) -> bool:
     """Click `element`; False when another element covers it now (what the browser said
     of it appended to `said`)."""
     try:
         element.click()
     except covered as exc:
-        if said is not None:
-            said.append(str(exc.msg or exc).splitlines()[0])
+        said.append(str(exc.msg or exc).splitlines()[0])
         return False
     return True
 

@@ -303,7 +303,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
             mime_type="text/html",
             size=len(page.encode()),
         )
-        if folder is not None and place.at(folder) != place.at(None):
+        if folder is not None and (store, home) != place.at(None):
             link = EmbeddedResource(
                 type="resource",
                 resource=TextResourceContents(uri=uri, mime_type="text/html", text=page),

@@ -63,7 +63,7 @@ class UserNames:
             if isinstance(key, str) and not key.startswith("_"):
                 names.pop(key, None)  # bound again after its deletion: first bound now
                 names[key] = None
-        if old is not None and old != new:
+        if old is not None:
             ns.pop(old, None)
             if self._hidden is not None:
                 self._hidden.pop(old, None)

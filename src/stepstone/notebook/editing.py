@@ -18,7 +18,7 @@ from ..errors import InvalidInput
 from ..model import names
 from ..store.atomic import write_atomic
 from .cellargs import parse_step_line, split_cell
-from .notebook_plan import plan_from_notebook, read_notebook, step_cells
+from .notebook_plan import file_version, plan_from_notebook, read_notebook, step_cells
 
 
 def cells(path: Path, *, every: bool = False) -> list[dict[str, Any]]:
@@ -74,11 +74,6 @@ def _lock_for(path: Path) -> threading.Lock:
         return _locks.setdefault(os.path.realpath(path), threading.Lock())
 
 
-def _version(path: Path) -> tuple[int, ...]:
-    seen = path.stat()
-    return (seen.st_ino, seen.st_size, seen.st_mtime_ns)
-
-
 def _valid(nb: Any) -> bool:
     import nbformat
 
@@ -94,7 +89,7 @@ def _edit(
 ) -> dict[str, Any]:
     import nbformat
 
-    read_as = _version(path)
+    read_as = file_version(path.stat())
     nb = read_notebook(path)
     was_valid = _valid(nb)
     found = {
@@ -158,7 +153,7 @@ def _write_checked(
         nbformat.write(nb, str(trial))  # type: ignore[no-untyped-call]
         plan_from_notebook(trial, cells=every)  # PlanError: nothing is written
         mode = path.stat().st_mode & 0o7777 if path.exists() else None
-        if _version(path) != read_as:
+        if file_version(path.stat()) != read_as:
             raise InvalidInput(
                 f"{path.name} changed while it was edited (saved from Jupyter, or another "
                 f"edit): nothing was written; read its cells again and edit again"

@@ -25,7 +25,7 @@ from .plaincells import contexts
 _LAST: list[tuple[Any, Any]] = [(None, None)]
 
 
-def _version(seen: os.stat_result) -> tuple[int, ...]:
+def file_version(seen: os.stat_result) -> tuple[int, ...]:
     """What changes when a file is written again (in place or replaced)."""
     return (seen.st_ino, seen.st_size, seen.st_mtime_ns, seen.st_ctime_ns)
 
@@ -40,7 +40,7 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
             seen = path.stat()
         except OSError:
             seen = None
-        key = (str(path.absolute()), *_version(seen)) if seen is not None else None
+        key = (str(path.absolute()), *file_version(seen)) if seen is not None else None
         seen_key, seen_read = _LAST[0]
         if key is not None and seen_key == key:
             return seen_read  # `%resume` and `status` read one file in several places
@@ -58,7 +58,7 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
                     for source in [cell.get("source", "")]
                 ]
                 read = SimpleNamespace(cells=cells, metadata=raw.get("metadata") or {})
-                if key is not None and _version(path.stat()) == key[1:]:  # not changed meanwhile
+                if key is not None and file_version(path.stat()) == key[1:]:  # unchanged meanwhile
                     _LAST[0] = (key, read)
                 return read
         except (ValueError, AttributeError, TypeError):
