@@ -220,3 +220,14 @@ def cell_text(cell: Any) -> str:
     ]
     said = (cell.get("metadata") or {}).get("stepstone", {}).get("said", [])
     return "".join("".join(t) if isinstance(t, list) else str(t) for t in [*shown, *said])
+
+
+def effect_key(run: str, name: str, payload: Any = None, repo: Path | str | None = None) -> str:
+    """The key a new effect `name` with `payload` gets in run `run` (its lineage's)."""
+    from stepstone.effects.effectkeys import fingerprint
+
+    reader = stepstone.open_run(run, repo=repo, drive=False)
+    try:
+        return reader.state.effect_key(name, fingerprint(payload))
+    finally:
+        reader.close()

@@ -31,9 +31,9 @@ def _unresolved_effect(run_id: str = "job") -> str:
     with stepstone.open_run(run_id) as run:
         run.set_plan([*run.steps, {"name": "notify"}])
         with pytest.raises(TimeoutError):
-            run.step("notify", lambda: stepstone.effect("ping", boom))
+            run.step("notify", lambda: stepstone.effect("page", boom))
         with pytest.raises(stepstone.UnresolvedEffect):
-            run.step("notify", lambda: stepstone.effect("ping", boom))
+            run.step("notify", lambda: stepstone.effect("page", boom))
         return next(iter(run.effects))
 
 
@@ -86,7 +86,7 @@ def test_status_exits_1_and_names_the_resolve_command_with_an_unresolved_effect(
     assert (effect["key"], effect["step"], effect["name"], effect["state"]) == (
         key,
         "notify",
-        "ping",
+        "page",
         "unresolved",
     )
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fsck, git
+from conftest import effect_key, fsck, git
 from conftest import stepstone_cli as _cli
 from receiver import Receiver
 
@@ -71,8 +71,7 @@ def test_kill_at_each_boundary_never_duplicates_an_effect(workdir: Path, kind, p
 
         resumed = _driver(workdir, receiver, kind)
         _, err = resumed.communicate(timeout=120)
-        uid = stepstone.open_run("fx", drive=False).info.uid
-        key = derive_key("fx", "notify", "notify", uid)
+        key = effect_key("fx", "notify", {"msg": "hello"})
         if kind == "blind" and point in BLIND_UNKNOWN:
             assert resumed.returncode == 1
             assert "UnresolvedEffect" in err and f"stepstone resolve {key}" in err
@@ -157,13 +156,13 @@ def test_effects_in_a_loop_get_one_key_each(workdir: Path):
 
 
 def test_keys_are_stable_and_distinct():
-    assert derive_key("r", "s", "e", "u1") == derive_key("r", "s", "e", "u1")
+    assert derive_key("L1", "e", None) == derive_key("L1", "e", None)
     keys = {
-        derive_key("r", "s", "e", "u1"),
-        derive_key("r", "s", "f", "u1"),
-        derive_key("r2", "s", "e", "u1"),
-        derive_key("r", "s", "e", "u2"),  # another run that has the same id
-        derive_key("r", "s", "e"),  # a run made before runs had a uid
+        derive_key("L1", "e", None),
+        derive_key("L1", "f", None),  # another name
+        derive_key("L2", "e", None),  # another lineage
+        derive_key("L1", "e", fingerprint({"n": 1})),  # another payload
+        derive_key("L1", "e", fingerprint({"n": 2})),
     }
     assert len(keys) == 5
 

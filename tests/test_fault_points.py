@@ -11,12 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import fsck
+from conftest import effect_key, fsck
 from receiver import Receiver
 
 import stepstone
 from stepstone import faults
-from stepstone.effects.effectkeys import derive_key
 
 pytestmark = pytest.mark.fault
 
@@ -61,8 +60,7 @@ def test_a_kill_at_an_effect_point_never_applies_it_twice(workdir: Path, point: 
         killed = _run("effect_driver.py", workdir, point, RECEIVER=receiver.url, KIND=kind)
         assert killed.returncode == -9, killed.stderr
         resumed = _run("effect_driver.py", workdir, RECEIVER=receiver.url, KIND=kind)
-        uid = stepstone.open_run("fx", drive=False).info.uid
-        key = derive_key("fx", "notify", "notify", uid)
+        key = effect_key("fx", "notify", {"msg": "hello"})
         landed = receiver.applied(kind).get(key, 0)
         if kind == "blind":  # its outcome cannot be known: surfaced, never sent again
             assert resumed.returncode == 1 and "UnresolvedEffect" in resumed.stderr

@@ -67,7 +67,7 @@ def test_step_names_never_escape_the_store(value: str):
 
 @given(NASTY, NASTY, NASTY)
 def test_effect_keys_are_short_url_safe_and_inside_the_store(run: str, step: str, name: str):
-    key = derive_key(run, step, name)
+    key = derive_key(run, name, step)
     assert len(key) <= 40 and all(c.isalnum() or c == "-" for c in key)
     _stays_inside(effect_path(key), "effects")
 

@@ -103,7 +103,12 @@ def test_a_refused_login_is_one_clear_error_and_loses_nothing(tmp_path: Path, se
     said = refused.stderr.strip()
     assert said.count("\n") == 0 and "Authentication failed" in said
     assert "credential helper" in said and PASSWORD not in said
-    assert GitStore(a / ".stepstone").refs.tip("job") == tip
+    # nothing lost: the run as it was, and the record that it travels through a remote
+    now = GitStore(a / ".stepstone").refs.tip("job")
+    added = git("log", "--format=%s", f"{tip}..{now}", cwd=a / ".stepstone").splitlines()
+    assert [line.split(":")[1].strip() for line in added] == [
+        "shared through its remote; its drivers take turns by the lease"
+    ]
     fsck(a / ".stepstone")
     server.login(PASSWORD)
     assert _cli("push", cwd=a, server=server).returncode == 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,13 +37,16 @@ NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"  # the notebook the kernel runs
 OPENED_ENV = "STEPSTONE_OPENED"  # a file where the kernel's `%resume` notes the run it opened
 PARAMETERS_ENV = "STEPSTONE_PARAMETERS"  # the parameters' canonical JSON, for `%resume`
 VIA_ENV = "STEPSTONE_VIA"  # who started the notebook's run: `cli run`, `mcp run`
+EVENTS_ENV = "STEPSTONE_EVENTS"  # a file the kernel appends the run's events to (JSON Lines)
 FAULT_ENV = "STEPSTONE_FAULT"  # tests: NAME[:N], kill the process at a fault point (faults.py)
+CLOCK_SKEW_ENV = "STEPSTONE_CLOCK_SKEW"  # tests: seconds this process's clock is ahead (or behind)
 JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # a Jupyter server's: the notebook, from its root
 
 AUTOPUSH_KEY = "stepstone.autopush"
 LEASE_SECONDS_KEY = "stepstone.leaseSeconds"
 RETENTION_KEY = "stepstone.effectRetention"
 FOLLOW_INPUTS_KEY = "stepstone.followInputs"
+REDACT_KEY = "stepstone.redact"  # more credential field names, comma-separated
 GC_AUTO_KEY = "gc.auto"
 GC_PACK_LIMIT_KEY = "gc.autoPackLimit"
 
@@ -110,11 +113,17 @@ class Settings:
     parameters: str | None = None
     """The parameters `stepstone run -p` gives the run, as canonical JSON
     (`STEPSTONE_PARAMETERS`); None: none were given."""
+    events: str | None = None
+    """A file the kernel appends the run's events to, for the `stepstone run` that
+    started it (`STEPSTONE_EVENTS`; `model/events.py`)."""
     opened_note: str | None = None
     """A file where `%resume` notes the run it opened, for the `stepstone run` that
     started the kernel (`STEPSTONE_OPENED`)."""
+    redact_fields: frozenset[str] = frozenset()
+    """Field names whose values are credentials, besides the well-known ones (`git config
+    stepstone.redact "pin,card_number"`): replaced in stored receipts and errors."""
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
-    """The time now, timezone-aware (tests move it on)."""
+    """The time now, timezone-aware (tests move it on, or set `STEPSTONE_CLOCK_SKEW`)."""
     seen_env: tuple[str | None, ...] | None = field(default=None, repr=False, compare=False)
     """The `LIVE_ENV` variables as they were when these settings were read from them."""
 
@@ -135,7 +144,9 @@ class Settings:
             "jupyter_session": env.get(JUPYTER_SESSION_ENV),
             "parameters": env.get(PARAMETERS_ENV),
             "opened_note": env.get(OPENED_ENV),
+            "events": env.get(EVENTS_ENV) or None,
             "origin": env.get(VIA_ENV) or None,
+            **_skewed(env),
             **_live(env),
             "seen_env": tuple(env.get(var) for var in LIVE_ENV),
         }
@@ -170,6 +181,13 @@ class Settings:
         retention = _number(get(RETENTION_KEY), float)
         if retention is not None and retention > 0:
             found["effect_retention"] = retention
+        redacted = get(REDACT_KEY)
+        if redacted:
+            found["redact_fields"] = frozenset(
+                name.strip().lower().replace("-", "_")
+                for name in redacted.split(",")
+                if name.strip()
+            )
         return replace(self, **found)
 
 
@@ -194,13 +212,24 @@ def credential_values(looks_secret: Callable[[str], bool]) -> list[str]:
     return [value for name, value in os.environ.items() if len(value) >= 6 and looks_secret(name)]
 
 
-def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def child_environment(
+    extra: Mapping[str, str] | None = None, *, unless_set: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment to start a child process with (a kernel, git): this process's,
-    with `extra` set."""
-    return {**os.environ, **(extra or {})}
+    with `extra` set, and `unless_set` where this process has no such variable."""
+    return {**(unless_set or {}), **os.environ, **(extra or {})}
 
 
 _N = TypeVar("_N", int, float)
+
+
+def _skewed(env: Mapping[str, str]) -> dict[str, Any]:
+    """A clock `STEPSTONE_CLOCK_SKEW` seconds ahead (a test's process with a wrong clock)."""
+    skew = _number(env.get(CLOCK_SKEW_ENV), float)
+    if not skew:
+        return {}
+    ahead = timedelta(seconds=skew)
+    return {"clock": lambda: datetime.now(timezone.utc) + ahead}
 
 
 def _live(env: Mapping[str, str]) -> dict[str, Any]:

@@ -322,8 +322,24 @@ def push_command(run_id: str | None, repo: str | None, url: str | None, auto: bo
     if auto is not None:
         store.set_config(AUTOPUSH_KEY, auto)
     reader = open_reader(run_id, repo)
+    if not reader.info.shared:
+        _share(store, reader.id)
     tip = remote.push(store, reader.id)
     click.echo(f"pushed run {reader.id} at {tip[:10]}")
+
+
+def _share(store: GitStore, run_id: str) -> None:
+    """Record in the run, before its first push, that its drivers take turns by the
+    remote's lease: a plain `git clone` of the remote then takes it too. Driven here now,
+    the push goes on without it (that driver records it once it takes the lease)."""
+    from ..errors import RunLocked
+    from ..run import Run
+
+    try:
+        with Run(store, run_id, workdir=None, create=False, remote=False) as run:
+            run.share()
+    except RunLocked:
+        pass
 
 
 @main.command("pull")

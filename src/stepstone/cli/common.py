@@ -30,6 +30,13 @@ recheck_option = click.option(
 )
 
 
+def refusal(exc: StepstoneError) -> str:
+    """A refusal as a command prints it: its error's name (`RunLocked: ...`), so that a
+    script or an agent can tell one from another, then what it says."""
+    name = type(exc).__name__
+    return str(exc) if type(exc) is StepstoneError else f"{name}: {exc}"
+
+
 def errors_as_exit_codes(fn: F) -> F:
     """A command whose stepstone errors print as `stepstone: ...` and exit 2."""
 
@@ -38,7 +45,7 @@ def errors_as_exit_codes(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except StepstoneError as exc:
-            click.echo(f"stepstone: {exc}", err=True)
+            click.echo(f"stepstone: {refusal(exc)}", err=True)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]

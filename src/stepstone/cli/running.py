@@ -88,7 +88,8 @@ from .common import errors_as_exit_codes, main, repo_option, run_option
 @click.option(
     "--new",
     is_flag=True,
-    help="Start a new run although its --run id looks like a typo of an existing one.",
+    help="Start a new run although its --run id looks like a typo of an existing one, or "
+    "pass a parameter the notebook's parameters cell does not assign.",
 )
 @click.option(
     "--cells/--no-cells",
@@ -152,6 +153,9 @@ def run_command(
     if outcome.signal is not None:
         click.echo(f"stepstone: {outcome.message}", err=True)
         sys.exit(128 + outcome.signal)
+    if outcome.refused is not None:  # as the command's own refusals: exit 2, named
+        click.echo(f"stepstone: {outcome.message}", err=True)
+        sys.exit(2)
     if not outcome.ok:
         where = "" if outcome.note else f" (executed notebook: {ran.output})"
         click.echo(f"stepstone: {outcome.message}{where}", err=True)

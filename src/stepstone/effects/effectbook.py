@@ -1,20 +1,23 @@
-"""A run's effect records, indexed for the questions the rename guards ask.
+"""A run's effect records, indexed for the questions `effects.perform` asks.
 
-An effect's key comes from its step's first name and its own name, so a
-renamed step or effect would get a new key. Before a new effect is written,
-`effects.perform` asks whether one that happened (or may have) looks like it
-under another key; this book answers each question without a scan of every
-record, so a run that sends thousands of effects keeps a flat cost per effect.
+An effect is its name and its payload within the run's lineage: the book finds the
+record of an effect by that identity, whichever step asked for it and under whichever
+key. Before a new effect is written, `perform` asks whether it looks like one that
+happened (or may have) under another identity: a name made from a clock (a retry of
+the same step on the same inputs asks for a new one), a payload made from a clock, an
+effect renamed together with its step. The book answers each question from its
+indexes, so a run that sends thousands of effects keeps a flat cost per effect.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..model.models import EffectRecord
 
 MAYBE_HAPPENED = ("submitted", "confirmed", "unresolved")
+IN_DOUBT = ("submitted", "unresolved")
 _RANK = {"planned": 0, "submitted": 1, "unresolved": 2, "confirmed": 3}
 
 
@@ -34,45 +37,66 @@ def state_rank(data: bytes) -> int:
     return rank(state) if isinstance(state, str) else -1
 
 
-def _family(name: str) -> str | None:
+def family(name: str) -> str | None:
     """`email` for `email/ann`: effects named in a loop share it."""
     return name.rpartition("/")[0] or None
 
 
+def same_basis(record: EffectRecord, basis: str) -> bool:
+    """Whether `record` was asked for on the inputs `basis` says (a record made before
+    bases were recorded is taken to be: the guards stay as strict as they were)."""
+    return record.basis is None or record.basis == basis
+
+
 class EffectBook:
-    """Effect records by key, with indexes by step and by name, and what the running
-    step has asked for so far."""
+    """Effect records by key, with indexes by identity (name and payload), by step and by
+    name, and what the running step has asked for so far."""
 
     def __init__(self, records: Iterable[EffectRecord] = ()) -> None:
         self.records: dict[str, EffectRecord] = {}
+        self._by_identity: dict[tuple[str, str | None], dict[str, EffectRecord]] = {}
         self._by_step: dict[str, dict[str, EffectRecord]] = {}
         self._by_name: dict[str, dict[str, EffectRecord]] = {}
+        self._by_payload: dict[str, dict[str, EffectRecord]] = {}
         self._asked: set[str] = set()  # keys the running step asked for
-        self._returned: set[str] = set()  # ... and got a receipt for
-        self._not_replayed: dict[str, EffectRecord] | None = None
-        self._replayed_families: set[str] = set()  # of the running step's earlier members
+        self._returned: set[str] = set()  # names the running step got a receipt for
+        self._not_asked: dict[str, EffectRecord] | None = None  # of its earlier effects
         self._step: str | None = None  # the identity of the running step
-        self._orphans: dict[str, list[EffectRecord]] | None = None
-        self._begun: set[str] = set()  # step identities begun by this process
-        self._unmet: set[str] | None = None
+        self._asked_ever: set[str] = set()  # keys any step of this process asked for
         for record in records:
             self.put(record)
 
     def put(self, record: EffectRecord) -> None:
-        """Add or replace a record (its key, step and name never change)."""
+        """Add or replace a record (its key, step, name and payload never change)."""
         self.records[record.key] = record
+        identity = (record.name, record.payload_sha256)
+        self._by_identity.setdefault(identity, {})[record.key] = record
         self._by_step.setdefault(record.step, {})[record.key] = record
         self._by_name.setdefault(record.name, {})[record.key] = record
-        if self._unmet is not None and record.step not in self._begun:
-            self._unmet.add(record.step)
+        if record.payload_sha256 is not None:
+            self._by_payload.setdefault(record.payload_sha256, {})[record.key] = record
 
     def steps(self) -> list[str]:
         """The identities of the steps that have effect records."""
         return list(self._by_step)
 
     def of_step(self, identity: str) -> list[EffectRecord]:
-        """The records of the step keyed by `identity`."""
+        """The records of the effects the step keyed by `identity` asked for."""
         return list(self._by_step.get(identity, {}).values())
+
+    def find(
+        self, name: str, payload: str | None, before: Callable[[], str | None]
+    ) -> EffectRecord | None:
+        """The record of effect `name` with payload fingerprint `payload` that got
+        furthest, whichever step asked for it, or None; a record made before 2026-12
+        is matched by the fingerprint then taken (`before()`)."""
+        found = list(self._by_identity.get((name, payload), {}).values())
+        if not found and payload is not None:
+            older = [r for r in self._by_name.get(name, {}).values() if r.basis is None]
+            if older:
+                then = before()
+                found = [r for r in older if r.payload_sha256 == then]
+        return max(found, key=lambda r: rank(r.state), default=None)
 
     # -- one run of a step ----------------------------------------------------------
 
@@ -80,89 +104,119 @@ class EffectBook:
         """A step of this identity runs (or is skipped) in this process now."""
         self._asked = set()
         self._returned = set()
-        self._not_replayed = None
-        self._replayed_families = set()
+        self._not_asked = None
         self._step = identity
-        self._begun.add(identity)
-        if self._unmet is not None:
-            self._unmet.discard(identity)
 
-    def ask(self, key: str) -> bool:
-        """Note that the running step asks for effect `key`; whether it already got a
-        receipt for it in this run of the step (the same name used twice)."""
-        if self._step is not None:
-            earlier = self._earlier(self._step).pop(key, None)
-            if earlier is not None and (family := _family(earlier.name)) is not None:
-                self._replayed_families.add(family)
+    def asked(self, record: EffectRecord | str) -> None:
+        """The running step asks for the effect of `record` (or of that key)."""
+        key = record if isinstance(record, str) else record.key
         self._asked.add(key)
-        return key in self._returned
+        self._asked_ever.add(key)
+        if self._step is not None:
+            self._earlier(self._step).pop(key, None)
 
-    def returned(self, key: str) -> None:
-        """The running step got effect `key`'s receipt."""
-        self._returned.add(key)
+    def named_twice(self, name: str) -> bool:
+        """Whether the running step already got a receipt for an effect called `name` (a
+        name stands for one write)."""
+        return name in self._returned
+
+    def returned(self, name: str) -> None:
+        """The running step got the receipt of its effect `name`."""
+        self._returned.add(name)
 
     # -- what a new effect may be ---------------------------------------------------
 
     def _earlier(self, identity: str) -> dict[str, EffectRecord]:
         """The effects earlier runs of this step performed (or may have) that this run
         has not asked for yet: made once per run of a step, then kept up to date."""
-        if self._not_replayed is None:
-            self._not_replayed = {
+        if self._not_asked is None:
+            self._not_asked = {
                 key: record
                 for key, record in self._by_step.get(identity, {}).items()
                 if record.state in MAYBE_HAPPENED and key not in self._asked
             }
-        return self._not_replayed
+        return self._not_asked
 
-    def not_replayed(self, identity: str, name: str) -> EffectRecord | None:
-        """An effect an earlier run of this step performed (or may have) that this run has
-        not asked for yet, and that is not of `name`'s family (`email/...`, asked for
-        in another order this time): `name` may be it, renamed."""
-        family = _family(name)
+    def in_doubt_named(self, name: str, payload: str | None) -> EffectRecord | None:
+        """An effect called `name` with another payload whose outcome is not known: it is
+        settled before this one is written."""
+        for record in self._by_name.get(name, {}).values():
+            if record.state in IN_DOUBT and record.payload_sha256 != payload:
+                return record
+        return None
+
+    def changed_payload(
+        self, identity: str, name: str, basis: str, payload: str | None
+    ) -> EffectRecord | None:
+        """An effect called `name` that an earlier run of this step, on the same inputs,
+        performed (or may have) with another payload: a payload made from a clock or a
+        random number, new at each try."""
+        for record in self._by_name.get(name, {}).values():
+            if (
+                record.step == identity
+                and record.state in MAYBE_HAPPENED
+                and record.payload_sha256 != payload
+                and same_basis(record, basis)
+            ):
+                return record
+        return None
+
+    def lone_member(self, identity: str, name: str, basis: str) -> EffectRecord | None:
+        """For a new member `name` of a family (`alert/...`): the first member an earlier
+        run of this step on the same inputs performed (or may have) that this run has not
+        asked for again yet. Asked on the same inputs, the same members come in the same
+        order (a thread pool's aside): a new one before them is made from a clock or a
+        random id. On other inputs (a revised decision, a changed file) new members are
+        what the change asks for."""
+        kin = family(name)
+        if kin is None:
+            return None
         earlier = [
             r
             for r in self._earlier(identity).values()
-            if family is None or _family(r.name) != family
+            if family(r.name) == kin and same_basis(r, basis)
         ]
         return min(earlier, key=lambda r: r.intent) if earlier else None
 
-    def lone_member(self, identity: str, name: str) -> EffectRecord | None:
-        """For a new effect `name` of a family (`alert/...`): an effect of that family an
-        earlier run of this step performed (or may have), when this run has asked for
-        none of those again. Then `name` is likely made from a clock or a random id: new
-        at every try, it would send the effect again. None when `name` has no family,
-        the family has no earlier member, or one of them was asked again (the names
-        repeat: a thread pool or a set asks them in another order)."""
-        family = _family(name)
-        if family is None or family in self._replayed_families:
+    def not_asked_again(
+        self, identity: str, name: str, basis: str, payload: str | None
+    ) -> EffectRecord | None:
+        """An effect an earlier run of this step performed (or may have) that this run has
+        not asked for yet, and that `name` may be under another name: asked on the same
+        inputs (then every effect comes again, in the same order), or with the same
+        payload (or neither has one). Members of `name`'s family are `lone_member`'s."""
+        kin = family(name)
+        candidates = [
+            r for r in self._earlier(identity).values() if kin is None or family(r.name) != kin
+        ]
+        for record in sorted(candidates, key=lambda r: r.intent):
+            if same_basis(record, basis) or record.payload_sha256 == payload:
+                return record
+        return None
+
+    def left_behind(
+        self, identity: str, plan: set[str], left: set[str], payload: str | None
+    ) -> EffectRecord | None:
+        """For a new effect of a step that never asked for one (`identity`): an effect that
+        happened (or may have) in a step that is no longer in the plan (`plan`: the
+        identities of its steps), not asked for again by this process, with the same
+        payload; or, when neither has a payload, in a step that left the plan in its
+        latest change (`left`). The step and its effect may have been renamed together."""
+        if self._by_step.get(identity):
             return None
-        earlier = [r for r in self._earlier(identity).values() if _family(r.name) == family]
-        return min(earlier, key=lambda r: r.intent) if earlier else None
-
-    def orphan_named(self, name: str, plan: set[str]) -> EffectRecord | None:
-        """An effect called `name` that happened (or may have) in a step no longer in the
-        plan (`plan`: the identities of its steps)."""
-        if self._orphans is None:
-            self._orphans = {}
-            for record in self.records.values():
-                if record.state in MAYBE_HAPPENED and record.step not in plan:
-                    self._orphans.setdefault(record.name, []).append(record)
-        return next((r for r in self._orphans.get(name, ()) if r.step not in plan), None)
-
-    def unmet_named(self, name: str, identity: str) -> EffectRecord | None:
-        """An effect called `name` that happened (or may have) in another step that this
-        process has not begun: in a plan that only grows, a renamed step leaves its old
-        name behind unmet."""
-        if self._unmet is None:
-            self._unmet = {step for step in self._by_step if step not in self._begun}
-        for step in self._unmet:
-            if step == identity:
-                continue
-            for record in self._by_step[step].values():
-                if record.name == name and record.state in MAYBE_HAPPENED:
-                    return record
+        if payload is not None:
+            pool: Iterable[EffectRecord] = self._by_payload.get(payload, {}).values()
+        else:
+            pool = (r for step in left for r in self._by_step.get(step, {}).values())
+        for record in pool:
+            if (
+                record.step not in plan
+                and record.state in MAYBE_HAPPENED
+                and record.key not in self._asked_ever
+                and record.payload_sha256 == payload
+            ):
+                return record
         return None
 
     def plan_changed(self) -> None:
-        """Steps may have left the plan."""
-        self._orphans = None
+        """Steps may have left the plan (nothing is cached about the plan)."""

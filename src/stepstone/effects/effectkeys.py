@@ -1,5 +1,5 @@
-"""What identifies an effect: its idempotency key (from its lineage, its step's identity
-and its name), where its record lives, and its payload's fingerprint."""
+"""What identifies an effect: its name and its payload's fingerprint within its run's
+lineage, its idempotency key made from those, and where its record lives."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import PurePath
 from typing import Any
 
 from ..errors import InvalidInput
-from .redaction import redact
+from .redaction import redact_like_before
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=@/-]{0,199}")
 
@@ -64,18 +64,39 @@ def canonical(value: Any) -> Any:
 
 
 def fingerprint(payload: Any) -> str | None:
-    """The sha256 of a payload's canonical JSON (credentials redacted), or None."""
+    """The sha256 of a payload's canonical JSON, or None: taken before anything is
+    redacted, so that two payloads that differ only in a credential differ."""
     if payload is None:
         return None
-    data = redact(canonical(payload), environment=False)
+    return _sha256_json(canonical(payload))
+
+
+def fingerprint_before(payload: Any) -> str | None:
+    """The fingerprint stepstone recorded before 2026-12 (credential-looking fields
+    redacted first): to recognise the effects such a run recorded."""
+    if payload is None:
+        return None
+    return _sha256_json(redact_like_before(canonical(payload)))
+
+
+def _sha256_json(data: Any) -> str:
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def derive_key(run: str, step: str, name: str, uid: str = "") -> str:
-    """The idempotency key of an effect: stable across restarts, kernels, machines and
-    copies of the run, and different for another run that has the same id (`uid` is
-    made when a run is created; runs made before it had one keep their keys)."""
+def derive_key(lineage: str, name: str, payload: str | None) -> str:
+    """The idempotency key of effect `name` with payload fingerprint `payload` in the
+    lineage `lineage`: the same in every run of the lineage (its copies, forks and
+    parameter sets), after any restart, in any kernel and on any machine, whichever step
+    asks for it; another lineage (a run with another id, a store begun again) has keys
+    of its own."""
+    text = f"effect\0{lineage}\0{name}\0{payload or ''}"
+    return f"ss-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
+
+
+def key_before(run: str, step: str, name: str, uid: str = "") -> str:
+    """The key stepstone gave an effect before 2026-12, from its run, its step's identity
+    and its name: to find the effects such a run recorded in other histories."""
     text = f"{uid}\0{run}\0{step}\0{name}" if uid else f"{run}\0{step}\0{name}"
     return f"ss-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 

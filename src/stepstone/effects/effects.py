@@ -22,6 +22,8 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import faults
@@ -34,12 +36,26 @@ from ..errors import (
     UnresolvedEffect,
 )
 from ..model import message
-from ..model.models import EffectRecord, Resolution, RunInfo, dump, now
+from ..model.models import EffectRecord, Resolution, RunInfo, dump, now, stamp
 from ..rules.deadline import call_within
 from ..settings import Settings
-from .effectbook import EffectBook, rank
-from .effectkeys import check_name, effect_path, fingerprint
+from .effectbook import EffectBook, family, rank
+from .effectkeys import check_name, effect_path, fingerprint, fingerprint_before
 from .redaction import error_text, redact
+
+
+@dataclass
+class Asking:
+    """The step that asks for effects in a context (a step's body, the threads and tasks
+    it starts): its name, its identity (its first name), how to tell what it has read so
+    far (`basis`, computed when a new effect needs it), and whether it has ended (an
+    effect asked after that, from a thread that outlived it, is refused)."""
+
+    step: str
+    identity: str
+    basis: Callable[[], str]
+    ended: bool = False
+    said: list[str] = field(default_factory=list)  # what the step's card says of effects
 
 
 class Run(Protocol):
@@ -52,17 +68,20 @@ class Run(Protocol):
     @property
     def info(self) -> RunInfo: ...
     @property
-    def current_step(self) -> str | None: ...
-    @property
     def guard(self) -> threading.RLock: ...
     @property
     def effect_book(self) -> EffectBook: ...
     @property
     def effects(self) -> dict[str, EffectRecord]: ...
-    def identity_of(self, name: str) -> str: ...
-    def effect_key(self, identity: str, name: str) -> str: ...
+    def asking(self) -> Asking | None: ...
+    def effect_key(self, name: str, payload: str | None) -> str: ...
+    def keys_before(self, identity: str, name: str) -> list[str]: ...
     def identities(self) -> set[str]: ...
-    def recorded_elsewhere(self, key: str) -> tuple[str, EffectRecord] | None: ...
+    def left_the_plan(self) -> set[str]: ...
+    def recorded_elsewhere(self, keys: list[str]) -> tuple[str, EffectRecord] | None: ...
+    def driven_elsewhere(self, ref: str) -> str | None: ...
+    def named_elsewhere(self, name: str, payload: str | None) -> str | None: ...
+    def turn(self) -> AbstractContextManager[object]: ...
     def step_label(self, name: str) -> str: ...
     def fence(self) -> None: ...
     def commit_effect(
@@ -88,61 +107,71 @@ def perform(
     timeout: float | None = None,
     retention: datetime.timedelta | float | None = None,
 ) -> Any:
-    """Perform effect `name` of the current step at most once; return its receipt."""
-    step = run.current_step
-    if step is None:
-        raise StepstoneError(
-            f"effect {name!r} was called outside a step: call stepstone.effect inside a "
-            f"%%step cell or a function run by run.step"
-        )
+    """Perform effect `name` (with `payload`) at most once in the run's lineage, whichever
+    step asks for it; return its receipt."""
+    asking = _asking(run, name)
+    step = asking.step
     check_name(name)
     if was is not None:
         check_name(was)
-    identity = run.identity_of(step)
-    key = run.effect_key(identity, was or name)
+    first = was or name
     print_ = fingerprint(payload)
     seconds = run.settings.now().effect_timeout if timeout is None else timeout
     book = run.effect_book
-    if not new and "/" in (was or name):
-        _refuse_a_lone_member(run, step, identity, key, was or name)
+
+    def find() -> EffectRecord | None:
+        return book.find(first, print_, lambda: fingerprint_before(payload))
+
     with run.guard:
-        if book.ask(key):
+        if book.named_twice(first):
             raise InvalidInput(
                 f"effect {name!r} was already performed by this run of step {step!r}: an "
                 f"effect name stands for one write, so a second call would return the "
                 f"first one's receipt and send nothing. Name each effect for what it writes, "
                 f"for example f'{name}/{{recipient}}'"
             )
-        record = _furthest(run, key, run.effects.get(key))
-        if record is None and not new:
-            _refuse_a_second_name(run, step, identity, name, was or name)
-        if record is not None and record.payload_sha256 != print_ and record.state != "planned":
-            raise EffectChanged(step, name, key, record.state, record.receipt)
-        if record is not None and record.state == "confirmed":
-            book.returned(key)
-            return record.receipt
-        fresh = record is None or record.state == "planned"
-        if fresh:
-            record = EffectRecord(
-                key=key,
-                step=identity,
-                name=was or name,
-                state="submitted",
-                payload_sha256=print_,
-                intent=now(),
-                attempts=record.attempts + 1 if record is not None else 1,
-                receiver="keyed" if keyed else ("lookup" if lookup is not None else "blind"),
-                retention=_retention(run, retention) if keyed else None,
-            )
-            _save(run, record, f"effect {record.name}: submitted")
-            faults.reached("effect.submitted")
+        mine = find()
+        if mine is not None:
+            book.asked(mine)
+    if mine is None and not new and family(first) is not None:
+        _wait_for_the_earlier_members(run, asking, first, print_)
+    waited = time.monotonic() + max(seconds, 1.0)
+    while True:
+        try:
+            with run.guard, run.turn():
+                record, fresh = _intent(run, asking, name, first, print_, new, find)
+                if record.state == "confirmed":
+                    book.returned(first)
+                    return record.receipt
+                if fresh:
+                    record = record.model_copy(
+                        update={
+                            "receiver": "keyed"
+                            if keyed
+                            else ("lookup" if lookup is not None else "blind"),
+                            "retention": _retention(run, retention) if keyed else None,
+                        }
+                    )
+                    _save(run, record, f"effect {record.name}: submitted")
+                    faults.reached("effect.submitted")
+            break
+        except _InFlight as flight:  # another run of the lineage is performing it now
+            if time.monotonic() > waited:
+                raise StepstoneError(
+                    f"effect {name!r} of step {step!r} is being performed by "
+                    f"{_history(flight.where)}, which {flight.holder} drives now, and it has "
+                    f"not ended within {max(seconds, 1.0):g} s: it is not performed here. "
+                    f"Run this step again once that run is done (its receipt is then "
+                    f"taken), or stop that process"
+                ) from None
+            time.sleep(0.05)
     assert record is not None
     # the write itself runs outside the guard: other threads' effects go on meanwhile
     if fresh:
         _fence(run, record, fresh=True)
         receipt = _do(run, record, do, seconds)
     else:  # submitted or unresolved: the write may or may not have landed
-        found = _looked_up(record, lookup(key)) if lookup is not None else None
+        found = _looked_up(record, lookup(record.key)) if lookup is not None else None
         if found is not None:
             receipt = _confirm(run, record, found, "found by lookup")
         elif lookup is not None or keyed:
@@ -155,26 +184,124 @@ def perform(
             if record.state != "unresolved":
                 record = record.model_copy(update={"state": "unresolved"})
                 _save(run, record, f"effect {record.name}: unresolved")
-            raise UnresolvedEffect(run.id, step, key, record.intent)
-    book.returned(key)
+            raise UnresolvedEffect(run.id, step, record.key, record.intent)
+    book.returned(first)
     return receipt
 
 
-def _furthest(run: Run, key: str, record: EffectRecord | None) -> EffectRecord | None:
-    """This run's record of effect `key` (or None), or one that another history of the
-    store holds (the run a fork came from, a fork, the remote's history fetched here) and
-    that got further: confirmed there, or in doubt there while this run holds it as not
-    sent. That one is taken into this run first, so the effect is not sent again."""
+class _InFlight(Exception):
+    """An effect that another run of the lineage, driven now, is performing."""
+
+    def __init__(self, where: str, holder: str) -> None:
+        super().__init__(where)
+        self.where, self.holder = where, holder
+
+
+def _intent(
+    run: Run,
+    asking: Asking,
+    name: str,
+    first: str,
+    print_: str | None,
+    new: bool,
+    find: Callable[[], EffectRecord | None],
+) -> tuple[EffectRecord, bool]:
+    """In the store's turn: the effect's furthest record in the lineage, and whether it is
+    to be performed now (then a new intent, not yet saved); refused where a new effect
+    may be one that happened under another identity."""
+    book, identity = run.effect_book, asking.identity
+    key = run.effect_key(first, print_)
+    mine = find()
+    keys = [mine.key] if mine is not None else [key, *run.keys_before(identity, first)]
+    record = _furthest(run, keys, mine, asking)
+    basis: str | None
+    if record is None:
+        basis = asking.basis()
+        if not new:
+            _refuse_what_may_have_happened(run, asking, name, first, print_, basis)
+            _say_what_siblings_sent(run, asking, first, print_)
+        book.asked(key)
+    else:
+        basis = record.basis
+        book.asked(record)
+    if record is not None and record.state != "planned":
+        return record, False
+    return (
+        EffectRecord(
+            key=record.key if record is not None else key,
+            step=identity,
+            name=first,
+            state="submitted",
+            payload_sha256=print_,
+            intent=stamp(run.settings.clock()),
+            attempts=record.attempts + 1 if record is not None else 1,
+            basis=basis,
+        ),
+        True,
+    )
+
+
+def _asking(run: Run, name: str) -> Asking:
+    """The step asking for effect `name` here; refused outside a step, and from a thread
+    or task that outlived the step that started it."""
+    asking = run.asking()
+    if asking is None:
+        raise StepstoneError(
+            f"effect {name!r} was called outside a step: call stepstone.effect inside a "
+            f"%%step cell or a function run by run.step"
+        )
+    if asking.ended:
+        raise StepstoneError(
+            f"effect {name!r} was asked for by a thread or task that step {asking.step!r} "
+            f"started, after that step ended: it is not performed, and no step records it. "
+            f"Wait for the thread (thread.join(), pool.shutdown(), await the task) before "
+            f"the step's cell ends, so that its effects are the step's"
+        )
+    return asking
+
+
+def _furthest(
+    run: Run, keys: list[str], record: EffectRecord | None, asking: Asking
+) -> EffectRecord | None:
+    """This run's record of the effect (or None), or one that another history of the
+    store holds under one of `keys` (a sibling run of the same notebook, the run a fork
+    came from, a fork, the remote's history fetched here) and that got further: confirmed
+    there, or in doubt there while this run holds it as not sent. That one is taken into
+    this run first, so the effect is not sent again."""
     if record is not None and record.state == "confirmed":
         return record
-    found = run.recorded_elsewhere(key)
+    found = run.recorded_elsewhere(keys)
     if found is None:
         return record
     where, other = found
     if other.state == "planned" or rank(other.state) <= (rank(record.state) if record else 0):
         return record
+    if other.state == "submitted":
+        holder = run.driven_elsewhere(where)
+        if holder is not None:  # its outcome comes soon: wait for it, never ask twice
+            raise _InFlight(where, holder)
     _save(run, other, f"effect {other.name}: {other.state}, as {where} records it")
+    if record is None:
+        asking.said.append(
+            f"effect {other.name}: {other.state} by {_history(where)} (intent {other.intent}), "
+            f"not performed again"
+        )
     return other
+
+
+def _history(ref: str) -> str:
+    """A history of the store named for people: `run job`, `the remote's run job`."""
+    for prefix, said in (
+        ("refs/heads/", "run "),
+        ("refs/stepstone/runs/", "run "),
+        ("refs/stepstone/remote/", "the remote's run "),
+        ("refs/remotes/", "the remote's "),
+        ("refs/tags/stepstone/", "the archive of run "),
+        ("refs/stepstone/diverged/", "the copy set aside of run "),
+    ):
+        if ref.startswith(prefix):
+            return said + ref[len(prefix) :]
+    return ref
 
 
 def _retention(run: Run, given: datetime.timedelta | float | None) -> float:
@@ -228,92 +355,142 @@ def _refuse_an_expired_key(
         else record.retention
     )
     age = (run.settings.clock() - _parse_time(record.intent)).total_seconds()
-    if age <= limit:
+    if 0 <= age <= limit:
         return record
-    why = (
-        f"the receiver forgets keys after {_span(limit)}; this intent is {_span(age)} old, "
-        f"so a retry with its key would be a new request"
-    )
+    if age < 0:  # a clock ahead made it: how old it is, and whether its key is kept, unknown
+        why = (
+            f"this intent is dated {_span(-age)} in the future (the clock of the process that "
+            f"made it was ahead): its age, and whether the receiver still keeps its key, "
+            f"cannot be told, so a retry with its key might be a new request"
+        )
+        subject = f"effect {record.name}: unresolved, its intent is dated in the future"
+    else:
+        why = (
+            f"the receiver forgets keys after {_span(limit)}; this intent is {_span(age)} "
+            f"old, so a retry with its key would be a new request"
+        )
+        subject = f"effect {record.name}: unresolved, its key expired"
     if record.state != "unresolved" or record.error != why:
         record = record.model_copy(update={"state": "unresolved", "error": why})
-        _save(run, record, f"effect {record.name}: unresolved, its key expired")
+        _save(run, record, subject)
     raise UnresolvedEffect(run.id, step, record.key, record.intent, why)
 
 
-def _refuse_a_second_name(run: Run, step: str, identity: str, name: str, first: str) -> None:
-    """Refuse a new effect that looks like one which happened (or may have) under
-    another key: the same name (`first`: the one its key is made of, `was=` if given) in
-    a step that left the plan, or (in a plan that only grows) in a step this process has
-    not met, both as a renamed step leaves behind; or a step asking for a new effect while
-    one it performed before is not asked for."""
-    book = run.effect_book
-    other = book.orphan_named(first, run.identities())
-    where = "which is no longer in the plan"
-    if other is None and run.info.plan_mode == "incremental":
-        other = book.unmet_named(first, identity)
-        where = "which this process has not run"
-    if other is not None:
-        said = (  # a --was that names no step the store knows: a misspelling, most likely
-            f"; the step says it was {identity!r} (--was), which names no step with effects"
-            if identity != step and not book.of_step(identity)
-            else ""
-        )
-        raise EffectRenamed(
-            step,
-            name,
-            other.key,
-            f"an effect of that name{f' ({first!r})' if first != name else ''} was "
-            f"{other.state} at {other.intent} by step {other.step!r}, {where}{said}",
-            f"If {step!r} is {other.step!r} renamed, say so (`%%step {step} --was "
-            f"{other.step}`, or run.step(..., was={other.step!r})) and it is not sent "
-            f"again; if this is another effect, give it a name of its own, or pass new=True",
-        )
-    earlier = book.not_replayed(identity, first)
+def _refuse_what_may_have_happened(
+    run: Run, asking: Asking, name: str, first: str, payload: str | None, basis: str
+) -> None:
+    """Refuse a new effect that may be one which happened (or may have) under another
+    identity: its name with another payload still in doubt; its name with another payload
+    on the same inputs (a payload made from a clock); a new name where the step, on the
+    same inputs, asked for another one before (a name made from a clock, or the effect
+    renamed); an effect renamed together with its step."""
+    book, step, identity = run.effect_book, asking.step, asking.identity
+    doubt = book.in_doubt_named(first, payload)
+    if doubt is not None:
+        raise EffectChanged(asking.step, name, doubt.key, doubt.state, doubt.receipt)
+    changed = book.changed_payload(identity, first, basis, payload)
+    if changed is not None:
+        raise EffectChanged(step, name, changed.key, changed.state, changed.receipt)
+    lone = book.lone_member(identity, first, basis)
+    if lone is not None:
+        raise _lone_member(step, name, lone)
+    earlier = book.not_asked_again(identity, first, basis, payload)
     if earlier is not None:
         raise EffectRenamed(
             step,
             name,
             earlier.key,
             f"an earlier run of this step performed effect {earlier.name!r} ({earlier.state} "
-            f"at {earlier.intent}), which this run has not asked for before {name!r}",
+            f"at {earlier.intent}){_on_what(earlier, basis, payload)}, which this run has "
+            f"not asked for before {name!r}",
             f"If {name!r} is {earlier.name!r} renamed, pass was={earlier.name!r} and it is "
             f"not sent again; if it is another effect, perform {earlier.name!r} first as "
             f"before, or pass new=True",
         )
+    other = book.left_behind(identity, run.identities(), run.left_the_plan(), payload)
+    if other is not None:
+        same = "with the same payload" if payload is not None else "(neither has a payload)"
+        raise EffectRenamed(
+            step,
+            name,
+            other.key,
+            f"effect {other.name!r} {same} was {other.state} at {other.intent} by step "
+            f"{other.step!r}, which is no longer in the plan",
+            f"If {step!r} is {other.step!r} renamed, say so ({_say_was(run, step, other.step)})"
+            + (f" and pass was={other.name!r}" if other.name != first else "")
+            + "; it is not sent again. If this is another effect, pass new=True",
+        )
 
 
-FAMILY_WAIT = 2.0  # seconds a lone new member of a family waits for its step's other threads
+def _say_was(run: Run, step: str, was: str) -> str:
+    """How to say that step `step` was step `was`, renamed, where the run's steps are."""
+    if run.info.cells:
+        return f"make the cell's first line `# step: {step} --was {was}`"
+    if run.info.plan_mode == "notebook":
+        return f"`%%step {step} --was {was}`"
+    return f"run.step({step!r}, ..., was={was!r})"
 
 
-def _refuse_a_lone_member(run: Run, step: str, identity: str, key: str, name: str) -> None:
-    """Refuse a new member of a family (`alert/...`) asked for while none of the members
-    an earlier run of this step performed was asked again: a name made from a clock or a
-    random id is new at every try, so its effect would be sent once more at each. A thread
-    pool asks in any order: while other threads run, wait a little for one of them to ask
-    an earlier member again (then the names repeat, and this one may be sent)."""
+def _on_what(record: EffectRecord, basis: str, payload: str | None) -> str:
+    if record.basis is not None and record.basis != basis:
+        return " with the same payload" if payload is not None else ", neither with a payload"
+    return " on the same inputs"
+
+
+def _say_what_siblings_sent(run: Run, asking: Asking, name: str, payload: str | None) -> None:
+    """Before a new effect is sent: say when another run of the lineage (a parameter set
+    of the same notebook, a fork) sent an effect of that name with another payload."""
+    other = run.named_elsewhere(name, payload)
+    if other is not None:
+        asking.said.append(
+            f"effect {name}: {other} sent one of that name with another payload; this one "
+            f"is another effect and is sent"
+        )
+
+
+def _wait_for_the_earlier_members(run: Run, asking: Asking, name: str, payload: str | None) -> None:
+    """A new member of a family (`alert/...`) is asked for while an earlier run of the
+    step, on the same inputs, performed members this run has not asked for again yet. In
+    one thread they come in the same order, so that is a name made from a clock or a
+    random id; a thread pool asks in any order: while other threads run, wait a little
+    for them to ask the earlier members first."""
+    basis = asking.basis()
+    book = run.effect_book
     deadline = time.monotonic() + (FAMILY_WAIT if threading.active_count() > 1 else 0.0)
     while True:
         with run.guard:
-            if key in run.effects:
+            if book.find(name, payload, lambda: None) is not None:
                 return
-            lone = run.effect_book.lone_member(identity, name)
-            if lone is None or run.recorded_elsewhere(key) is not None:
+            lone = book.lone_member(asking.identity, name, basis)
+            if lone is None:
                 return
         if time.monotonic() >= deadline:
             break
         time.sleep(0.01)
-    family = name.rpartition("/")[0]
-    raise EffectRenamed(
+    with run.guard, run.turn():
+        if run.recorded_elsewhere([run.effect_key(name, payload)]) is not None:
+            return
+    raise _lone_member(asking.step, name, lone)
+
+
+FAMILY_WAIT = 2.0  # seconds a new member of a family waits for its step's other threads
+
+
+def _lone_member(step: str, name: str, lone: EffectRecord) -> EffectRenamed:
+    kin = family(name)
+    return EffectRenamed(
         step,
         name,
         lone.key,
-        f"an earlier run of this step performed {lone.name!r} ({lone.state} at {lone.intent}), "
-        f"and this run asks for {name!r}, a new member of the family '{family}/', without "
-        f"asking again for any member the earlier run performed. A name made from the time, "
-        f"a uuid or a random number is new at every try, so the effect would be sent again",
-        f"Name each effect for what it writes, the same at every try (f'{family}/{{report_id}}'"
-        f", not the time); members asked in another order are fine once one of them is asked "
-        f"again (or ask in a stable order: sorted(...)). For an effect that really is new, "
+        f"on the same inputs, an earlier run of this step performed {lone.name!r} "
+        f"({lone.state} at {lone.intent}), and this run asks for {name!r}, a new member of "
+        f"the family '{kin}/', before asking again for {lone.name!r}. Asked on the same "
+        f"inputs, the same members come in the same order: a name made from the time, a "
+        f"uuid or a random number is new at every try, so the effect would be sent again",
+        f"Name each effect for what it writes, the same at every try (f'{kin}/{{report_id}}'"
+        f", not the time). A set of text iterates in another order in each process (Python "
+        f"hashes text with a new seed; `stepstone run` fixes the seed for its kernels, a "
+        f"Jupyter kernel does not): iterate sorted(...). For an effect that really is new, "
         f"pass new=True",
     )
 
@@ -356,7 +533,7 @@ def _do(run: Run, record: EffectRecord, do: Callable[[str], Any], seconds: float
     if not finished:
         late = record.model_copy(update={"error": f"no answer within {seconds:g} s"})
         _save(run, late, f"effect {record.name}: timed out")
-        raise EffectTimedOut(run.current_step or record.step, record.name, record.key, seconds)
+        raise EffectTimedOut(record.step, record.name, record.key, seconds)
     faults.reached("effect.sent")
     return _confirm(run, record, receipt, "")
 
@@ -369,13 +546,15 @@ def _confirm(run: Run, record: EffectRecord, receipt: Any, how: str) -> Any:
             f"effect {record.name!r}: do(key) must return a JSON-serialisable receipt "
             f"(an id, a dict), not {type(receipt).__name__}. The effect stays submitted"
         ) from exc
-    # the caller gets what a replay would return: the receipt as stored, credentials redacted
-    stored = redact(receipt)
+    # stored with its credentials redacted: the caller gets its own receipt back, unless it
+    # holds a credential, which never reaches the store (nor the caller's saved values): then
+    # the one stored, as a replay returns it
+    stored = redact(receipt, fields=run.settings.redact_fields)
     done = record.model_copy(
         update={"state": "confirmed", "receipt": stored, "confirmed": now(), "error": None}
     )
     _save(run, done, f"effect {record.name}: confirmed" + (f" ({how})" if how else ""))
-    return stored
+    return receipt if stored == receipt else stored
 
 
 def _save(run: Run, record: EffectRecord, subject: str) -> None:
@@ -385,7 +564,7 @@ def _save(run: Run, record: EffectRecord, subject: str) -> None:
         dump(record),
         subject,
         [
-            (message.STEP, run.step_label(run.current_step or record.step)),
+            (message.STEP, run.step_label(record.step)),
             (message.STATUS, record.state),
             (message.KEY, record.key),
             (message.EFFECT, record.name),
@@ -408,7 +587,7 @@ def resolve(
         settled = record.model_copy(
             update={
                 "state": "confirmed",
-                "receipt": redact(receipt),
+                "receipt": redact(receipt, fields=run.settings.redact_fields),
                 "confirmed": now(),
                 "resolution": resolution,
             }

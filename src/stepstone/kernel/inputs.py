@@ -57,13 +57,30 @@ def _call(name: str, args: str) -> str:
 
 
 def rewrite(lines: list[str]) -> list[str]:
-    """Input transformer: each stepstone line magic as an explicit call, safe from `?`."""
+    """Input transformer: each stepstone line magic as an explicit call, safe from `?`;
+    a `%%step` cell whose code awaits at its top level, as a cell that awaits its step
+    (IPython then runs it in the kernel's event loop, as it runs a plain cell that does)."""
+    if lines and lines[0].startswith("%%step") and lines[0][6:7].isspace():
+        return _awaiting_step(lines)
     if not lines or lines[0].startswith("%%") or not any("%" in line for line in lines):
         return lines  # a cell magic's body is its own (%%step transforms its body itself)
     for first, last, col, text in reversed(list(_magic_lines(lines))):
         name, _, args = text[1:].partition(" ")
         lines = [*lines[:first], lines[first][:col] + _call(name, args) + "\n", *lines[last + 1 :]]
     return lines
+
+
+def _awaiting_step(lines: list[str]) -> list[str]:
+    """A `%%step` cell as is, or, when its code awaits, as a call that awaits its step."""
+    from .kernelsession import awaits
+
+    line, body = lines[0][6:].strip(), "".join(lines[1:])
+    if "await" not in body and "async" not in body:
+        return lines
+    if not awaits(_ipython.transform_cell(body)):
+        return lines
+    call = f"__import__({__package__ + '.magics'!r}, fromlist=['_']).step_awaiting"
+    return [f"await {call}(get_ipython(), {line!r}, {body!r})\n"]
 
 
 def _magic_call(line: str) -> tuple[str, str] | None:

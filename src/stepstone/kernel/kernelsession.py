@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import io
 import pickle
 import tokenize
@@ -19,7 +20,10 @@ from pathlib import PurePath
 from types import CodeType
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..errors import StepstoneError
+from ..model import events as model_events
 from ..notebook import namespace
 from ..rules import dependencies
 from ..run import Run
@@ -33,21 +37,43 @@ def compiler(ip: Any) -> namespace.Compiler:
     return lambda tree, filename: ip.compile(tree, filename, "exec")
 
 
-def compiled(ip: Any, code: str, raw: str | None = None) -> list[CodeType]:
+def compiled(
+    ip: Any, code: str, raw: str | None = None, *, awaiting: bool = False
+) -> list[CodeType]:
     """A cell's code compiled by `compiler`, from the tree `read_cell` parsed, as IPython
     runs a cell: its last expression apart, in "single" mode, so that its value is
     displayed (and kept in `Out`), unless a `;` ends it. Its file is named after the cell
     running it (`Cell In[5]` in a traceback, as a plain cell's); a Jupyter kernel names
-    that file after the `raw` code, as it names a plain cell's after the code sent."""
-    filename = ip.compile.cache(code, max(ip.execution_count - 1, 0), raw_code=raw)
+    that file after the `raw` code, as it names a plain cell's after the code sent. With
+    `awaiting`, `await` may be used at its top level (each part is then a coroutine)."""
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if awaiting else 0
+    with ip.compile.extra_flags(flags):
+        filename = ip.compile.cache(code, max(ip.execution_count - 1, 0), raw_code=raw)
+        tree = dependencies.parsed(code)
+        if tree is None:  # raises the cell's SyntaxError
+            return [compile(code, filename, "exec", flags=flags, dont_inherit=True)]
+        body = tree.body
+        if not body or not isinstance(body[-1], ast.Expr) or _quiet(code):
+            return [compiler(ip)(tree, filename)]
+        first = compiler(ip)(ast.Module(body=body[:-1], type_ignores=[]), filename)
+        return [first, ip.compile(ast.Interactive(body=[body[-1]]), filename, "single")]
+
+
+def awaits(code: str) -> bool:
+    """Whether a cell's code awaits at its top level (`await`, `async for`, `async with`
+    outside any function), which Python compiles only as IPython compiles a cell."""
     tree = dependencies.parsed(code)
-    if tree is None:  # raises the cell's SyntaxError
-        return [compile(code, filename, "exec", dont_inherit=True)]
-    body = tree.body
-    if not body or not isinstance(body[-1], ast.Expr) or _quiet(code):
-        return [compiler(ip)(tree, filename)]
-    first = compiler(ip)(ast.Module(body=body[:-1], type_ignores=[]), filename)
-    return [first, ip.compile(ast.Interactive(body=[body[-1]]), filename, "single")]
+    if tree is None:
+        return False
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Await, ast.AsyncFor, ast.AsyncWith)):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _quiet(code: str) -> bool:
@@ -96,6 +122,15 @@ class KernelSession:
         self.kept: set[str] = set()  # the names the steps met so far saved
         self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
         self.names = usernames.UserNames(getattr(ip, "user_ns_hidden", None))
+        self.events: str | None = None  # where `stepstone run` reads the events (%resume)
+
+    def emit(self, *events: BaseModel) -> None:
+        """Append `events` for the `stepstone run` that started this kernel, if one did."""
+        if self.events:
+            try:
+                model_events.append(self.events, events)
+            except OSError:
+                self.events = None  # the run that reads them is gone: nothing to tell
 
     def fresh(
         self,
@@ -128,16 +163,40 @@ class KernelSession:
         to), which a plain cell run again on resume would make anew. Says what it
         changed that cannot be kept."""
         ns = self.ip.user_ns
+        with self._executing(shape) as kept:
+            for part in compiled(self.ip, code, raw):
+                self.cell_files.add(part.co_filename)
+                exec(part, ns)
+        return kept
+
+    async def execute_awaiting(
+        self, code: str, shape: namespace.Cell | None, raw: str | None = None
+    ) -> dict[str, Any]:
+        """`execute` for code that awaits at its top level, as IPython runs such a cell
+        (compiled with `PyCF_ALLOW_TOP_LEVEL_AWAIT`, each part awaited in the kernel's
+        event loop)."""
+        ns = self.ip.user_ns
+        with self._executing(shape) as kept:
+            for part in compiled(self.ip, code, raw, awaiting=True):
+                self.cell_files.add(part.co_filename)
+                result = eval(part, ns)  # the cell's own code, as IPython runs it
+                if part.co_flags & inspect.CO_COROUTINE:
+                    await result
+        return kept
+
+    @contextmanager
+    def _executing(self, shape: namespace.Cell | None) -> Iterator[dict[str, Any]]:
+        """Around a step cell's code: what it changed, filled in once it ran (`execute`)."""
+        ns = self.ip.user_ns
         watch = processstate.Watch()
         plain = _plain_values(shape, ns, self.kept)
         before = {name: _state_print(value) for name, value in plain.items()}
         names = self.names.of(ns)
         self.retries.began(ns, names, self._may_change(shape, ns, names))
+        kept: dict[str, Any] = {}
         with cell_code(), displayed.capturing(self.ip) as outputs:
             try:
-                for part in compiled(self.ip, code, raw):
-                    self.cell_files.add(part.co_filename)
-                    exec(part, ns)
+                yield kept
             except SystemExit as exc:  # sys.exit(0): the code ended here, as it asked
                 if exc.code not in (0, None):
                     raise
@@ -145,7 +204,8 @@ class KernelSession:
         changed, left = watch.changed()
         if left:
             displayed.say(self.ip, f"will not survive a resume: {', '.join(left)}")
-        kept: dict[str, Any] = {processstate.KEY: changed} if changed else {}
+        if changed:
+            kept[processstate.KEY] = changed
         if self.exited is not None:  # skipped later, it stops the notebook there again
             kept[EXITED] = True
         if outputs:
@@ -153,7 +213,6 @@ class KernelSession:
         for name, value in plain.items():
             if ns.get(name) is value and before[name] not in (None, _state_print(value)):
                 kept[name] = value
-        return kept
 
     def _may_change(
         self, shape: namespace.Cell | None, ns: dict[str, Any], names: list[str]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,6 +15,7 @@ from IPython.display import Markdown, display
 
 from ..errors import StepstoneError
 from ..model import names
+from ..model.events import Refused
 from ..model.models import PlannedStep
 from ..notebook import cellargs, namespace, parameters
 from ..notebook.cellargs import parse_step_line
@@ -53,12 +54,13 @@ def _usage_errors(magic: M) -> M:
     it is (see `_cell_code`)."""
 
     @functools.wraps(magic)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: StepstoneMagics, *args: Any, **kwargs: Any) -> Any:
         try:
-            return magic(*args, **kwargs)
+            return magic(self, *args, **kwargs)
         except StepstoneError as exc:
             if getattr(exc, FROM_CELL, False):
                 raise
+            self.session.emit(Refused(error=type(exc).__name__, message=str(exc)))
             raise UsageError(str(exc)) from exc
 
     return wrapper  # type: ignore[return-value]
@@ -110,8 +112,9 @@ class StepstoneMagics(Magics):
     @_options("resume")
     def resume(self, line: str) -> None:
         """Open the run, verify its evidence and show where it stands."""
-        args = cellargs.parse_resume_line(line)
         settings = Settings.from_env()
+        self.session.events = settings.events
+        args = cellargs.parse_resume_line(line)
         notebook = self._notebook_path(settings)
         run_id = args.run or settings.run
         cells = args.cells or settings.cells
@@ -221,6 +224,9 @@ class StepstoneMagics(Magics):
             )
             if changes:
                 run.notes.append(f"the notebook changed: {'; '.join(changes)}")
+            joined = run.join_lineage(notebook)
+            if joined:
+                run.notes.append(joined)
         elif run.info.plan_mode == "incremental":
             run.notes.append("the plan is incremental: steps are added as they are met")
         return run.status(namespace=self.ip.user_ns)
@@ -254,6 +260,20 @@ class StepstoneMagics(Magics):
     @_options("step")
     def step(self, line: str, cell: str) -> None:
         """Run the cell as one step, or skip it while its evidence verifies."""
+        _at_once(self._step(line, cell, awaits=False))
+
+    async def step_awaiting(self, line: str, cell: str) -> None:
+        """`%%step` of a cell whose code awaits at its top level (`await ...`, as IPython
+        runs a plain cell): `inputs.rewrite` makes such a cell await this."""
+        try:
+            await self._step(line, cell, awaits=True)
+        except StepstoneError as exc:
+            if getattr(exc, FROM_CELL, False):
+                raise
+            self.session.emit(Refused(error=type(exc).__name__, message=str(exc)))
+            raise UsageError(str(exc)) from exc
+
+    async def _step(self, line: str, cell: str, *, awaits: bool) -> None:
         run = self._require_run()
         ns = self.ip.user_ns
         parsed = cellargs.parse_step_line(line)
@@ -305,7 +325,12 @@ class StepstoneMagics(Magics):
                     attempt.start.check_writes = self.session.cells
                     cell_raised = ran = True
                     # the body as sent, without the newline IPython adds to every cell
-                    theirs = self.session.execute(code, shape, cell.removesuffix("\n"))
+                    raw = cell.removesuffix("\n")
+                    theirs = (
+                        await self.session.execute_awaiting(code, shape, raw)
+                        if awaits
+                        else self.session.execute(code, shape, raw)
+                    )
                     cell_raised = False
                     attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
                     attempt.offer(theirs)
@@ -418,12 +443,28 @@ class StepstoneMagics(Magics):
             self.session.run = None
 
 
+def _at_once(step: Coroutine[Any, Any, None]) -> None:
+    """Run a step that awaits nothing to its end, here and now (as IPython's own
+    `_pseudo_sync_runner` runs a cell that needs no event loop)."""
+    try:
+        step.send(None)
+    except StopIteration:
+        return
+    step.close()
+    raise RuntimeError("a %%step cell that awaits ran without an event loop")
+
+
 def _show_outcome(ip: Any, card: displayed.Card | None, cell: render_cells.CellOutcome) -> None:
     """Show a step cell's outcome: a card in Jupyter, its text in a terminal."""
     (card or displayed.Card(ip, {})).end(render_cells.bundle(cell))
 
 
 _registered: dict[int, StepstoneMagics] = {}
+
+
+async def step_awaiting(ipython: Any, line: str, cell: str) -> None:
+    """The `%%step` cell of `ipython` whose code awaits (see `inputs.rewrite`)."""
+    await _registered[id(ipython)].step_awaiting(line, cell)
 
 
 def _cell_errors(magics: StepstoneMagics) -> Callable[..., None]:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..errors import RecordError, SchemaTooNew
 
-SCHEMA_VERSION = 4  # the newest this version reads
+SCHEMA_VERSION = 5  # the newest this version reads
 # fields added since schema 1, with the schema that added them: left out while empty, so
 # that a record that does not use them stays readable by earlier versions; one that uses
 # them says that schema, which an earlier version refuses with "upgrade" rather than
@@ -21,7 +21,16 @@ _ADDED = {
     "StepRecord": {"unsaved": 2, "kept": 2, "wrote": 4},
     "Decision": {"by": 2, "over": 2},
     "Unknown": {"why": 2},
-    "RunInfo": {"forked_from": 2, "parameters": 2, "inherited": 3, "cells": 4},
+    "RunInfo": {
+        "forked_from": 2,
+        "parameters": 2,
+        "inherited": 3,
+        "cells": 4,
+        "lineage": 5,
+        "left": 5,
+        "shared": 5,
+    },
+    "EffectRecord": {"basis": 5},
 }
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
@@ -31,7 +40,13 @@ EvidenceKind = Literal["file", "sha256", "cmd", "expr", "call", "note", "complet
 
 def now() -> str:
     """The current time as an ISO 8601 UTC string with milliseconds."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return stamp(datetime.now(timezone.utc))
+
+
+def stamp(moment: datetime) -> str:
+    """A timezone-aware time as an ISO 8601 UTC string with milliseconds."""
+    utc = moment.astimezone(timezone.utc)
+    return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Record(BaseModel):
@@ -67,6 +82,11 @@ class RunInfo(Record):
     parameters: str = ""  # the canonical JSON of the parameters it was made with
     inherited: tuple[Lineage, ...] = ()  # a fork's steps that keep their source's keys
     cells: bool = False  # every code cell of its notebook is a step (`stepstone run --cells`)
+    lineage: str = ""  # what its effects' keys are made from: shared by its copies, forks
+    # and parameter sets ("": its uid, or for a run made before lineages, its id)
+    left: tuple[str, ...] = ()  # the steps (by identity) that left the plan in its last change
+    shared: bool = False  # it travels through a remote, and its drivers take turns by the
+    # lease there: a store that has it (a plain `git clone` included) takes the lease
     seq: int = 0
     finished: str | None = None
 
@@ -167,7 +187,9 @@ class Resolution(Record):
 
 
 class EffectRecord(Record):
-    """An external write: its key, state, payload fingerprint and receipt."""
+    """An external write: its key, state, payload fingerprint and receipt. The effect is
+    its name and payload within the run's lineage; `step` (the identity of the step that
+    asked for it) and `basis` say where and on what it was asked."""
 
     key: str
     step: str
@@ -182,6 +204,7 @@ class EffectRecord(Record):
     receipt: Any = None
     confirmed: str | None = None
     resolution: Resolution | None = None
+    basis: str | None = None  # what the asking step had read (None: made before bases)
 
 
 class Plan(BaseModel):

@@ -302,7 +302,8 @@ def split_cell(source: str) -> tuple[str, str] | None:
     return rest.strip(), body
 
 
-STEP_COMMENT = re.compile(r"#\s*step:\s*(\S+)\s*$")  # `# step: NAME`, a cell's first line
+# `# step: NAME` (or `# step: NAME --was OLD`, renamed), a cell's first line
+STEP_COMMENT = re.compile(r"#\s*step:\s*(\S+)(?:\s+--was\s+(\S+))?\s*$")
 PARAMETER_TAGS = frozenset({"parameters", "injected-parameters"})  # papermill's
 PLAIN_TAGS = PARAMETER_TAGS | {"raises-exception", "skip-execution"}  # nbclient's too
 INJECTED = "injected-parameters"  # papermill's tag of the cell it adds: not counted
@@ -314,7 +315,8 @@ def cell_step(
     """A code cell as a step: (its `%%step` option line, its body); None for a plain cell.
     A `%%step` cell is one; with `cells` (`stepstone run --cells`), so is every other code
     cell, named by a first line `# step: NAME` or else `cell-N` by its `position` among
-    the code cells (from 1), its whole source the body, except a cell of only line
+    the code cells (from 1), its whole source the body (`# step: NAME --was OLD` says
+    it was step OLD, renamed, as `%%step NAME --was OLD` does), except a cell of only line
     magics, shell commands and comments (`%matplotlib inline`: it runs every time),
     papermill's parameters cells (they run every time, and the steps that read what they
     bind are stale when they change), and the cells nbclient is told to let raise or to
@@ -326,7 +328,10 @@ def cell_step(
     if all(line.startswith(("%", "!", "#")) and not line.startswith("%%") for line in lines):
         return None
     named = STEP_COMMENT.match(lines[0]) if lines else None
-    return (named.group(1) if named else f"cell-{position}"), source
+    if named is None:
+        return f"cell-{position}", source
+    was = f" --was {named.group(2)}" if named.group(2) else ""
+    return named.group(1) + was, source
 
 
 def parse_resume_line(line: str) -> argparse.Namespace:

@@ -78,6 +78,10 @@ def run_notebook(request: Request, say: Callable[[str], None]) -> Ran:
         )
     notebook_plan.refuse_another_language(notebook, request.kernel)
     known = notebook_plan.parameter_defaults(notebook)
+    if not request.new:
+        params.refuse_unknown(
+            request.parameters, notebook_plan.parameter_names(notebook), notebook.name
+        )
     given = params.normalised(request.parameters, known)
     identity = params.beyond_defaults(given, known)
     settings = Settings.from_env()

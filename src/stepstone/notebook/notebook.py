@@ -29,11 +29,13 @@ from typing import Any
 
 from ..errors import InvalidInput, StepstoneError
 from ..model import names
+from ..model.events import Refused, Tail
 from ..model.models import PlannedStep, StepRecord, load
 from ..run import Run, open_run, step_path
 from ..settings import (
     CELLS_ENV,
     DIVERGE_ENV,
+    EVENTS_ENV,
     NOTEBOOK_ENV,
     OPENED_ENV,
     PARAMETERS_ENV,
@@ -211,6 +213,7 @@ class NotebookOutcome:
     opened: tuple[str, Path] | None = None  # the run (and store) its `%resume` opened
     failed: CellFailed | None = None  # the cell that raised, marked in the executed notebook
     exited: bool = False  # a cell called sys.exit(0): the run stopped there, as it asked
+    refused: Refused | None = None  # the run was refused (its lock held, its lease...)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -438,8 +441,12 @@ def execute(
     def which() -> tuple[str, Path]:  # the run `%resume` opened, whatever its id
         return opened_run(noted) or (run_id, repo)
 
+    events = Tail(noted.parent / "events.jsonl")
+    refused: list[Refused] = []
+
     def on_cell_execute(cell_index: int, **_: Any) -> None:
         nonlocal before
+        events.read()  # what the cells before said
         stopper.step = steps[cell_index][1] if cell_index in steps else None
         stopper.check()
         if stopper.step is not None:
@@ -449,6 +456,7 @@ def execute(
         stopper.step = None
         if execute_reply.get("content", {}).get("status", "ok") != "ok":
             raised.append(nb.cells[cell_index])
+            refused.extend(e for e in events.read() if isinstance(e, Refused))
         if setup is not None and cell_index == 0:  # not counted: the cells keep their counts
             client.code_cells_executed -= 1
         if log_output is not None:
@@ -475,8 +483,10 @@ def execute(
             STORE_ENV: str(repo),
             NOTEBOOK_ENV: str(path),
             OPENED_ENV: str(noted),
+            EVENTS_ENV: str(events.path),
             PARAMETERS_ENV: canonical(identity),
-        }
+        },
+        unless_set={"PYTHONHASHSEED": hash_seed(run_id)},
     )
     if via:
         env[VIA_ENV] = via
@@ -523,6 +533,11 @@ def execute(
     if isinstance(error, CellExecutionError) and failed is None:  # it called sys.exit(0)
         message = "the notebook stopped itself (sys.exit(0)); the cells after it did not run"
         return NotebookOutcome(True, message, output, note=unwritten, opened=opened, exited=True)
+    if isinstance(error, CellExecutionError) and refused:
+        message = f"{refused[-1].error}: {refused[-1].message}"
+        return NotebookOutcome(
+            False, message, output, note=unwritten, opened=opened, refused=refused[-1]
+        )
     if isinstance(error, CellExecutionError):
         where = f"step {failed_step[-1]}" if failed_step else "a cell"
         summary = f"{error.ename}: {error.evalue}".strip()
@@ -532,6 +547,16 @@ def execute(
         message = f"the kernel died; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, note=unwritten, opened=opened)
     return NotebookOutcome(True, "ok", output, note=unwritten, opened=opened)
+
+
+def hash_seed(run_id: str) -> str:
+    """The seed a run's kernels hash text with (`PYTHONHASHSEED`), the same in each of
+    them: a set of text iterates in the same order in a kernel resumed after a kill as in
+    the one killed, so a family of effects sent from it asks for its members in the same
+    order (docs/effects.md). A seed the user set is left as it is."""
+    import hashlib
+
+    return str(int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16) % 4_294_967_295 + 1)
 
 
 CARD = "stepstone"  # the metadata key of a step cell's outcome card (kernel.displayed.CARD)

@@ -18,7 +18,7 @@ from ..rules.status import RunStatus
 from ..run import Run, source_hash
 from .cellargs import INJECTED, cell_step, parse_step_line
 from .namespace import without_our_magics
-from .parameters import defaults
+from .parameters import declared, defaults
 from .plaincells import contexts
 
 # the last notebook read as plain JSON, with its key: one tuple, replaced whole (threads)
@@ -82,6 +82,11 @@ def read_notebook(path: Path, *, validate: bool = True) -> Any:
 def parameter_defaults(path: Path | None) -> dict[str, Any]:
     """The values the notebook's cell tagged `parameters` assigns ({} with no notebook)."""
     return defaults(read_notebook(path, validate=False)) if path is not None else {}
+
+
+def parameter_names(path: Path) -> set[str] | None:
+    """The names the notebook's cell tagged `parameters` assigns (None: it has none)."""
+    return declared(read_notebook(path, validate=False))
 
 
 def schema_problem(path: Path) -> str | None:

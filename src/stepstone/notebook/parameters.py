@@ -82,21 +82,24 @@ def gathered(
     return found
 
 
-def defaults(nb: Any) -> dict[str, Any]:
-    """The values the cell tagged `parameters` assigns (`region = "eu"`), as papermill
-    reads them: top-level assignments of literals; other lines are left out."""
-    import ast
-
-    cell = next(
+def _parameters_cell(nb: Any) -> Any:
+    return next(
         (c for c in nb.cells if "parameters" in getattr(c, "metadata", {}).get("tags", [])), None
     )
+
+
+def _assignments(nb: Any) -> list[tuple[str, Any]]:
+    """(name, value node) of each top-level assignment of the cell tagged `parameters`."""
+    import ast
+
+    cell = _parameters_cell(nb)
     if cell is None:
-        return {}
+        return []
     try:
         tree = ast.parse("".join(cell.source))
     except SyntaxError:
-        return {}
-    found: dict[str, Any] = {}
+        return []
+    found: list[tuple[str, Any]] = []
     for node in tree.body:
         targets: list[ast.expr]
         if isinstance(node, ast.AnnAssign) and node.value is not None:
@@ -105,14 +108,53 @@ def defaults(nb: Any) -> dict[str, Any]:
             targets, value = node.targets, node.value
         else:
             continue
+        found += [(t.id, value) for t in targets if isinstance(t, ast.Name)]
+    return found
+
+
+def defaults(nb: Any) -> dict[str, Any]:
+    """The values the cell tagged `parameters` assigns (`region = "eu"`), as papermill
+    reads them: top-level assignments of literals; other lines are left out."""
+    import ast
+
+    found: dict[str, Any] = {}
+    for name, value in _assignments(nb):
         try:
-            literal = ast.literal_eval(value)
+            found[name] = ast.literal_eval(value)
         except ValueError:
             continue
-        for target in targets:
-            if isinstance(target, ast.Name):
-                found[target.id] = literal
     return found
+
+
+def declared(nb: Any) -> set[str] | None:
+    """The names the cell tagged `parameters` assigns, literals or not (None: the notebook
+    has no such cell, and papermill takes any parameter)."""
+    if _parameters_cell(nb) is None:
+        return None
+    return {name for name, _ in _assignments(nb)}
+
+
+def refuse_unknown(given: Mapping[str, Any], known: set[str] | None, notebook: str) -> None:
+    """Refuse parameters the notebook's cell tagged `parameters` does not assign (papermill
+    only warns): a misspelled name would run the notebook on its defaults as a run of its
+    own. `--new` runs it anyway."""
+    import difflib
+
+    if known is None:
+        return
+    unknown = sorted(name for name in given if name not in known)
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    listing = ", ".join(sorted(known)) or "none"
+    raise InvalidInput(
+        f"{notebook} has no parameter {', '.join(hints)}: its cell tagged `parameters` "
+        f"assigns {listing}. Correct the name; to pass it anyway (the notebook reads it "
+        f"some other way), add --new"
+    )
 
 
 def _same(default: Any, given: Any) -> bool:
@@ -126,12 +168,29 @@ def _same(default: Any, given: Any) -> bool:
 
 
 def normalised(given: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, Any]:
-    """`given` with each value that is its default in another spelling (3.0 for 3) given as
-    the default itself: the cell injected, and what the notebook computes, are the same."""
+    """`given` with each value in the spelling of its default's type: 3.0 for a default of
+    3 is 3, 4.0 is 4, and 4 for a default of 3.5 is 4.0 (a default given again is the
+    default itself). The cell injected, what the notebook computes and the run's identity
+    are then the same however a value was spelled (`-p`, `-y`, `-f`)."""
     return {
-        name: known[name] if name in known and _same(known[name], value) else value
+        name: _as_default(known[name], value) if name in known else value
         for name, value in given.items()
     }
+
+
+def _as_default(default: Any, value: Any) -> Any:
+    if _same(default, value):
+        return default
+    numbers = (int, float)
+    if isinstance(default, bool) or isinstance(value, bool):
+        return value
+    if isinstance(default, int) and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(default, float) and isinstance(value, int):
+        return float(value)
+    if isinstance(default, numbers) and isinstance(value, numbers):
+        return value
+    return value
 
 
 def beyond_defaults(given: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, Any]:
@@ -146,13 +205,24 @@ def beyond_defaults(given: Mapping[str, Any], known: Mapping[str, Any]) -> dict[
 
 
 def canonical(parameters: Mapping[str, Any]) -> str:
-    """The parameters as canonical JSON ("" for none): what a run records."""
+    """The parameters as canonical JSON ("" for none): what a run records. A number that
+    is a whole number is written as one (4.0 as 4), so that its spellings are one run."""
     if not parameters:
         return ""
     try:
-        return json.dumps(dict(parameters), sort_keys=True, separators=(",", ":"))
+        return json.dumps(_whole(dict(parameters)), sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"parameters must be JSON values (numbers, text, lists): {exc}") from exc
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_whole(v) for v in value]
+    return value
 
 
 def run_id_for(stem: str, parameters: Mapping[str, Any]) -> str:
@@ -210,8 +280,8 @@ def refuse_other(
     canonical JSON, as `beyond_defaults` leaves them; `known`: the notebook's defaults, which
     a run recorded by an earlier version may hold); a run that has recorded no step yet
     (`begun` False) takes them."""
-    if recorded and known:
-        recorded = canonical(beyond_defaults(json.loads(recorded), known))
+    if recorded:
+        recorded = canonical(beyond_defaults(json.loads(recorded), known or {}))
     if recorded != given and (recorded or begun):
         made = recorded or "no parameters"
         now = given or "none"

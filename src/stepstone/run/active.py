@@ -3,11 +3,16 @@ run whose step runs in this context, else the run this process drives now."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..effects.effects import Asking
 from ..errors import InvalidInput, StepstoneError
 from .filetrace import FileTrace, tracing
 
@@ -28,6 +33,8 @@ class Trace:
 
 
 _trace: ContextVar[Trace | None] = ContextVar("stepstone_trace", default=None)
+_asking: ContextVar[tuple[object, Asking] | None] = ContextVar("stepstone_asking", default=None)
+_CARRIED: tuple[ContextVar[Any], ...] = (_stepping, _trace, _asking)
 
 
 def active_run() -> object:
@@ -60,16 +67,74 @@ def let_go(run: object) -> None:
 
 
 @contextmanager
-def stepping_in(run: object, trace: Trace) -> Iterator[None]:
-    """While the body runs, this context's steps and effects belong to `run`, and what
-    it writes and reads is kept in `trace`."""
-    token, traced = _stepping.set(run), _trace.set(trace)
+def stepping_in(run: object, trace: Trace, asking: Asking) -> Iterator[None]:
+    """While the body runs, this context's steps and effects belong to `run` and the step
+    `asking`, and what it writes and reads is kept in `trace`; so do those of the threads
+    and pool tasks it starts (`carry_into_threads`). When it ends, `asking` has ended:
+    an effect asked for afterwards, from a thread or task that outlived it, is refused."""
+    carry_into_threads()
+    token, traced, asked = _stepping.set(run), _trace.set(trace), _asking.set((run, asking))
     try:
         with tracing(trace.files):
             yield
     finally:
+        asking.ended = True
+        _asking.reset(asked)
         _trace.reset(traced)
         _stepping.reset(token)
+
+
+def asking_here(run: object) -> Asking | None:
+    """The step of `run` that asks for effects in this context (a step's body, or a thread
+    or task it started), or None."""
+    found = _asking.get()
+    return found[1] if found is not None and found[0] is run else None
+
+
+_carrying = False
+
+
+def carry_into_threads() -> None:
+    """Make the threads and thread-pool tasks started while a step runs belong to that
+    step, as asyncio's tasks do (they copy the context): `threading.Thread.start` and
+    `ThreadPoolExecutor.submit` carry this module's context variables, and only those,
+    into what they start (the user's own context variables stay as Python has them)."""
+    global _carrying
+    if _carrying:
+        return
+    _carrying = True
+    start, submit = threading.Thread.start, ThreadPoolExecutor.submit
+
+    def start_carrying(self: threading.Thread) -> None:
+        values = _values()
+        if values is not None:
+            self.run = functools.partial(_carried, values, self.run)  # type: ignore[method-assign]
+        start(self)
+
+    def submit_carrying(
+        self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Future[Any]:
+        values = _values()
+        if values is not None:
+            fn = functools.partial(_carried, values, fn)
+        return submit(self, fn, *args, **kwargs)
+
+    threading.Thread.start = start_carrying  # type: ignore[method-assign]
+    ThreadPoolExecutor.submit = submit_carrying  # type: ignore[method-assign,assignment]
+
+
+def _values() -> list[Any] | None:
+    values = [var.get() for var in _CARRIED]
+    return values if any(v is not None for v in values) else None
+
+
+def _carried(values: list[Any], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    tokens = [var.set(value) for var, value in zip(_CARRIED, values, strict=True)]
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        for var, token in zip(reversed(_CARRIED), reversed(tokens), strict=True):
+            var.reset(token)
 
 
 def write_note(text: str) -> None:

@@ -28,7 +28,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Diverged, StepstoneError
+from ..errors import Diverged, InvalidInput, StepstoneError
 from ..model import message
 from ..remote.git import REMOTE_KEY, git
 from ..store import GitStore, holder_identity
@@ -225,6 +225,27 @@ _WAY_ON = (
 )
 
 
+def refuse_needless_diverge(store: GitStore, run: str, lock: RunLock) -> None:
+    """Refuse `--diverge` for a store whose copies can still take turns (none of them was
+    driven apart from it): driven as a new lineage, it would send again what they sent.
+    Nothing is taken in; the copies' histories are only fetched to compare."""
+    known = _copies_of(store, run, lock)
+    if not known:
+        return
+    try:
+        copies = _reach(store, run, lock, known, [])
+        _newest(store, run, store.refs.tip(run), copies)
+    except Diverged:
+        return  # they went apart: --diverge is the way on
+    where = ", ".join(str(_store_of(c.lock)) for c in copies) or "its copies"
+    raise InvalidInput(
+        f"run {run!r} in {store.path} has not diverged from its copies ({where}): they "
+        f"take turns, and the newest history among them is taken in before the run goes "
+        f"on, so nothing is done or sent again. Run without --diverge; to try another way "
+        f"on from a step, fork the run (`stepstone fork {run} --at STEP --as NEW`)"
+    )
+
+
 def settle_now(store: GitStore, run: str) -> list[str]:
     """Take turns with the store's copies (see `take_turns`), holding the run for the time
     it takes: before a kernel opens it, so that a refusal is the command's, not a cell's."""
@@ -259,7 +280,8 @@ def diverge(state: RunState, ledger: Ledger, lock: RunLock) -> list[str]:
     ]
     left = [name for name in state.steps.names if name not in done]
     kept = state.lineages_of({*sent, *(state.identity_of(name) for name in done)})
-    state.note_info(uid=secrets.token_hex(8), inherited=kept)
+    uid = secrets.token_hex(8)
+    state.note_info(uid=uid, inherited=kept, lineage=f"{state.id}:{uid}")
     ledger.commit(
         {},
         f"run {state.id}: a new lineage, diverged from its copies",

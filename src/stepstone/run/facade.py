@@ -26,7 +26,7 @@ from ..rules.verdicts import Verdicts
 from ..settings import Settings
 from ..store import GitStore, holder_identity
 from ..store.atomic import write_atomic
-from . import active, copies, finishing, keeping, questions, rerunning
+from . import active, copies, finishing, keeping, lineages, questions, rerunning
 from .checking import RETURN, Checker
 from .copies import run_lock
 from .history import refuse_rolled_back_effects, refuse_to_start_afresh
@@ -56,6 +56,7 @@ class Run(RunView):
         settings: Settings | None = None,
         diverge: bool = False,
         home: Path | None = None,
+        remote: bool = True,
     ) -> None:
         self.store = store
         self.id = names.run_id(run_id)
@@ -78,9 +79,15 @@ class Run(RunView):
         try:
             self.notes.extend(store.clear_leftovers(self.id, locks=drive))
             if drive:
-                self.notes += [] if diverge else copies.take_turns(store, self.id, lock)
-                self._link.join(steal)
+                if diverge:
+                    copies.refuse_needless_diverge(store, self.id, lock)
+                else:
+                    self.notes += copies.take_turns(store, self.id, lock)
+                if remote:
+                    self._link.join(steal)
             self._open(workdir, drive=drive, create=create, cached=cached, at=at, home=home)
+            if drive and self._link.lease is not None and not self.state.info.shared:
+                self._share()
             if drive and diverge:
                 self.notes += copies.diverge(self.state, self.ledger, lock)
         except BaseException:
@@ -114,6 +121,24 @@ class Run(RunView):
             self.ledger.commit({}, f"run {self.id}: created", [(message.STATUS, "created")])
         if drive:
             store.refs.point_head_at(self.id)
+
+    def share(self) -> None:
+        """Record that the run travels through a remote, if it does not say so yet."""
+        self._require_lock()
+        if not self.state.info.shared:
+            self._share()
+
+    def _share(self) -> None:
+        """Record in the run that it travels through a remote whose lease its drivers take
+        turns by: a store that gets it by any means (a plain `git clone` of the remote)
+        takes the lease too (`RemoteLink.join`)."""
+        self.state.note_info(shared=True)
+        self.ledger.commit(
+            {},
+            f"run {self.id}: shared through its remote; its drivers take turns by the lease",
+            [(message.STATUS, "shared")],
+            info_changed=True,
+        )
 
     # -- changing it (a driver only) --------------------------------------------
 
@@ -152,6 +177,13 @@ class Run(RunView):
         `cells`: every code cell of the notebook is a step (None: as the run has it)."""
         self._require_lock()
         return self._planner.set_plan(steps, mode=mode, goal=goal, notebook=notebook, cells=cells)
+
+    def join_lineage(self, notebook: Path) -> str | None:
+        """Put this run, new and named as `stepstone run` names `notebook`'s runs, in the
+        lineage of the notebook's other runs (its parameter sets); a note, or None."""
+        self._require_lock()
+        stem = names.from_filename(notebook.stem)
+        return lineages.join_siblings(self.state, self.ledger, notebook, stem)
 
     def stepping(
         self,

@@ -3,11 +3,10 @@ and what two runs recorded differently (`diff`).
 
 A fork is a Git branch point: the new run's ref starts at the commit that confirmed
 the step, and its first commit renames the run there, so `git log --graph` shows where
-the two lines part. The fork is a run of its own: a new id and, for its steps after
-the branch point, effect keys of its own (an effect the original performed there is
-performed anew if the fork's steps run again; `fork` lists them). Its steps up to the
-branch point keep the original's keys: an effect they performed is the same effect in
-both runs, never sent again.
+the two lines part. The fork is a run of its own with a new id, in its source's lineage:
+an effect is its name and payload in the lineage, so one that either run performed is
+never sent again by the other, whichever step asks for it (an effect whose payload the
+fork changes is another effect, and is sent).
 """
 
 from __future__ import annotations
@@ -63,6 +62,7 @@ def fork(
             forked_from=origin,
             finished=None,
             inherited=source.state.lineages_of(before),
+            lineage=source.state.lineage,
         )
         forked.ledger.commit(
             {},
@@ -77,11 +77,7 @@ def fork(
         }
         notebook = forked.info.notebook
     store.refs.point_head_at(run)  # like `git branch`, not `git checkout -b`: the run stays current
-    anew = [
-        {"step": e.step, "name": e.name, "state": e.state}
-        for e in source.effects.values()
-        if e.step not in before and e.state in ("confirmed", "submitted", "unresolved")
-    ]
+    anew: list[dict[str, str]] = []  # one lineage: nothing the source sent is sent anew
     return {
         "run": new,
         "from": run,

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 
 from ..errors import Diverged, StepstoneError, StepstoneWarning, StoreError
 from ..settings import OFFLINE_ENV
+from ..store import GitStore
 from .ledger import Ledger
+from .state import head_info
 
 if TYPE_CHECKING:
     from ..remote import BackgroundPusher, LeaseKeeper
@@ -35,7 +37,7 @@ class RemoteLink:
         from .. import remote
 
         store, run = self.state.store, self.state.id
-        self.remote = remote.remote_name(store) is not None
+        self.remote = remote.remote_name(store) is not None or _joins_its_remote(store, run)
         if not self.remote:
             return
         keeper = remote.LeaseKeeper(store, run, self.ledger.holder)
@@ -126,3 +128,26 @@ class RemoteLink:
                     lease.release()
             except StepstoneError as exc:
                 self.notes.append(f"could not release the lease (it expires by itself): {exc}")
+
+
+def _joins_its_remote(store: GitStore, run: str) -> bool:
+    """Whether a store with no remote configured for its runs holds a run that travels
+    through one (its head file says `shared`: a plain `git clone` of the shared remote,
+    say): then the clone's `origin` is the run's remote, and its lease is taken. A store
+    with no remote at all is told how to add it."""
+    from .. import remote
+
+    info = head_info(store, run)
+    if info is None or not info.shared or store.settings.offline:
+        return False
+    if not store.config.remote_url("origin"):
+        raise StoreError(
+            str(store.path),
+            f"holds run {run!r}, which travels through a remote whose lease its drivers take "
+            f"turns by, and this store has no remote: add the run's remote (`stepstone push "
+            f"--remote URL`, or `git --git-dir {store.git_dir} remote add origin URL`), or "
+            f"set {OFFLINE_ENV}=1 to drive it without the lease, at the risk of repeating "
+            f"what another copy did",
+        )
+    remote.set_remote(store, store.config.remote_url("origin") or "", "origin")
+    return True

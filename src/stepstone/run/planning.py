@@ -52,6 +52,7 @@ class Planner:
         )
         if not changes and not info_changed:
             return []
+        before = state.identities()
         moved = self._moved_records(new, new)
         writes: dict[str, bytes | None] = {}
         self._apply_moves(moved, writes)
@@ -66,6 +67,11 @@ class Planner:
                 "goal": goal if goal is not None else state.info.goal,
                 "notebook": notebook if notebook is not None else state.info.notebook,
                 "cells": cells if cells is not None else state.info.cells,
+                # the steps that left in this change: their effects may be asked for by
+                # steps that came in it, renamed with them (effects.perform)
+                "left": tuple(sorted(before - {s.identity for s in new}))
+                if changes
+                else state.info.left,
             }
         )
         state.set_steps(

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..effects.effectbook import EffectBook
-from ..effects.effectkeys import derive_key
-from ..errors import RecordError, SchemaTooNew
+from ..effects.effectkeys import derive_key, key_before
+from ..errors import RecordError, SchemaTooNew, StepstoneError
 from ..model import models
 from ..model.bulk import collector_paused
 from ..model.message import CommitMessage
@@ -212,27 +212,36 @@ class RunState:
         }
 
     def lineage_of(self, identity: str) -> tuple[str, str]:
-        """(run, uid) of the lineage that keys the effects of the step keyed by `identity`:
-        this run's own, or for a fork's steps up to its fork point, the run they came from."""
+        """(run, uid) that keyed the effects of the step keyed by `identity` before
+        2026-12: this run's own, or for a fork's steps up to its fork point, the run they
+        came from (`key_before`)."""
         for line in self.info.inherited:
             if identity in line.steps:
                 return line.run, line.uid
         return self.id, self.info.uid
 
     def lineages_of(self, identities: Iterable[str]) -> tuple[Lineage, ...]:
-        """The lineages that key the effects of the steps keyed by `identities`, as another
-        run keeps them (a fork for its steps up to its fork point, a copy that diverges
-        for those it confirmed): an effect one of them performed stays the same effect."""
+        """The lineages that keyed the effects of the steps keyed by `identities` before
+        2026-12, as a fork keeps them (`lineage_of`)."""
         lines: dict[tuple[str, str], list[str]] = {}
         for identity in sorted(identities):
             lines.setdefault(self.lineage_of(identity), []).append(identity)
         return tuple(Lineage(run=r, uid=u, steps=tuple(ids)) for (r, u), ids in lines.items())
 
-    def effect_key(self, identity: str, name: str) -> str:
-        """The idempotency key of effect `name` of the step keyed by `identity`: from its
-        lineage, the step's identity and the effect's name."""
+    @property
+    def lineage(self) -> str:
+        """What this run's effect keys are made from: shared by the runs of its lineage
+        (copies, forks, parameter sets of one notebook), another for any other run."""
+        return lineage_of(self.info)
+
+    def effect_key(self, name: str, payload: str | None) -> str:
+        """The idempotency key of effect `name` with payload fingerprint `payload`."""
+        return derive_key(self.lineage, name, payload)
+
+    def keys_before(self, identity: str, name: str) -> list[str]:
+        """The key an effect `name` of the step keyed by `identity` had before 2026-12."""
         run, uid = self.lineage_of(identity)
-        return derive_key(run, identity, name, uid)
+        return [key_before(run, identity, name, uid)]
 
     def identities(self) -> set[str]:
         """The names the plan's steps key their effects by."""
@@ -267,3 +276,23 @@ class RunState:
     def relative_to_store(self, path: Path) -> str:
         """`path` relative to the store's folder, as the head file keeps it."""
         return Path(os.path.relpath(path.resolve(), self.store.path.parent.resolve())).as_posix()
+
+
+def lineage_of(info: RunInfo) -> str:
+    """The lineage a run's head file says its effects are keyed in (see `RunInfo.lineage`)."""
+    if info.lineage:
+        return info.lineage
+    if info.inherited:  # a fork made before lineages: its source's
+        first = info.inherited[0]
+        return f"{first.run}:{first.uid}" if first.uid else first.run
+    return f"{info.run}:{info.uid}" if info.uid else info.run
+
+
+def head_info(store: GitStore, run: str) -> RunInfo | None:
+    """A run's head file at its tip, or None when it has none or it cannot be read."""
+    try:
+        head = store.reader.head(run)
+        data = store.blob(head.tree, RUN_INFO) if head.tree else None
+        return load(RunInfo, data, RUN_INFO) if data is not None else None
+    except StepstoneError:
+        return None

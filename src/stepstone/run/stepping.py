@@ -10,13 +10,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..effects.effects import Asking
 from ..effects.redaction import error_text, redact
 from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
 from ..model import message, models, names
 from ..model.models import PlannedStep, StepRecord, dump, now
 from ..rules import checks
 from ..rules.verdicts import Verdicts
-from . import keeping, questions
+from . import basis, keeping, questions
 from .active import Trace, stepping_in
 from .checking import RETURN, Checker, check_scope
 from .inputs import recorded_inputs
@@ -42,6 +43,7 @@ class StepStart:
     plain: frozenset[str] = frozenset()  # names it reads that plain cells make anew
     check_writes: bool = False  # the files its code wrote are its evidence (`--cells`)
     trace: Trace = field(default_factory=Trace)  # what the step wrote and read as it ran
+    said: list[str] = field(default_factory=list)  # what its effects said (taken from others)
 
 
 @dataclass
@@ -97,6 +99,7 @@ class Stepper:
         self.checker = checker
         self.verdicts = verdicts
         self.current: str | None = None  # the step running now
+        self.asking: Asking | None = None  # ... as it asks for effects
         self._claim: tuple[int, str] | None = None  # (thread, step) of the step under way
 
     @contextmanager
@@ -137,14 +140,22 @@ class Stepper:
 
     @contextmanager
     def running(self, run: Any, start: StepStart) -> Iterator[None]:
-        """Mark `start`'s step as the one running (effects belong to it)."""
-        previous = self.current
-        self.current = start.planned.name
+        """Mark `start`'s step as the one running (effects belong to it, and to it only
+        while it runs: see `active.stepping_in`)."""
+        planned, state, workdir = start.planned, self.state, self.checker.workdir
+        asking = Asking(
+            planned.name,
+            planned.identity,
+            lambda: basis.basis(state, planned, start.trace, workdir),
+        )
+        previous, self.current = (self.current, self.asking), planned.name
+        self.asking = asking
         try:
-            with stepping_in(run, start.trace):
+            with stepping_in(run, start.trace, asking):
                 yield
         finally:
-            self.current = previous
+            start.said = asking.said
+            self.current, self.asking = previous
 
     def _take(self, name: str) -> None:
         """Claim the run for step `name` on this thread; refuse a nested or concurrent step."""

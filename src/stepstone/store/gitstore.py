@@ -17,6 +17,7 @@ from .bigblobs import BigBlobs, StoredReader
 from .config import Config
 from .derived import CatchUp, DerivedData
 from .errors import READ_ERRORS, damaged_commit, translated
+from .lock import TurnLock
 from .maintenance import Repair, Upkeep
 from .objects import CommitInfo, Objects
 from .opening import batch_sync, enable_fsync, make_dedicated, open_repository, resolve_store_path
@@ -66,7 +67,19 @@ class GitStore:
         lease's (`loose_commit`)."""
         self.repairs = Repair(self.path, self._objects, self.refs, self.derived)
         """A damaged run moved back to its newest readable commit; a lost one's traces."""
+        self._turns: dict[str, TurnLock] = {}
         self.big_blobs = BigBlobs(str(self.git_dir / "objects" / "pack"), self._unflushed)
+
+    def turn(self, what: str) -> TurnLock:
+        """A short exclusive turn across the processes that use this store (`with
+        store.turn("effects"):`); re-entered by the thread that holds it. Hold it only
+        while the run's guard (`Ledger.guard`) is held, so that threads take turns too."""
+        lock = self._turns.get(what)
+        if lock is None:
+            lock = self._turns[what] = TurnLock(
+                self.git_dir / "stepstone" / "locks" / f"{what}.turn"
+            )
+        return lock
 
     # -- config -----------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -149,3 +150,63 @@ def _mark_released(fd: int) -> None:
         os.pwrite(fd, data, 0)
     except (OSError, ValueError, TypeError, AttributeError):
         pass  # the flock is what excludes; the name is for messages and copies
+
+
+class TurnLock:
+    """A short exclusive turn across the processes of one store (blocking `flock`), for
+    what must be read and written with no other run of the store in between: the runs
+    of a lineage looking for an effect before one of them records its intent."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._depth = 0
+
+    def __enter__(self) -> TurnLock:
+        if self._depth == 0:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise StoreError(
+                    str(self.path.parent),
+                    f"cannot take a turn in the store ({exc.strerror}): an effect is written "
+                    f"only by a driver that can write the store",
+                ) from exc
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the holder's turn is short: wait for it
+            self._fd = fd
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases its flock
+            self._fd = None
+
+
+def driver_of(path: Path) -> str | None:
+    """Who drives the run whose lock file is `path` now, from what the file says (its
+    holder, not released, alive on this host), without taking the lock; None when
+    nobody does. For a look from another run: the lock itself decides who drives."""
+    try:
+        info = json.loads(path.read_text())
+        holder = str(info["holder"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if info.get("released"):
+        return None
+    host, _, pid = holder.partition("@")[2].partition(" pid ")
+    if host.split(" ")[0] == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return None  # killed while it held the lock: nobody drives now
+        except PermissionError:
+            pass
+        try:  # a zombie has exited; only its parent has not read its status yet
+            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[:1] == ["Z"]:
+                return None
+        except OSError:
+            pass
+    return holder
