@@ -6,8 +6,8 @@ A folder's notebook has five steps; four send effects (s1 keyed, s2 queryable, s
 family of three blind mails, s4 blind), s1 reads a parameter, s2 a decision, s3 the
 answer to a question. Each effect's request says which folder and run sent it and which
 step and effect it is; the world knows each folder's lineages (a copy shares its
-original's, a fork its source's up to its fork point), so it can tell one logical
-effect (lineage, step, effect) applied twice, whatever keys it came with.
+original's, and so does a fork), so it can tell one logical effect (lineage, step,
+effect) applied twice, whatever keys it came with.
 
 The actions are what people and agents do: run, kill -9 (the driver and its kernel, or
 the kernel alone), Ctrl-C, rename a step or an effect, edit a plain cell, revise a
@@ -499,15 +499,9 @@ class World:
         if done.returncode != 0:
             return None
         forked = self.add_folder(folder, "cp -r", run=new)
-        # the shared history keeps its effects: the steps up to k, and later steps whose
-        # effects the branch point's commit records (they ran before step k ran again)
-        shared = set(range(k + 1))
-        status = self.status(forked)
-        assert status is not None
-        # a step's name is s{i}, or s{i}-r{n} once renamed
-        shared |= {int(re.match(r"s(\d+)", e["step"])[1]) for e in status["effects"]}
-        own = self.new_lineage()
-        forked.lineage = {i: folder.lineage[i] if i in shared else own for i in range(STEPS)}
+        # a fork is in its source's lineage (docs/effects.md): nothing either sent is sent
+        # again by the other
+        forked.lineage = dict(folder.lineage)
         self.counts["forks"] += 1
         return forked
 

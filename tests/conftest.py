@@ -159,6 +159,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run only the case of this seed in tests/test_adversary.py",
     )
     parser.addoption(
+        "--generated-actions",
+        type=int,
+        default=36,
+        help="how many actions tests/test_generated.py takes on generated notebooks "
+        "(long mode: 5000)",
+    )
+    parser.addoption(
+        "--generated-no-shrink",
+        action="store_true",
+        help="report a failing case of tests/test_generated.py without shrinking its script",
+    )
+    parser.addoption(
+        "--generated-seed",
+        default=None,
+        help="run only the case of this seed in tests/test_generated.py",
+    )
+    parser.addoption(
         "--race-seconds",
         type=float,
         default=12,

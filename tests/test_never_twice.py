@@ -366,6 +366,33 @@ def test_a_run_and_its_fork_asking_for_one_effect_at_once_send_it_once(workdir: 
     assert len(sent.read_text().split()) == 1
 
 
+def test_a_person_settling_an_effect_in_one_run_settles_it_in_its_fork(workdir: Path):
+    """Found by the generator: an effect in doubt in a fork, and in its source; settled
+    in the source as not sent, the source's run took the fork's doubt again at every try."""
+    from conftest import stepstone_cli
+
+    def fails(key: str) -> None:
+        raise TimeoutError("no answer")
+
+    with stepstone.open_run("job") as run:
+        run.set_plan(["a", "b"])
+        run.step("a", lambda: 1)
+    assert stepstone_cli("fork", "job", "--at", "a", "--as", "alt", cwd=workdir).returncode == 0
+    for run_id, raised in (("alt", TimeoutError), ("job", stepstone.UnresolvedEffect)):
+        with stepstone.open_run(run_id) as run, pytest.raises(raised):  # job: alt's doubt
+            run.step("a", lambda: 1)
+            run.step("b", lambda: stepstone.effect("notify", fails))
+    with stepstone.open_run("job") as run:
+        (key,) = run.effects
+        run.resolve_effect(key, happened=False, why="not in the outbox")
+    sent: list[str] = []
+    for run_id in ("job", "alt"):
+        with stepstone.open_run(run_id) as run:
+            run.step("a", lambda: 1)
+            run.step("b", lambda: stepstone.effect("notify", lambda key: sent.append(run_id)))
+    assert sent == ["job"]
+
+
 # -- 8. an effect from a thread that outlives its step ---------------------------------
 
 

@@ -37,6 +37,38 @@ def state_rank(data: bytes) -> int:
     return rank(state) if isinstance(state, str) else -1
 
 
+def settles(record: EffectRecord, other: EffectRecord) -> bool:
+    """Whether `record` says, by a person's resolution made after `other`'s intent, that
+    the effect did not happen: then `other`'s doubt is settled by it (the same effect,
+    in another history of the lineage)."""
+    resolution = record.resolution
+    return (
+        record.state == "planned"
+        and resolution is not None
+        and not resolution.happened
+        and other.state in IN_DOUBT
+        and other.intent <= resolution.time
+    )
+
+
+def tells_more(found: EffectRecord, mine: EffectRecord | None) -> bool:
+    """Whether `found` (the effect's record in another history) says more of it than
+    `mine` (this run's, or None): it happened (confirmed); it may have (in doubt) where
+    this run holds nothing, or only an attempt of its own that did not go out; or a
+    person found it did not happen after this run's intent in doubt (`settles`)."""
+    if mine is not None and mine.state == "confirmed":
+        return False
+    if found.state == "confirmed":
+        return True
+    if found.state in IN_DOUBT:
+        if mine is None:
+            return True
+        if mine.state in IN_DOUBT:
+            return rank(found.state) > rank(mine.state)
+        return not settles(mine, found)  # mine planned: unless a person settled that one
+    return mine is not None and settles(found, mine)
+
+
 def family(name: str) -> str | None:
     """`email` for `email/ann`: effects named in a loop share it."""
     return name.rpartition("/")[0] or None

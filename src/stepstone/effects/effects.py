@@ -39,7 +39,7 @@ from ..model import message
 from ..model.models import EffectRecord, Resolution, RunInfo, dump, now, stamp
 from ..rules.deadline import call_within
 from ..settings import Settings
-from .effectbook import EffectBook, family, rank
+from .effectbook import EffectBook, family, tells_more
 from .effectkeys import check_name, effect_path, fingerprint, fingerprint_before
 from .redaction import error_text, redact
 
@@ -274,7 +274,7 @@ def _furthest(
     if found is None:
         return record
     where, other = found
-    if other.state == "planned" or rank(other.state) <= (rank(record.state) if record else 0):
+    if not tells_more(other, record):
         return record
     if other.state == "submitted":
         holder = run.driven_elsewhere(where)

@@ -104,7 +104,9 @@ def schema_problem(path: Path) -> str | None:
     return str(error).splitlines()[0] if error is not None else None
 
 
-_USES = ("%resume", "%%step", "load_ext stepstone", "import stepstone", "from stepstone")
+# what a notebook that drives its own run says: its magics, or the Python API's run (a
+# notebook that only imports stepstone, for `stepstone.effect` say, is run --cells)
+_USES = ("%resume", "%%step", "load_ext stepstone", "open_run(")
 
 
 def refuse_another_language(path: Path, kernel: str | None) -> None:
@@ -125,8 +127,9 @@ def refuse_another_language(path: Path, kernel: str | None) -> None:
 
 
 def uses_stepstone(path: Path) -> bool:
-    """Whether any code cell of the notebook at `path` uses stepstone (its magics or
-    its module): a notebook that does not is executed as nbclient would, with no store."""
+    """Whether any code cell of the notebook at `path` drives a run of its own
+    (stepstone's magics, or `open_run`): one that does not is run with every code cell
+    a step (`--cells`), whose effects, decisions and answers are that run's."""
     nb = read_notebook(path, validate=False)
     return any(
         cell.cell_type == "code" and any(word in cell.source for word in _USES) for cell in nb.cells

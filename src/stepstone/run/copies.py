@@ -246,6 +246,24 @@ def refuse_needless_diverge(store: GitStore, run: str, lock: RunLock) -> None:
     )
 
 
+def remote_of_copies(store: GitStore, run: str) -> str | None:
+    """The URL of the remote a copy of this store on this machine sends the run through
+    (a copy taken before the run was shared travels as its original does), or None."""
+    from ..remote.git import remote_name
+
+    for path in _known(_lock_path(store.git_dir, run)):
+        folder = _store_of(Path(path))
+        try:
+            other = GitStore(folder, create=False) if folder.is_dir() else None
+        except StepstoneError:
+            continue
+        name = remote_name(other) if other is not None else None
+        url = other.config.remote_url(name) if other is not None and name else None
+        if url:
+            return url
+    return None
+
+
 def settle_now(store: GitStore, run: str) -> list[str]:
     """Take turns with the store's copies (see `take_turns`), holding the run for the time
     it takes: before a kernel opens it, so that a refusal is the command's, not a cell's."""

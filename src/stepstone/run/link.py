@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..errors import Diverged, StepstoneError, StepstoneWarning, StoreError
 from ..settings import OFFLINE_ENV
 from ..store import GitStore
+from .copies import remote_of_copies
 from .ledger import Ledger
 from .state import head_info
 
@@ -133,14 +134,16 @@ class RemoteLink:
 def _joins_its_remote(store: GitStore, run: str) -> bool:
     """Whether a store with no remote configured for its runs holds a run that travels
     through one (its head file says `shared`: a plain `git clone` of the shared remote,
-    say): then the clone's `origin` is the run's remote, and its lease is taken. A store
+    or a copy on this machine of a store that shared it since): then the clone's
+    `origin`, or the copy's remote, is the run's remote, and its lease is taken. A store
     with no remote at all is told how to add it."""
     from .. import remote
 
     info = head_info(store, run)
     if info is None or not info.shared or store.settings.offline:
         return False
-    if not store.config.remote_url("origin"):
+    url = store.config.remote_url("origin") or remote_of_copies(store, run)
+    if not url:
         raise StoreError(
             str(store.path),
             f"holds run {run!r}, which travels through a remote whose lease its drivers take "
@@ -149,5 +152,5 @@ def _joins_its_remote(store: GitStore, run: str) -> bool:
             f"set {OFFLINE_ENV}=1 to drive it without the lease, at the risk of repeating "
             f"what another copy did",
         )
-    remote.set_remote(store, store.config.remote_url("origin") or "", "origin")
+    remote.set_remote(store, url, "origin")
     return True

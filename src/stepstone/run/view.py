@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from ..effects.effectbook import MAYBE_HAPPENED, EffectBook, rank
+from ..effects.effectbook import MAYBE_HAPPENED, EffectBook, tells_more
 from ..effects.effectkeys import effect_path
 from ..effects.effects import Asking
 from ..errors import InvalidInput, StepstoneError
@@ -224,9 +224,9 @@ class RunView:
         return self.state.keys_before(identity, name)
 
     def recorded_elsewhere(self, keys: list[str]) -> tuple[str, EffectRecord] | None:
-        """The record of an effect (under any of `keys`) that got furthest in another
-        history of the store (another run, a fork, the remote's history fetched here), and
-        the ref that holds it; None when no other history holds it."""
+        """The record of an effect (under any of `keys`) that says most of it among the
+        other histories of the store (another run, a fork, the remote's history fetched
+        here: `tells_more`), and the ref that holds it; None when none holds it."""
         best: tuple[str, EffectRecord] | None = None
         here = self.store.refs.ref(self.id)
         for key in keys:
@@ -235,7 +235,7 @@ class RunView:
                     record = load(EffectRecord, data, ref)
                 except StepstoneError:
                     continue  # a damaged copy elsewhere tells nothing; this run's own is read
-                if best is None or rank(record.state) > rank(best[1].state):
+                if best is None or tells_more(record, best[1]):
                     best = (ref, record)
         return best
 
