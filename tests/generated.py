@@ -293,6 +293,9 @@ class World:
         # a lineage `--diverge` began -> the keys of the effects its copy held then: they
         # happened in the lineage it diverged from, and are this one's too
         self.inherited: dict[str, set[str]] = {}
+        # a lineage a `--diverge` run was given that did not begin one (nothing to diverge
+        # from): its sends are the folder's lineage's
+        self.aliases: dict[str, str] = {}
         self.counts: Counter[str] = Counter()
         self.touched: set[str] = set()
         self.remotes = 0
@@ -423,9 +426,9 @@ class World:
         mine = [json.loads(body) for (body,) in rows]
         return [b for b in mine if str(b.get("folder", "")).startswith(f"{self.tag}/")]
 
-    @staticmethod
-    def logical(body: dict[str, Any]) -> tuple[str, str, str]:
-        return (body["lineage"], body["name"], json.dumps(body["payload"], sort_keys=True))
+    def logical(self, body: dict[str, Any]) -> tuple[str, str, str]:
+        lineage = self.aliases.get(body["lineage"], body["lineage"])
+        return (lineage, body["name"], json.dumps(body["payload"], sort_keys=True))
 
     def sent(self) -> Counter[tuple[str, str, str]]:
         """How many times each logical effect reached the receiver in each lineage: its
@@ -435,7 +438,7 @@ class World:
         seen = Counter(self.logical(b) for b in applied)
         for lineage, keys in self.inherited.items():
             for body in applied:
-                if body["ref"] in keys and body["lineage"] != lineage:
+                if body["ref"] in keys and self.logical(body)[0] != lineage:
                     seen[(lineage, *self.logical(body)[1:])] += 1
         return seen
 
@@ -644,6 +647,7 @@ class World:
         before = self.diverged(folder)
         code = self.run(folder, "--diverge")
         if self.diverged(folder) == before:
+            self.aliases[folder.lineage] = lineage
             folder.lineage = lineage
             self.counts["diverge refused"] += 1
             assert code == 2 or not before, folder.history[-1]

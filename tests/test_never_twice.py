@@ -206,6 +206,10 @@ def test_a_parameter_set_that_adds_a_member_sends_only_the_new_member(workdir: P
     done = _run(workdir, receiver, "run", "job.ipynb", "-y", "users: [ann, bob, cid]")
     assert done.returncode == 0, done.stderr
     assert [name for name, _ in _sent(receiver)] == ["mail/ann", "mail/bob", "mail/cid"]
+    # the step's card (kept in the executed notebook's metadata) says what was not sent
+    out = nbformat.read(str(workdir / "job.out.ipynb"), as_version=4)
+    said = " ".join(" ".join(c.metadata.get("stepstone", {}).get("said", [])) for c in out.cells)
+    assert "effect mail/ann: confirmed by run job" in said and "not performed again" in said
 
 
 # -- 4. --diverge on a copy that never diverged ---------------------------------------
@@ -389,7 +393,7 @@ def test_a_person_settling_an_effect_in_one_run_settles_it_in_its_fork(workdir: 
     for run_id in ("job", "alt"):
         with stepstone.open_run(run_id) as run:
             run.step("a", lambda: 1)
-            run.step("b", lambda: stepstone.effect("notify", lambda key: sent.append(run_id)))
+            run.step("b", lambda r=run_id: stepstone.effect("notify", lambda key: sent.append(r)))
     assert sent == ["job"]
 
 

@@ -382,6 +382,7 @@ class StepstoneMagics(Magics):
         why = attempt.start.reason if again else ""
         rows = evidence_rows(record)
         shown = render_cells.of(number, parsed.name, outcome, rows, why=why, kernel=said)
+        shown.notes += attempt.start.said  # effects taken from another run of the lineage
         _show_outcome(self.ip, card, shown)
         exited, self.session.exited = self.session.exited, None
         if exited is not None:  # confirmed: IPython shows the exit as it does a plain cell's

@@ -155,6 +155,7 @@ class Stepper:
                 yield
         finally:
             start.said = asking.said
+            self.checker.notes.extend(asking.said)  # the run's notes, for the Python API
             self.current, self.asking = previous
 
     def _take(self, name: str) -> None:

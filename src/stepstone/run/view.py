@@ -15,7 +15,7 @@ from ..errors import InvalidInput, StepstoneError
 from ..model import models, names
 from ..model.models import Decision, EffectRecord, RunInfo, Unknown, load
 from ..rules import dependencies
-from ..rules.index import INDEXED, PlanSteps, RecordBook
+from ..rules.index import PlanSteps, RecordBook
 from ..rules.status import RunStatus
 from ..settings import Settings
 from ..store import GitStore
@@ -24,7 +24,7 @@ from ..store.refs import REMOTE_REFS
 from . import active, questions
 from .checking import Checker
 from .ledger import Ledger
-from .state import RunState
+from .state import RunState, head_info, lineage_of
 from .stepping import Stepper
 
 
@@ -258,17 +258,19 @@ class RunView:
             found = {}
             mine = self.state.lineage
             for run in self.store.refs.runs():
-                if run == self.id:
+                info = head_info(self.store, run) if run != self.id else None
+                if info is None or lineage_of(info) != mine:
                     continue
+                tip = self.store.refs.tip(run)
                 try:
-                    other = RunState(self.store, run, tolerant=True)
-                    snap = self.store.reader.read(run, skip=("artifacts", *INDEXED), cached=True)
-                    other.read(snap, cached=True)
+                    files = self.store.effect_files(tip) if tip else {}
                 except StepstoneError:
                     continue
-                if other.lineage != mine:
-                    continue
-                for record in other.effect_book.records.values():
+                for path, data in files.items():
+                    try:
+                        record = load(EffectRecord, data, path)
+                    except StepstoneError:
+                        continue
                     if record.state in MAYBE_HAPPENED:
                         found.setdefault(record.name, []).append((run, record.payload_sha256))
             self._lineage_names_read = found
