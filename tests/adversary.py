@@ -214,7 +214,7 @@ class World:
     def env(self, folder: Folder) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
         env.update(
-            PYTHONPATH=str(TESTS),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
             ADV_RECEIVER=self.receiver.url,
             ADV_FOLDER=f"{self.tag}/{folder.name}",
             ADV_LOG=str(self.log),

@@ -306,7 +306,7 @@ class World:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSTONE_")}
         env.pop("PYTHONHASHSEED", None)
         env.update(
-            PYTHONPATH=str(TESTS),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
             GEN_RECEIVER=self.receiver.url,
             GEN_FOLDER=f"{self.tag}/{folder.name}",
             GEN_LINEAGE=folder.lineage,
