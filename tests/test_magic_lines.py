@@ -16,6 +16,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from nbformat.v4 import new_code_cell, new_notebook
 
 import stepstone
+from stepstone.model.steps import StepSpec
 from stepstone.notebook import cellargs
 
 QUESTION = "Are the prices in EUR or USD?"
@@ -173,7 +174,7 @@ def test_step_names_the_unknown_option_and_a_really_missing_name(shell, workdir:
     )
 )
 def test_a_step_line_of_one_word_reads_as_the_option_parser_reads_it(line: str):
-    def by_the_parser() -> cellargs.StepLine:
+    def by_the_parser() -> StepSpec:
         return cellargs._parse_step_args(cellargs._parser("step").parse_args(cellargs.split(line)))
 
     try:

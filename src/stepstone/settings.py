@@ -34,7 +34,6 @@ CELLS_ENV = "STEPSTONE_CELLS"  # "1": every code cell is a step (`stepstone run 
 CONFIG_ENV = "STEPSTONE_CONFIG"  # this user's configuration folder (values/trust.py)
 # What `stepstone run` hands the kernel it starts, besides the run, store, steal, diverge:
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"  # the notebook the kernel runs
-OPENED_ENV = "STEPSTONE_OPENED"  # a file where the kernel's `%resume` notes the run it opened
 PARAMETERS_ENV = "STEPSTONE_PARAMETERS"  # the parameters' canonical JSON, for `%resume`
 VIA_ENV = "STEPSTONE_VIA"  # who started the notebook's run: `cli run`, `mcp run`
 EVENTS_ENV = "STEPSTONE_EVENTS"  # a file the kernel appends the run's events to (JSON Lines)
@@ -116,9 +115,6 @@ class Settings:
     events: str | None = None
     """A file the kernel appends the run's events to, for the `stepstone run` that
     started it (`STEPSTONE_EVENTS`; `model/events.py`)."""
-    opened_note: str | None = None
-    """A file where `%resume` notes the run it opened, for the `stepstone run` that
-    started the kernel (`STEPSTONE_OPENED`)."""
     redact_fields: frozenset[str] = frozenset()
     """Field names whose values are credentials, besides the well-known ones (`git config
     stepstone.redact "pin,card_number"`): replaced in stored receipts and errors."""
@@ -143,7 +139,6 @@ class Settings:
             "notebook": env.get(NOTEBOOK_ENV),
             "jupyter_session": env.get(JUPYTER_SESSION_ENV),
             "parameters": env.get(PARAMETERS_ENV),
-            "opened_note": env.get(OPENED_ENV),
             "events": env.get(EVENTS_ENV) or None,
             "origin": env.get(VIA_ENV) or None,
             **_skewed(env),

@@ -275,10 +275,11 @@ def run_row(view: Run) -> dict[str, Any]:
 def schema() -> dict[str, Any]:
     """The JSON Schema of every record file and of every command's `--json` output
     (made once a process: the models do not change)."""
+    from ..model.events import event_schema
     from ..model.models import json_schemas
     from ..model.shapes import schemas
 
-    return {**json_schemas(), **schemas()}
+    return {**json_schemas(), **schemas(), "Event": event_schema()}
 
 
 # -- the notebook ------------------------------------------------------------------

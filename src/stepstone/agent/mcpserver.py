@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -45,7 +46,7 @@ from mcp_types import (
 )
 
 from ..errors import StepstoneError
-from ..model import shapes
+from ..model import events, shapes
 from ..present.report.page import html_report
 from ..run import Run
 from ..settings import VIA_ENV, Settings, child_environment
@@ -85,8 +86,6 @@ RUNS = ToolAnnotations(  # the notebook's code: its files, and its effects (sent
 )
 
 STOP_GRACE = 30.0  # seconds a cancelled run may take to stop its cell and record it
-_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (.+): (done|skipped|failed)$")
-_RUNNING = re.compile(r"^running .+ as run (\S+) \((\d+) steps")
 WATCH_EVERY = 0.5  # seconds between looks at the runs' tips, while anyone subscribes
 
 
@@ -593,27 +592,43 @@ by the next `run`, in its plan commit). Do not reopen settled decisions without 
 async def _running(
     ctx: Context, argv: list[str], notebook: Path, store: str, home: str
 ) -> CallToolResult:
-    """Run `argv` (`stepstone run ...`) in `home`, a progress notification per step it
-    ends; cancelled, it is stopped as Ctrl-C stops it (SIGINT: the running cell is
+    """Run `argv` (`stepstone run ...`) in `home`, reading the run's typed events as it
+    goes (`--events`: a progress notification per step it ends, the run it opened, how
+    it ended); cancelled, it is stopped as Ctrl-C stops it (SIGINT: the running cell is
     interrupted and recorded, no further cell starts) and waited for."""
     said: list[str] = []
     steps: list[dict[str, Any]] = []
-    run_id: list[str] = []
+    opened: list[events.RunOpened] = []
+    ended: list[events.RunEnded] = []
+    scratch = Path(tempfile.mkdtemp(prefix="stepstone-mcp-run-"))
+    channel = events.Tail(scratch / "events.jsonl")
+    planned = [0]
 
     async def heard(line: str) -> None:
         said.append(line)
-        if (begun := _RUNNING.match(line)) is not None:
-            run_id.append(begun.group(1))
-            await ctx.report_progress(0, int(begun.group(2)), line)
-        elif (step := _PROGRESS.match(line)) is not None:
-            number, of = int(step.group(1)), int(step.group(2))
-            steps.append(
-                {"number": number, "of": of, "name": step.group(3), "outcome": step.group(4)}
-            )
-            await ctx.report_progress(number, of, f"{step.group(3)}: {step.group(4)}")
+
+    async def told() -> None:
+        for event in channel.read():
+            if isinstance(event, events.RunOpened):
+                opened.append(event)
+                planned[0] = event.steps
+                await ctx.report_progress(0, event.steps, f"running as run {event.run}")
+            elif isinstance(event, events.StepEnded):
+                of = planned[0] or event.number
+                steps.append(
+                    {"number": event.number, "of": of, "name": event.name, "outcome": event.outcome}
+                )
+                await ctx.report_progress(event.number, of, f"{event.name}: {event.outcome}")
+            elif isinstance(event, events.RunEnded):
+                ended.append(event)
+
+    async def follow(process: Any) -> None:
+        while process.returncode is None:
+            await told()
+            await anyio.sleep(0.1)
 
     process = await anyio.open_process(
-        argv,
+        [*argv, "--events", str(channel.path)],
         cwd=home,
         env=child_environment({VIA_ENV: "mcp run"}),
         stdin=subprocess.DEVNULL,
@@ -624,6 +639,7 @@ async def _running(
         async with anyio.create_task_group() as group:
             group.start_soon(_lines, process.stderr, heard)
             group.start_soon(_lines, process.stdout, heard)
+            group.start_soon(follow, process)
             code = await process.wait()
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
@@ -633,24 +649,24 @@ async def _running(
         if process.returncode is None:  # an error of ours, not a cancellation
             with anyio.CancelScope(shield=True):
                 await _stop(process)
-    told = [line for line in said if line.startswith("stepstone: ")]
-    message = told[-1][len("stepstone: ") :] if told else (said[-1] if said else "")
-    if code == 2:  # refused before a kernel started: nothing changed
+        await told()
+        shutil.rmtree(scratch, ignore_errors=True)
+    last = ended[-1] if ended else None
+    message = last.message if last is not None else (said[-1] if said else "")
+    if last is not None and last.outcome == "refused" and not opened:  # nothing changed
         return _refused(StepstoneError(message))
-    outcome = {0: "done", 130: "interrupted", 143: "interrupted"}.get(code)
-    if outcome is None:
-        failed = any(s["outcome"] == "failed" for s in steps) or " failed" in message
-        outcome = "failed" if failed else "not done"
+    outcome = _OUTCOMES.get(last.outcome if last is not None else "", "failed")
+    run_id = last.run if last is not None and last.run else (opened[-1].run if opened else None)
     status = None
     if run_id:
         try:
             status = await anyio.to_thread.run_sync(
-                lambda: actions.status(run_id[0], store, home=home)
+                lambda: actions.status(run_id, store, home=home)
             )
         except StepstoneError:
             status = None
     data = {
-        "run": run_id[0] if run_id else None,
+        "run": run_id,
         "notebook": str(notebook),
         "executed": str(notebook.with_name(f"{notebook.stem}.out.ipynb")),
         "exit_code": code,
@@ -661,6 +677,18 @@ async def _running(
         "status": status,
     }
     return _answered(data)
+
+
+# how a run ended (`RunEnded.outcome`), as the `run` tool says it
+_OUTCOMES = {
+    "ok": "done",
+    "exited": "done",
+    "not done": "not done",
+    "interrupted": "interrupted",
+    "failed": "failed",
+    "died": "failed",
+    "refused": "failed",
+}
 
 
 async def _lines(stream: Any, heard: Callable[[str], Any]) -> None:

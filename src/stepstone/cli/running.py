@@ -97,6 +97,13 @@ from .common import errors_as_exit_codes, main, repo_option, run_option
     help="Make every code cell a step (the default for a notebook with no stepstone magics), "
     "or run such a notebook plainly, as nbclient does.",
 )
+@click.option(
+    "--events",
+    "events",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the run's typed events to FILE as JSON Lines (one object a line, a `type` "
+    "field; their JSON Schema: `stepstone schema`, `Event`).",
+)
 @errors_as_exit_codes
 def run_command(
     notebook: Path,
@@ -119,6 +126,7 @@ def run_command(
     diverge: bool,
     new: bool,
     cells: bool | None,
+    events: Path | None,
 ) -> None:
     """Execute NOTEBOOK headlessly; run it again after any interruption and it resumes.
     With parameters the default run id ends with a hash of them: each set is a run."""
@@ -140,42 +148,22 @@ def run_command(
         kernel=kernel,
         log_output=log_output,
         progress=not log_output if progress_bar is None else progress_bar,
+        events=events.absolute() if events is not None else None,
     )
+    if events is not None:
+        events.write_bytes(b"")  # this run's events, from the first
     with nbrun.interrupts_raised():
         try:
             ran = headless.run_notebook(request, lambda line: click.echo(line, err=True))
         except nbrun.Interrupted as exc:
             click.echo(f"stepstone: {exc.message}", err=True)
             sys.exit(128 + exc.signum)
-    outcome, status = ran.outcome, ran.status
-    if outcome.note:
-        click.echo(f"stepstone: {outcome.note}", err=True)
-    if outcome.signal is not None:
-        click.echo(f"stepstone: {outcome.message}", err=True)
-        sys.exit(128 + outcome.signal)
-    if outcome.refused is not None:  # as the command's own refusals: exit 2, named
-        click.echo(f"stepstone: {outcome.message}", err=True)
-        sys.exit(2)
-    if not outcome.ok:
-        where = "" if outcome.note else f" (executed notebook: {ran.output})"
-        click.echo(f"stepstone: {outcome.message}{where}", err=True)
-        sys.exit(1)
-    if outcome.exited:  # as papermill has it: not a failure
-        click.echo(f"ran {notebook.name}: {outcome.message}; executed notebook: {ran.output}")
+    if ran.outcome.note:
+        click.echo(f"stepstone: {ran.outcome.note}", err=True)
+    ended = ran.ended
+    assert ended is not None
+    if ended.exit_code == 0:
+        click.echo(ended.message)
         return
-    if status is None:
-        click.echo(
-            f"ran {notebook.name}: no steps (it opens no stepstone run: add "
-            f"`%load_ext stepstone` and `%resume` to make it resumable, or run it with "
-            f"--cells); executed notebook: {ran.output}"
-        )
-        return
-    undone = [s for s in status.steps if s.state != "verified"]
-    if undone or status.unresolved_effects:
-        click.echo(f"stepstone: not done: {status.next_action}", err=True)
-        sys.exit(1)
-    if not status.steps:
-        what = "code cells" if ran.cells else "%%step cells"
-        click.echo(f"ran {notebook.name} as run {status.run}: it has no {what} yet")
-        return
-    click.echo(f"all {len(status.steps)} steps confirmed; next: {status.next_action}")
+    click.echo(f"stepstone: {ended.message}", err=True)
+    sys.exit(ended.exit_code)

@@ -16,17 +16,23 @@ import tokenize
 import types
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import PurePath
 from types import CodeType
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from ..errors import StepstoneError
 from ..model import events as model_events
+from ..model.events import StepEnded, StepStarted
+from ..model.steps import StepSpec
 from ..notebook import namespace
+from ..present import render, render_cells
+from ..present.render_cells import CellOutcome
 from ..rules import dependencies
-from ..run import Run
+from ..rules.index import evidence_rows
+from ..run import Attempt, Run
 from ..values.artifacts import kind_of
 from . import displayed, processstate, retrying, sharing, usernames
 
@@ -105,6 +111,16 @@ def cell_code() -> Iterator[None]:
         raise
 
 
+class Shown(Protocol):
+    """How a step cell is shown as it goes (the magic's card): put up as it starts,
+    replaced by how it ended."""
+
+    @property
+    def started(self) -> bool: ...
+    def began(self, number: int, name: str) -> None: ...
+    def ended(self, outcome: CellOutcome) -> None: ...
+
+
 class KernelSession:
     """One shell's run and what its step cells left in the kernel."""
 
@@ -141,6 +157,157 @@ class KernelSession:
         step make anew (`plaincells.made_anew`); nothing saved or failed yet."""
         self.later, self.kept, self.plain = later, set(), plain or {}
         self.retries = retrying.Retries(self.seen)
+
+    async def step(self, spec: StepSpec, cell: str, *, awaits: bool, shown: Shown) -> CellOutcome:
+        """A step cell, start to end: skip it (its values, definitions and process state
+        given back) while its evidence verifies, else run its code and record it with
+        what it bound, changed and displayed. `shown` puts the card up as it starts and
+        shows how it ended (a failure's card too, before its error goes on); the events
+        say the same for `stepstone run`. The outcome, for the magic to render."""
+        run = self._require_run()
+        ip, ns = self.ip, self.ip.user_ns
+        if spec.rerun is not None:
+            run.rerun(spec.name, spec.rerun, once=True)
+        code = ip.transform_cell(cell)
+        shape = namespace.read_cell(code)
+        before = run.records.get(spec.name)
+        pickled = before is not None and any(a.format == "pickle" for a in before.outputs.values())
+        defined = shape is not None and pickled and namespace.define_first(shape, ns, compiler(ip))
+        cell_raised = ran = False  # ran: the cell's code started, and may have changed values
+        spec = replace(spec, source=cell)
+        remade: list[str] = []
+        try:
+            with run.stepping(spec, namespace=ns) as attempt:
+                start = attempt.start
+                number = start.planned.number
+                shown.began(number, spec.name)
+                self.emit(
+                    StepStarted(number=number, name=spec.name, skip=start.skip, reason=start.reason)
+                )
+                before = start.record  # "again" only over a confirmed record
+                again = not attempt.skipped and before is not None and before.status == "confirmed"
+                if attempt.skipped:
+                    unsaved = attempt.record.unsaved if attempt.record else {}
+                    remade = self.give_back(spec.name, attempt.values, unsaved, shape, defined)
+                else:
+                    self.put_back(spec.name, run)
+                    start.plain = self.made_anew(spec.name, shape)
+                    start.check_writes = self.cells
+                    cell_raised = ran = True
+                    # the body as sent, without the newline IPython adds to every cell
+                    raw = cell.removesuffix("\n")
+                    theirs = (
+                        await self.execute_awaiting(code, shape, raw)
+                        if awaits
+                        else self.execute(code, shape, raw)
+                    )
+                    cell_raised = False
+                    self._offer(attempt, spec, shape, theirs)
+        except BaseException as exc:
+            self._failed(spec, shape, exc, cell_raised=cell_raised, ran=ran, shown=shown)
+            raise
+        return self._ended(attempt, spec, again=again, remade=remade, shown=shown)
+
+    def _require_run(self) -> Run:
+        if self.run is None or not self.run.driving:
+            raise StepstoneError("no run is open: run %resume first (usually the first cell)")
+        return self.run
+
+    def _offer(
+        self,
+        attempt: Attempt,
+        spec: StepSpec,
+        shape: namespace.Cell | None,
+        theirs: dict[str, Any],
+    ) -> None:
+        """What the step's code bound and changed, offered to its record."""
+        ns = self.ip.user_ns
+        attempt.keep({var: ns[var] for var in spec.outputs if var in ns})
+        attempt.offer(theirs)
+        if shape is None:
+            return
+        needed = self.later.get(spec.name)
+        offered = namespace.offered(shape, ns, spec.outputs, needed)
+        attempt.offer(offered)
+        read = namespace.touched(shape, ns, self.kept, needed)
+        given = {*offered, *spec.outputs, *theirs}
+        partners, links = self.shared(given, read)
+        attempt.offer_changed(self.seen.maybe_changed(read | partners))
+        if links:
+            attempt.offer({sharing.KEY: links})
+        self.unrestored.bound(shape.binds)
+
+    def _failed(
+        self,
+        spec: StepSpec,
+        shape: namespace.Cell | None,
+        exc: BaseException,
+        *,
+        cell_raised: bool,
+        ran: bool,
+        shown: Shown,
+    ) -> None:
+        """A step that raised: its failed card (the cell's own error), or its error made
+        the cell's (stepstone's own, a check that failed, a commit cut short)."""
+        left = self.left_changed(spec.name, shape) if ran else ""
+        number = self.run.state.numbers.get(spec.name, 0) if self.run is not None else 0
+        why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+        if shown.started:
+            self.emit(StepEnded(number=number, name=spec.name, outcome="failed", reasons=[why]))
+        if cell_raised and not isinstance(exc, StepstoneError):
+            failed = render_cells.of(number, spec.name, "failed", why=why)
+            failed.notes += [left] if left else []
+            shown.ended(failed)
+            return
+        if cell_raised:  # shown with its traceback, and recording's own if any
+            setattr(exc, FROM_CELL, True)
+        if left:
+            displayed.say(self.ip, f"step {spec.name}: {left}")
+
+    def _ended(
+        self, attempt: Attempt, spec: StepSpec, *, again: bool, remade: list[str], shown: Shown
+    ) -> CellOutcome:
+        """The bookkeeping after a step cell ended (what it saved, as seen now) and its
+        outcome; raises the `sys.exit(0)` its code called, once recorded."""
+        ns = self.ip.user_ns
+        record = attempt.record
+        assert record is not None
+        npy = {n: a.sha256 for n, a in record.outputs.items() if a.format == "npy"}
+        seen = {*record.outputs, *attempt.touched} & ns.keys()
+        self.seen.saw({n: ns[n] for n in seen}, npy)
+        self.kept.update(record.outputs)
+        self.retries.stepped(spec.name, record.outputs, seen, self.ip.execution_count)
+        number = attempt.start.planned.number
+        outcome = "skipped" if attempt.skipped else "again" if again else "confirmed"
+        if attempt.skipped:
+            lost = {n: k for n, k in record.unsaved.items() if ns.get(n) is not self.ip}
+            # and the untrusted pickles the step stands without:
+            lost.update({n: namespace.UNTRUSTED for n in record.outputs if n not in attempt.values})
+            back = {*attempt.values, *remade, *lost}
+            unread = [n for n in record.binds if n not in back and n not in ns]
+            self.unrestored.skipped(spec.name, lost, unread)
+            values = {k: v for k, v in attempt.values.items() if k not in APART}
+            said = render.kernel_names(values, remade, lost, skipped=True)
+        else:
+            said = render.kernel_names((), (), record.unsaved, skipped=False)
+        why = attempt.start.reason if again else ""
+        rows = evidence_rows(record)
+        done = render_cells.of(number, spec.name, outcome, rows, why=why, kernel=said)
+        done.notes += attempt.start.said  # effects taken from another run of the lineage
+        shown.ended(done)
+        self.emit(
+            StepEnded(
+                number=number,
+                name=spec.name,
+                outcome="skipped" if attempt.skipped else "done",
+                reasons=[why] if why else [],
+                said=list(attempt.start.said),
+            )
+        )
+        exited, self.exited = self.exited, None
+        if exited is not None:  # confirmed: IPython shows the exit as it does a plain cell's
+            raise exited
+        return done
 
     def made_anew(self, step: str, shape: namespace.Cell | None) -> frozenset[str]:
         """The names `step`'s cell reads that plain cells before it make anew, and whose

@@ -15,11 +15,11 @@ from IPython.display import Markdown, display
 
 from ..errors import StepstoneError
 from ..model import names
-from ..model.events import Refused
+from ..model.events import Refused, RunOpened
 from ..model.models import PlannedStep
 from ..notebook import cellargs, namespace, parameters
 from ..notebook.cellargs import parse_step_line
-from ..notebook.notebook import choose_run, claim, goal_of, note_opened
+from ..notebook.notebook import choose_run, claim, goal_of
 from ..notebook.notebook_plan import (
     notebook_cells,
     parameter_defaults,
@@ -30,13 +30,12 @@ from ..notebook.notebook_plan import (
 )
 from ..notebook.plaincells import made_anew
 from ..present import render, render_cells
-from ..rules.index import evidence_rows
 from ..rules.status import RunStatus, StepStatus
 from ..run import Run, open_run
 from ..settings import Settings
 from ..store import resolve_store_path
-from . import clients, displayed, everycell, sharing
-from .kernelsession import APART, FROM_CELL, KernelSession, compiler
+from . import clients, displayed, everycell
+from .kernelsession import APART, FROM_CELL, KernelSession
 
 M = TypeVar("M", bound=Callable[..., Any])
 
@@ -147,7 +146,6 @@ class StepstoneMagics(Magics):
             diverge=args.diverge,
             settings=replace(settings, origin=settings.origin or "notebook"),
         )
-        note_opened(settings.opened_note, run.id, run.store.path)
         given = settings.parameters
         if given is not None:  # from `stepstone run -p`: they are part of the run
             try:
@@ -168,6 +166,9 @@ class StepstoneMagics(Magics):
             run.close()
             raise
         self.session.run = run
+        self.session.emit(
+            RunOpened(run=run.id, store=str(run.store.path), steps=len(run.steps), cells=cells)
+        )
         self._show(status)
         shown = render.shown_steps(status)
         verified = [s.name for s in shown if isinstance(s, StepStatus) and s.state == "verified"]
@@ -275,118 +276,18 @@ class StepstoneMagics(Magics):
 
     async def _step(self, line: str, cell: str, *, awaits: bool) -> None:
         run = self._require_run()
-        ns = self.ip.user_ns
-        parsed = cellargs.parse_step_line(line)
+        spec = cellargs.parse_step_line(line)
         if (
             self.session.later
-            and parsed.name not in self.session.later
-            and parsed.name not in run.steps.names
+            and spec.name not in self.session.later
+            and spec.name not in run.steps.names
         ):
             raise UsageError(  # JupyterLab runs what you see; the plan is the saved file's
-                f"step {parsed.name!r} is not in {run.info.notebook or 'the notebook'} as last "
+                f"step {spec.name!r} is not in {run.info.notebook or 'the notebook'} as last "
                 f"saved: save the notebook, then run %resume again (it reads the plan from "
                 f"the saved file)"
             )
-        if parsed.rerun is not None:
-            run.rerun(parsed.name, parsed.rerun, once=True)
-        code = self.ip.transform_cell(cell)
-        shape = namespace.read_cell(code)
-        before = run.records.get(parsed.name)
-        pickled = before is not None and any(a.format == "pickle" for a in before.outputs.values())
-        defined = (
-            shape is not None and pickled and namespace.define_first(shape, ns, compiler(self.ip))
-        )
-        cell_raised = ran = False  # ran: the cell's code started, and may have changed values
-        card: displayed.Card | None = None
-        try:
-            with run.stepping(
-                parsed.name,
-                checks=parsed.checks,
-                inputs=parsed.inputs,
-                outputs=parsed.outputs,
-                source=cell,
-                force=parsed.force,
-                namespace=ns,
-                was=parsed.was,
-            ) as attempt:
-                card = displayed.Card(
-                    self.ip, render_cells.running(attempt.start.planned.number, parsed.name)
-                )
-                before = attempt.start.record  # "again" only over a confirmed record
-                again = not attempt.skipped and before is not None and before.status == "confirmed"
-                if attempt.skipped:
-                    unsaved = attempt.record.unsaved if attempt.record else {}
-                    remade = self.session.give_back(
-                        parsed.name, attempt.values, unsaved, shape, defined
-                    )
-                else:
-                    self.session.put_back(parsed.name, run)
-                    attempt.start.plain = self.session.made_anew(parsed.name, shape)
-                    attempt.start.check_writes = self.session.cells
-                    cell_raised = ran = True
-                    # the body as sent, without the newline IPython adds to every cell
-                    raw = cell.removesuffix("\n")
-                    theirs = (
-                        await self.session.execute_awaiting(code, shape, raw)
-                        if awaits
-                        else self.session.execute(code, shape, raw)
-                    )
-                    cell_raised = False
-                    attempt.keep({var: ns[var] for var in parsed.outputs if var in ns})
-                    attempt.offer(theirs)
-                    if shape is not None:
-                        needed = self.session.later.get(parsed.name)
-                        offered = namespace.offered(shape, ns, parsed.outputs, needed)
-                        attempt.offer(offered)
-                        read = namespace.touched(shape, ns, self.session.kept, needed)
-                        given = {*offered, *parsed.outputs, *theirs}
-                        partners, links = self.session.shared(given, read)
-                        attempt.offer_changed(self.session.seen.maybe_changed(read | partners))
-                        if links:
-                            attempt.offer({sharing.KEY: links})
-                        self.session.unrestored.bound(shape.binds)
-        except BaseException as exc:
-            left = self.session.left_changed(parsed.name, shape) if ran else ""
-            if cell_raised and not isinstance(exc, StepstoneError):
-                number = attempt.start.planned.number
-                why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-                failed = render_cells.of(number, parsed.name, "failed", why=why)
-                failed.notes += [left] if left else []
-                _show_outcome(self.ip, card, failed)
-            else:  # the cell raised stepstone's error, a check failed, a commit was cut short
-                if cell_raised:  # shown with its traceback, and recording's own if any
-                    setattr(exc, FROM_CELL, True)
-                if left:
-                    displayed.say(self.ip, f"step {parsed.name}: {left}")
-            raise
-        record = attempt.record
-        assert record is not None
-        npy = {n: a.sha256 for n, a in record.outputs.items() if a.format == "npy"}
-        seen = {*record.outputs, *attempt.touched} & ns.keys()
-        self.session.seen.saw({n: ns[n] for n in seen}, npy)
-        self.session.kept.update(record.outputs)
-        self.session.retries.stepped(parsed.name, record.outputs, seen, self.ip.execution_count)
-        number = attempt.start.planned.number
-        outcome = "skipped" if attempt.skipped else "again" if again else "confirmed"
-        if attempt.skipped:
-            lost = {n: k for n, k in record.unsaved.items() if ns.get(n) is not self.ip}
-            # and the untrusted pickles the step stands without:
-            lost.update({n: namespace.UNTRUSTED for n in record.outputs if n not in attempt.values})
-            back = {*attempt.values, *remade, *lost}
-            unread = [n for n in record.binds if n not in back and n not in ns]
-            self.session.unrestored.skipped(parsed.name, lost, unread)
-            values = {k: v for k, v in attempt.values.items() if k not in APART}
-            said = render.kernel_names(values, remade, lost, skipped=True)
-        else:
-            said = render.kernel_names((), (), record.unsaved, skipped=False)
-        why = attempt.start.reason if again else ""
-        rows = evidence_rows(record)
-        shown = render_cells.of(number, parsed.name, outcome, rows, why=why, kernel=said)
-        shown.notes += attempt.start.said  # effects taken from another run of the lineage
-        _show_outcome(self.ip, card, shown)
-        exited, self.session.exited = self.session.exited, None
-        if exited is not None:  # confirmed: IPython shows the exit as it does a plain cell's
-            raise exited
+        await self.session.step(spec, cell, awaits=awaits, shown=_Card(self.ip))
 
     @line_magic
     @_usage_errors
@@ -455,9 +356,23 @@ def _at_once(step: Coroutine[Any, Any, None]) -> None:
     raise RuntimeError("a %%step cell that awaits ran without an event loop")
 
 
-def _show_outcome(ip: Any, card: displayed.Card | None, cell: render_cells.CellOutcome) -> None:
-    """Show a step cell's outcome: a card in Jupyter, its text in a terminal."""
-    (card or displayed.Card(ip, {})).end(render_cells.bundle(cell))
+class _Card:
+    """A step cell's card: put up as it starts, replaced by how it ended (in Jupyter; in
+    a terminal, its text once it ended)."""
+
+    def __init__(self, ip: Any) -> None:
+        self.ip = ip
+        self.card: displayed.Card | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.card is not None
+
+    def began(self, number: int, name: str) -> None:
+        self.card = displayed.Card(self.ip, render_cells.running(number, name))
+
+    def ended(self, outcome: render_cells.CellOutcome) -> None:
+        (self.card or displayed.Card(self.ip, {})).end(render_cells.bundle(outcome))
 
 
 _registered: dict[int, StepstoneMagics] = {}

@@ -83,10 +83,13 @@ class Refused(_Event):
 
 
 class RunEnded(_Event):
-    """The notebook's execution ended (written by `stepstone run`)."""
+    """The notebook's execution ended (written by `stepstone run`): ok (every step
+    confirmed, or nothing to confirm), not done (a step or an effect is left), failed (a
+    cell raised), refused, interrupted, died (the kernel), exited (`sys.exit(0)`); the
+    exit code `stepstone run` exits with."""
 
     type: Literal["run_ended"] = "run_ended"
-    outcome: Literal["ok", "failed", "refused", "interrupted", "died", "exited"]
+    outcome: Literal["ok", "not done", "failed", "refused", "interrupted", "died", "exited"]
     message: str
     run: str | None = None
     exit_code: int

@@ -9,10 +9,10 @@ import functools
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
 
 from ..errors import InvalidInput
+from ..model.steps import StepSpec
 
 _HELP_WIDTH = 88
 
@@ -241,19 +241,6 @@ def help_text(magic: str) -> str:
     return _parser(magic).format_help()
 
 
-@dataclass(frozen=True)
-class StepLine:
-    """The parsed options of one `%%step` line."""
-
-    name: str
-    checks: tuple[str, ...]
-    outputs: tuple[str, ...]
-    inputs: tuple[str, ...]
-    force: bool
-    was: str | None = None  # the step's earlier name: its effects keep their keys
-    rerun: str | None = None  # run it again, once for this reason
-
-
 def split(line: str) -> list[str]:
     """Split a magic line like a shell does, with a clear error on bad quoting."""
     try:
@@ -262,24 +249,24 @@ def split(line: str) -> list[str]:
         raise InvalidInput(f"cannot read {line!r}: {exc}") from exc
 
 
-def parse_step_line(line: str) -> StepLine:
+def parse_step_line(line: str) -> StepSpec:
     """Parse `NAME [--check CHECK]... [--keep [PATH]]... [--out VAR]... [--in VAR]...
     [--uses U]... [--note] [--force] [--was OLD] [--rerun REASON]`."""
     word = line.strip(" \t\r\n")  # shlex's white space
     if word[:1] not in ("", "-") and _SHELL_QUOTING.isdisjoint(word) and [word] == word.split():
-        return StepLine(name=word, checks=(), outputs=(), inputs=(), force=False)
+        return StepSpec(name=word)
     return _parse_step_args(_parser("step").parse_args(split(line)))
 
 
 _SHELL_QUOTING = frozenset("\"'\\")  # a word without them is what shlex.split makes of it
 
 
-def _parse_step_args(args: argparse.Namespace) -> StepLine:
+def _parse_step_args(args: argparse.Namespace) -> StepSpec:
     given = list(args.check)
     if "" in args.keep:  # a bare --keep: keep what the file: checks name
         given = [f"keep:{c[5:]}" if c.startswith("file:") else c for c in given]
     given += [f"keep:{path}" for path in args.keep if path and f"keep:{path}" not in given]
-    return StepLine(
+    return StepSpec(
         name=args.name,
         checks=tuple(given) + (("note",) if args.note and "note" not in given else ()),
         outputs=tuple(args.out),

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput, StepstoneError
-from ..model import names
+from ..model import events, names
+from ..model.events import Refused, RunEnded
 from ..rules.status import RunStatus
 from ..run import open_run
 from ..run.copies import settle_now
@@ -47,24 +48,99 @@ class Request:
     log_output: bool = False
     progress: bool = True
     via: str = "cli run"  # its commits' Stepstone-Via, unless STEPSTONE_VIA says another
+    events: Path | None = None  # where the run's events go, as JSON Lines (`--events`)
 
 
 @dataclass
 class Ran:
-    """What came of a run: the executed notebook, and the run's status (None when the
-    notebook ran plainly, with no run)."""
+    """What came of a run: the executed notebook, the run's status (None when the
+    notebook ran plainly, with no run), and how it ended (`ended`: the last event, with
+    the exit code `stepstone run` exits with)."""
 
     outcome: nbrun.NotebookOutcome
     output: Path
     status: RunStatus | None
     failed: CellFailed | None = None
     cells: bool = False  # it ran in --cells mode
+    ended: RunEnded | None = None
 
 
-def run_notebook(request: Request, say: Callable[[str], None]) -> Ran:
+def conclude(ran: Ran, notebook: Path) -> RunEnded:
+    """How a run ended, as one event: ok, failed, refused (before or between its steps),
+    interrupted, died (the kernel), exited (`sys.exit(0)`), and the exit code: 0 every
+    step confirmed (or the notebook stopped itself, or has no steps), 1 not done, 2
+    refused, 128 + the signal that interrupted it."""
+    outcome, status = ran.outcome, ran.status
+    run = status.run if status is not None else (outcome.opened[0] if outcome.opened else None)
+    if outcome.signal is not None:
+        return RunEnded(
+            outcome="interrupted", message=outcome.message, run=run, exit_code=128 + outcome.signal
+        )
+    if outcome.refused is not None:
+        return RunEnded(outcome="refused", message=outcome.message, run=run, exit_code=2)
+    if not outcome.ok:
+        where = "" if outcome.note else f" (executed notebook: {ran.output})"
+        died = outcome.message.startswith("the kernel died")
+        return RunEnded(
+            outcome="died" if died else "failed",
+            message=outcome.message + where,
+            run=run,
+            exit_code=1,
+        )
+    if outcome.exited:  # as papermill has it: not a failure
+        message = f"ran {notebook.name}: {outcome.message}; executed notebook: {ran.output}"
+        return RunEnded(outcome="exited", message=message, run=run, exit_code=0)
+    if status is None:
+        message = (
+            f"ran {notebook.name}: no steps (it opens no stepstone run: add "
+            f"`%load_ext stepstone` and `%resume` to make it resumable, or run it with "
+            f"--cells); executed notebook: {ran.output}"
+        )
+        return RunEnded(outcome="ok", message=message, run=run, exit_code=0)
+    undone = [s for s in status.steps if s.state != "verified"]
+    if undone or status.unresolved_effects:
+        message = f"not done: {status.next_action}"
+        return RunEnded(outcome="not done", message=message, run=run, exit_code=1)
+    if not status.steps:
+        what = "code cells" if ran.cells else "%%step cells"
+        message = f"ran {notebook.name} as run {status.run}: it has no {what} yet"
+        return RunEnded(outcome="ok", message=message, run=run, exit_code=0)
+    message = f"all {len(status.steps)} steps confirmed; next: {status.next_action}"
+    return RunEnded(outcome="ok", message=message, run=run, exit_code=0)
+
+
+def run_notebook(
+    request: Request, say: Callable[[str], None], on_event: Callable[[Any], None] | None = None
+) -> Ran:
     """Run `request.notebook` headlessly, resuming its run; `say` gets each line for a
-    person (the first says how it runs). Raises `StepstoneError` for what stops it
-    before a kernel starts; `nbrun.Interrupted` on SIGINT or SIGTERM."""
+    person (the first says how it runs), `on_event` each event of the run as it comes
+    (`model/events.py`; they go to `request.events` too, the last one `RunEnded`).
+    Raises `StepstoneError` for what stops it before a kernel starts (a `Refused` event
+    is written first); `nbrun.Interrupted` on SIGINT or SIGTERM."""
+    try:
+        ran = _run_notebook(request, say, on_event)
+    except StepstoneError as exc:
+        if request.events is not None:
+            said = Refused(error=type(exc).__name__, message=str(exc))
+            ended = RunEnded(outcome="refused", message=said.message, exit_code=2)
+            events.append(request.events, [said, ended])
+        raise
+    except nbrun.Interrupted as exc:
+        if request.events is not None:
+            ended = RunEnded(outcome="interrupted", message=exc.message, exit_code=128 + exc.signum)
+            events.append(request.events, [ended])
+        raise
+    ran.ended = conclude(ran, request.notebook)
+    if request.events is not None:
+        events.append(request.events, [ran.ended])
+    if on_event is not None:
+        on_event(ran.ended)
+    return ran
+
+
+def _run_notebook(
+    request: Request, say: Callable[[str], None], on_event: Callable[[Any], None] | None
+) -> Ran:
     notebook = request.notebook.absolute()
     magics = notebook_plan.uses_stepstone(notebook)
     cells = not magics if request.cells is None else request.cells
@@ -141,6 +217,8 @@ def run_notebook(request: Request, say: Callable[[str], None]) -> Ran:
         start_timeout=request.start_timeout,
         log_output=say if request.log_output else None,
         via=settings.origin or request.via,
+        events=request.events,
+        on_event=on_event,
     )
     status = None
     if outcome.opened is not None and outcome.ok:

@@ -11,7 +11,6 @@ starts no further cell and shuts the kernel down.
 from __future__ import annotations
 
 import atexit
-import json
 import math
 import os
 import shlex
@@ -29,15 +28,14 @@ from typing import Any
 
 from ..errors import InvalidInput, StepstoneError
 from ..model import names
-from ..model.events import Refused, Tail
-from ..model.models import PlannedStep, StepRecord, load
-from ..run import Run, open_run, step_path
+from ..model.events import Refused, RunOpened, StepEnded, Tail
+from ..model.models import PlannedStep
+from ..run import Run, open_run
 from ..settings import (
     CELLS_ENV,
     DIVERGE_ENV,
     EVENTS_ENV,
     NOTEBOOK_ENV,
-    OPENED_ENV,
     PARAMETERS_ENV,
     RUN_ENV,
     STEAL_ENV,
@@ -46,7 +44,6 @@ from ..settings import (
     child_environment,
 )
 from ..store import DEFAULT_STORE, GitStore
-from ..store.atomic import write_atomic
 from .cellargs import split_cell
 from .failures import CellFailed, mark_failure, remove_error_markers
 from .notebook_plan import read_notebook, step_cells
@@ -349,35 +346,6 @@ class _Stopper:
         return error
 
 
-def _record(run_id: str, repo: Path, name: str) -> StepRecord | None:
-    """Step `name`'s record in the run's latest commit (None: no run, no record), read
-    from that commit alone: a cell's outcome is read twice per step of a large run."""
-    try:
-        store = GitStore(repo, create=False)
-        head = store.reader.head(run_id)
-    except StepstoneError:
-        return None
-    if head.tree is None:
-        return None
-    for legacy in (False, True):
-        data = store.blob(head.tree, step_path(name, legacy=legacy))
-        if data is not None:
-            try:
-                return load(StepRecord, data, name)
-            except StepstoneError:
-                return None
-    return None
-
-
-def _outcome(before: StepRecord | None, after: StepRecord | None, reply_ok: bool) -> str:
-    """What a step's cell did, from the step's record before and after the cell: `done`
-    or `failed` when the cell wrote a record (another `seq`), else `failed` when the cell
-    raised, else `skipped` (its evidence verified and nothing was written)."""
-    if after is not None and (before is None or after.seq != before.seq):
-        return "done" if after.status == "confirmed" else "failed"
-    return "skipped" if reply_ok else "failed"
-
-
 def execute(
     path: Path,
     *,
@@ -395,10 +363,14 @@ def execute(
     start_timeout: int = 60,
     log_output: Callable[[str], None] | None = None,
     via: str | None = None,
+    events: Path | None = None,
+    on_event: Callable[[Any], None] | None = None,
 ) -> NotebookOutcome:
     """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`.
 
-    Each step cell's outcome is read from the store. SIGINT or SIGTERM interrupts
+    The kernel appends the run's typed events to `events` (a scratch file when None:
+    `model/events.py`); each step cell's outcome is read from them, and `on_event` gets
+    each as the cell that said it ends. SIGINT or SIGTERM interrupts
     the running cell, shuts the kernel down and ends the run with `signal` set. With
     `cells`, every code cell is a step (`cellargs.cell_step`): each runs as a `%%step`
     cell, after `%load_ext stepstone` and `%resume` when the notebook has none, and the
@@ -432,31 +404,37 @@ def execute(
             cell.source = f"%%step {parts[0]}\n{parts[1]}"
     if setup is not None:
         nb.cells.insert(0, setup)
-    before: StepRecord | None = None  # the record of the step whose cell runs, before it
     raised: list[Any] = []  # the cells whose execution failed
     failed_step: list[str] = []
     stopper = _Stopper()
-    noted = Path(tempfile.mkdtemp(prefix="stepstone-run-")) / "opened.json"
-
-    def which() -> tuple[str, Path]:  # the run `%resume` opened, whatever its id
-        return opened_run(noted) or (run_id, repo)
-
-    events = Tail(noted.parent / "events.jsonl")
+    scratch = Path(tempfile.mkdtemp(prefix="stepstone-run-"))
+    channel = Tail(events or scratch / "events.jsonl")
+    opened: list[RunOpened] = []  # what `%resume` opened, whatever its id
     refused: list[Refused] = []
+    ended: dict[str, StepEnded] = {}  # the steps the cell that ran last ended
+
+    def heard() -> None:
+        for event in channel.read():
+            if isinstance(event, RunOpened):
+                opened.append(event)
+            elif isinstance(event, Refused):
+                refused.append(event)
+            elif isinstance(event, StepEnded):
+                ended[event.name] = event
+            if on_event is not None:
+                on_event(event)
 
     def on_cell_execute(cell_index: int, **_: Any) -> None:
-        nonlocal before
-        events.read()  # what the cells before said
+        heard()
+        ended.clear()
         stopper.step = steps[cell_index][1] if cell_index in steps else None
         stopper.check()
-        if stopper.step is not None:
-            before = _record(*which(), stopper.step)
 
     def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
         stopper.step = None
+        heard()
         if execute_reply.get("content", {}).get("status", "ok") != "ok":
             raised.append(nb.cells[cell_index])
-            refused.extend(e for e in events.read() if isinstance(e, Refused))
         if setup is not None and cell_index == 0:  # not counted: the cells keep their counts
             client.code_cells_executed -= 1
         if log_output is not None:
@@ -468,8 +446,8 @@ def execute(
         if cell_index not in steps:
             return
         number, name = steps[cell_index]
-        reply_ok = execute_reply.get("content", {}).get("status", "ok") == "ok"
-        state = _outcome(before, _record(*which(), name), reply_ok)
+        said = ended.get(name)
+        state = said.outcome if said is not None else "failed"  # it ended, or it raised first
         if state == "failed":
             failed_step.append(name)
         elif stopper.signum is not None:
@@ -482,8 +460,7 @@ def execute(
             RUN_ENV: run_id,
             STORE_ENV: str(repo),
             NOTEBOOK_ENV: str(path),
-            OPENED_ENV: str(noted),
-            EVENTS_ENV: str(events.path),
+            EVENTS_ENV: str(channel.path),
             PARAMETERS_ENV: canonical(identity),
         },
         unless_set={"PYTHONHASHSEED": hash_seed(run_id)},
@@ -498,7 +475,7 @@ def execute(
         env[CELLS_ENV] = "1"
     client = NotebookClient(
         nb,
-        config=_over_unix_sockets(noted.parent),
+        config=_over_unix_sockets(scratch),
         timeout=timeout,
         startup_timeout=start_timeout,
         kernel_name=kernel or "python3",
@@ -525,28 +502,33 @@ def execute(
                 f"the executed notebook could not be written to {output} ({exc.strerror}): "
                 f"pass -o PATH"
             )
-    opened = opened_run(noted)
-    shutil.rmtree(noted.parent, ignore_errors=True)
+    heard()
+    shutil.rmtree(scratch, ignore_errors=True)
+    opened_run = (opened[-1].run, Path(opened[-1].store)) if opened else None
     if stopper.signum is not None:
         message = f"interrupted {stopper.where}; {_RESUME_HINT}"
-        return NotebookOutcome(False, message, output, stopper.signum, unwritten, opened)
+        return NotebookOutcome(False, message, output, stopper.signum, unwritten, opened_run)
     if isinstance(error, CellExecutionError) and failed is None:  # it called sys.exit(0)
         message = "the notebook stopped itself (sys.exit(0)); the cells after it did not run"
-        return NotebookOutcome(True, message, output, note=unwritten, opened=opened, exited=True)
+        return NotebookOutcome(
+            True, message, output, note=unwritten, opened=opened_run, exited=True
+        )
     if isinstance(error, CellExecutionError) and refused:
         message = f"{refused[-1].error}: {refused[-1].message}"
         return NotebookOutcome(
-            False, message, output, note=unwritten, opened=opened, refused=refused[-1]
+            False, message, output, note=unwritten, opened=opened_run, refused=refused[-1]
         )
     if isinstance(error, CellExecutionError):
         where = f"step {failed_step[-1]}" if failed_step else "a cell"
         summary = f"{error.ename}: {error.evalue}".strip()
         message = f"{where} failed: {summary}"
-        return NotebookOutcome(False, message, output, note=unwritten, opened=opened, failed=failed)
+        return NotebookOutcome(
+            False, message, output, note=unwritten, opened=opened_run, failed=failed
+        )
     if isinstance(error, DeadKernelError):
         message = f"the kernel died; {_RESUME_HINT}"
-        return NotebookOutcome(False, message, output, note=unwritten, opened=opened)
-    return NotebookOutcome(True, "ok", output, note=unwritten, opened=opened)
+        return NotebookOutcome(False, message, output, note=unwritten, opened=opened_run)
+    return NotebookOutcome(True, "ok", output, note=unwritten, opened=opened_run)
 
 
 def hash_seed(run_id: str) -> str:
@@ -598,24 +580,3 @@ def _over_unix_sockets(folder: Path) -> Any:
     if sys.platform == "win32":
         return Config()
     return Config({"KernelManager": {"transport": "ipc", "ip": str(folder / "kernel")}})
-
-
-def opened_run(noted: Path) -> tuple[str, Path] | None:
-    """The run and store a kernel's `%resume` noted in `noted`, or None."""
-    try:
-        data = json.loads(noted.read_text())
-        return str(data["run"]), Path(data["repo"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def note_opened(where: str | None, run_id: str, repo: Path) -> None:
-    """In a kernel `stepstone run` started: note the run `%resume` opened for it in the
-    file `where` it named (`Settings.opened_note`; None: no `stepstone run` asked)."""
-    if where:
-        write_atomic(Path(where), json.dumps({"run": run_id, "repo": str(repo)}).encode())
-
-
-def default_progress(line: str) -> None:
-    """Print a progress line on stderr."""
-    print(line, file=sys.stderr, flush=True)

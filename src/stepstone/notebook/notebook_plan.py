@@ -225,7 +225,7 @@ def notebook_cells(
                 found.append((None, transform(without_our_magics(cell.source)), ()))
             else:
                 parsed = parse_step_line(parts[0])
-                found.append((parsed.name, transform(parts[1]), parsed.checks))
+                found.append((parsed.name, transform(parts[1]), [str(c) for c in parsed.checks]))
         except (InvalidInput, SyntaxError, ValueError):
             found.append((None, None, ()))
     return found

@@ -19,6 +19,7 @@ from ..effects import effects
 from ..errors import InvalidInput, RunNotFound, StepstoneError
 from ..model import message, models, names
 from ..model.models import Decision, EffectRecord, PlannedStep, StepRecord, Unknown
+from ..model.steps import StepSpec
 from ..rules import checks
 from ..rules.index import INDEXED
 from ..rules.status import RunStatus
@@ -187,7 +188,7 @@ class Run(RunView):
 
     def stepping(
         self,
-        name: str,
+        step: str | StepSpec,
         *,
         checks: Iterable[checks.CheckLike] = (),
         inputs: Iterable[str] = (),
@@ -201,37 +202,38 @@ class Run(RunView):
         skipped while its evidence verifies (`attempt.skipped`, `attempt.values`
         restored); else the body runs and the step is confirmed with what it kept
         (`attempt.keep({...})`) and its checks, or failed with what the body raised.
-        `namespace` is what `expr:` checks see; `was` the step's earlier name."""
+        `step` is a name with these options, or a `StepSpec` that has them; `namespace`
+        is what `expr:` checks see; `was` the step's earlier name."""
         self._require_lock()
-        return self._stepper.stepping(
-            self,
-            name,
-            checks=checks,
-            inputs=inputs,
-            outputs=outputs,
-            source=source,
-            force=force,
-            namespace=namespace,
-            was=was,
+        spec = (
+            step
+            if isinstance(step, StepSpec)
+            else StepSpec(
+                step,
+                tuple(checks) if not isinstance(checks, str) else (checks,),
+                tuple(inputs),
+                tuple(outputs),
+                force,
+                was,
+                None,
+                source,
+            )
         )
+        return self._stepper.stepping(self, spec, namespace)
 
     def begin(
         self,
-        name: str,
+        step: str | StepSpec,
         *,
-        checks: Iterable[checks.CheckLike] = (),
-        inputs: Iterable[str] = (),
-        outputs: Iterable[str] = (),
-        source: str | None = None,
         force: bool = False,
         namespace: Mapping[str, Any] | None = None,
-        was: str | None = None,
     ) -> StepStart:
-        """Decide whether step `name` is skipped (evidence verifies) or must run; unless
-        it is skipped, the step holds the run until `confirm` or `fail` (`stepping`
-        does all three)."""
+        """Decide whether step `step` (a name, or a `StepSpec`) is skipped (evidence
+        verifies) or must run; unless it is skipped, the step holds the run until
+        `confirm` or `fail` (`stepping` does all three)."""
         self._require_lock()
-        return self._stepper.begin(name, checks, inputs, outputs, source, force, namespace, was)
+        spec = step if isinstance(step, StepSpec) else StepSpec(step, force=force)
+        return self._stepper.begin(spec, namespace)
 
     def confirm(
         self,
@@ -279,7 +281,14 @@ class Run(RunView):
                 f"it. Give each call its own name, for example f'{name}-{{item}}'"
             )
         value = None
-        with self.stepping(name, checks=checks, inputs=inputs, force=force, was=was) as attempt:
+        spec = StepSpec(
+            name,
+            tuple(checks) if not isinstance(checks, str) else (checks,),
+            tuple(inputs),
+            force=force,
+            was=was,
+        )
+        with self.stepping(spec) as attempt:
             if attempt.skipped:
                 value = attempt.values.get(RETURN)
             else:

@@ -15,6 +15,7 @@ from ..effects.redaction import error_text, redact
 from ..errors import CheckFailed, InvalidInput, RunFinished, StepstoneError
 from ..model import message, models, names
 from ..model.models import PlannedStep, StepRecord, dump, now
+from ..model.steps import StepSpec
 from ..rules import checks
 from ..rules.verdicts import Verdicts
 from . import basis, keeping, questions
@@ -104,21 +105,11 @@ class Stepper:
 
     @contextmanager
     def stepping(
-        self,
-        run: Any,
-        name: str,
-        *,
-        checks: Iterable[checks.CheckLike] = (),
-        inputs: Iterable[str] = (),
-        outputs: Iterable[str] = (),
-        source: str | None = None,
-        force: bool = False,
-        namespace: Mapping[str, Any] | None = None,
-        was: str | None = None,
+        self, run: Any, spec: StepSpec, namespace: Mapping[str, Any] | None = None
     ) -> Iterator[Attempt]:
-        """Begin step `name` of `run`; run the body unless `attempt.skipped`, then
+        """Begin step `spec` of `run`; run the body unless `attempt.skipped`, then
         confirm the step with what the body kept (or fail it with what it raised)."""
-        start = self.begin(name, checks, inputs, outputs, source, force, namespace, was)
+        start = self.begin(spec, namespace)
         attempt = Attempt(start, namespace)
         if start.skip:
             yield attempt
@@ -182,24 +173,14 @@ class Stepper:
 
     # -- begin ------------------------------------------------------------------
 
-    def begin(
-        self,
-        name: str,
-        checks: Iterable[checks.CheckLike],
-        inputs: Iterable[str],
-        outputs: Iterable[str],
-        source: str | None,
-        force: bool,
-        namespace: Mapping[str, Any] | None,
-        was: str | None,
-    ) -> StepStart:
-        """Decide whether step `name` is skipped (evidence verifies) or must run. Unless
+    def begin(self, spec: StepSpec, namespace: Mapping[str, Any] | None) -> StepStart:
+        """Decide whether step `spec` is skipped (evidence verifies) or must run. Unless
         it is skipped, the step holds the run until `confirm` or `fail`."""
-        names.step_name(name)
+        name = names.step_name(spec.name)
         with self.ledger.guard:
             self._take(name)
             try:
-                start = self._begin(name, checks, inputs, outputs, source, force, namespace, was)
+                start = self._begin(spec, namespace)
             except BaseException:
                 self._end(name)
                 raise
@@ -210,35 +191,26 @@ class Stepper:
                 raise RunFinished(self.state.id, self.state.info.finished)
             return start
 
-    def _begin(
-        self,
-        name: str,
-        checks: Iterable[checks.CheckLike],
-        inputs: Iterable[str],
-        outputs: Iterable[str],
-        source: str | None,
-        force: bool,
-        namespace: Mapping[str, Any] | None,
-        was: str | None,
-    ) -> StepStart:
+    def _begin(self, spec: StepSpec, namespace: Mapping[str, Any] | None) -> StepStart:
+        name, source = spec.name, spec.source
         self.ledger.save_index_if_due()
-        inputs = questions.known_questions(self.state, name, tuple(inputs))
-        specs = tuple(_parse_all(checks))
-        out_names = _out_names(outputs)
+        inputs = questions.known_questions(self.state, name, spec.inputs)
+        specs = tuple(_parse_all(spec.checks))
+        out_names = _out_names(spec.outputs)
         planned = self.planner.ensure_planned(
             name,
             tuple(s.text for s in specs),
             inputs,
             out_names,
             source_hash(source) if source is not None else None,
-            was,
+            spec.was,
         )
         specs = tuple(_parse_all(planned.checks))
         self.state.effect_book.step_begun(planned.identity)
         if not self.verdicts.known:
             keeping.restore_missing(self.state, self.checker.workdir, self.checker.notes)
             self.checker.status(namespace=namespace, progress=None, run_commands=True)
-        self.verdicts.check_order(self.state.id, self.state.steps, planned.number, force=force)
+        self.verdicts.check_order(self.state.id, self.state.steps, planned.number, force=spec.force)
         record = self.state.records.get(name)
         state = self.verdicts.state(name)
         # following its inputs, it may be stale only as a step it reads was (rerun, same)
