@@ -410,7 +410,11 @@ class World:
                 )
             shutil.copy(source.path / NOTEBOOK, path / NOTEBOOK)
             shutil.copytree(source.path / "data", path / "data")
-        lineage = source.lineage if _holds(path / ".stepstone", source.run) else self.new_lineage()
+        # a copy of a store that holds a run of the notebook (any of its parameter sets, a
+        # fork) or that names its original is in the original's lineage: the notebook's
+        # runs there join it
+        holds = _holds(path / ".stepstone", source.run) or _runs(path / ".stepstone")
+        lineage = source.lineage if holds else self.new_lineage()
         folder = Folder(name, path, copy.deepcopy(source.program), lineage, source.run)
         self.folders.append(folder)
         self.touched.add(name)
@@ -770,7 +774,7 @@ class World:
     def follow(self, folder: Folder, said: str) -> bool:
         """Do what a refusal says; whether it named a way on this world can take."""
         program = folder.program
-        if "UnresolvedEffect" in said:
+        if "UnresolvedEffect" in said or "stepstone resolve ss-" in said:
             return self.settle(folder, said)
         renamed = re.search(r"If '([^']+)' is '([^']+)' renamed, say so", said)
         if renamed:
@@ -853,6 +857,19 @@ class World:
             if folder.program.cells_mode:
                 mine, clean = _files(folder.path, folder.run), _files(twin.path, RUN)
                 assert mine == clean, (folder.name, mine, clean, self.story())
+
+
+def _runs(store: Path) -> bool:
+    """Whether a store holds any run (a branch of its own)."""
+    if not store.exists():
+        return False
+    found = subprocess.run(
+        ["git", "--git-dir", str(store), "for-each-ref", "--count=1", "refs/heads"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return bool(found.stdout.strip())
 
 
 def _files(folder: Path, run: str) -> dict[str, str]:
