@@ -412,3 +412,24 @@ def test_files_that_later_steps_write_or_remove_do_not_make_a_step_run_again(wor
     assert _ran(workdir) == ["make", "use", "tidy"]
     assert _ran(workdir) == []
     assert _ran(workdir, **FOLLOW) == []
+
+
+@pytest.mark.kernel
+def test_what_the_kernel_keeps_for_itself_is_no_output_of_the_users(workdir: Path):
+    """Issue 48: displayed outputs, process state, sharing links and the exit flag are the
+    kernel's part of a record, listed by no surface as a saved output."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "notebooks" / "quickstart.ipynb", workdir)
+    done = stepstone_cli("run", "quickstart.ipynb", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(stepstone_cli("show", "report", "--json", cwd=workdir).stdout)
+    assert shown["outputs"] and not [o for o in shown["outputs"] if o["name"].startswith("__")]
+    listed = stepstone_cli("outputs", "report", cwd=workdir).stdout
+    page = stepstone_cli("report", "-o", "report.html", cwd=workdir)
+    assert page.returncode == 0, page.stderr
+    for said in (listed, (workdir / "report.html").read_text(), json.dumps(shown)):
+        assert "__displayed__" not in said and "__process__" not in said
+    with stepstone.open_run("quickstart", drive=False) as run:
+        assert "displayed" in run.records["report"].kernel

@@ -145,6 +145,11 @@ def test_an_agent_finishes_a_received_run_through_mcp_tools_alone(
             async def cancel_once_started() -> None:
                 while not (folder / "started").exists():
                     await anyio.sleep(0.05)
+                # the server reads the run's events every 0.1 s: the step before
+                # `pause` is told before the call is cancelled
+                with anyio.move_on_after(10):
+                    while len(progress["first"]) < 3:
+                        await anyio.sleep(0.05)
                 scope.cancel()
 
             async with anyio.create_task_group() as group:

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..effects.redaction import redact
 
-KEY = "__displayed__"  # the name a step's outputs are kept under
+KEY = "displayed"  # where a step's displayed outputs are kept (its record's `kernel`)
 LIMIT = 8 << 20  # bytes of outputs kept with one step, at most
 CARD = "stepstone"  # the metadata key that marks what stepstone itself shows in a cell
 # a card's display id: unique to this kernel by a counter (a uuid4 each cost a step

@@ -16,7 +16,7 @@ import tokenize
 import types
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from types import CodeType
 from typing import Any, Protocol
@@ -95,9 +95,16 @@ def _quiet(code: str) -> bool:
 
 
 FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
-EXITED = "__exited__"  # kept by a step whose code called sys.exit(0)
-# what a step keeps beside its values: not names in the kernel
-APART = frozenset({displayed.KEY, processstate.KEY, sharing.KEY, EXITED})
+EXITED = "exited"  # in the kernel's part of a step whose code called sys.exit(0)
+
+
+@dataclass
+class Ran:
+    """What a step cell's code left beside the names it bound: the kernel's part of the
+    step (`models.KERNEL_KEYS`), and plain cells' values it changed in place."""
+
+    kernel: dict[str, Any] = field(default_factory=dict)
+    changed: dict[str, Any] = field(default_factory=dict)
 
 
 @contextmanager
@@ -188,7 +195,9 @@ class KernelSession:
                 again = not attempt.skipped and before is not None and before.status == "confirmed"
                 if attempt.skipped:
                     unsaved = attempt.record.unsaved if attempt.record else {}
-                    remade = self.give_back(spec.name, attempt.values, unsaved, shape, defined)
+                    remade = self.give_back(
+                        spec.name, attempt.values, start.kernel, unsaved, shape, defined
+                    )
                 else:
                     self.put_back(spec.name, run)
                     start.plain = self.made_anew(spec.name, shape)
@@ -196,13 +205,13 @@ class KernelSession:
                     cell_raised = ran = True
                     # the body as sent, without the newline IPython adds to every cell
                     raw = cell.removesuffix("\n")
-                    theirs = (
+                    ran_code = (
                         await self.execute_awaiting(code, shape, raw)
                         if awaits
                         else self.execute(code, shape, raw)
                     )
                     cell_raised = False
-                    self._offer(attempt, spec, shape, theirs)
+                    self._offer(attempt, spec, shape, ran_code)
         except BaseException as exc:
             self._failed(spec, shape, exc, cell_raised=cell_raised, ran=ran, shown=shown)
             raise
@@ -214,27 +223,25 @@ class KernelSession:
         return self.run
 
     def _offer(
-        self,
-        attempt: Attempt,
-        spec: StepSpec,
-        shape: namespace.Cell | None,
-        theirs: dict[str, Any],
+        self, attempt: Attempt, spec: StepSpec, shape: namespace.Cell | None, ran: Ran
     ) -> None:
-        """What the step's code bound and changed, offered to its record."""
+        """What the step's code bound and changed, offered to its record, and what the
+        kernel keeps of it for itself."""
         ns = self.ip.user_ns
         attempt.keep({var: ns[var] for var in spec.outputs if var in ns})
-        attempt.offer(theirs)
+        attempt.offer(ran.changed)
+        attempt.keep_for_kernel(ran.kernel)
         if shape is None:
             return
         needed = self.later.get(spec.name)
         offered = namespace.offered(shape, ns, spec.outputs, needed)
         attempt.offer(offered)
         read = namespace.touched(shape, ns, self.kept, needed)
-        given = {*offered, *spec.outputs, *theirs}
+        given = {*offered, *spec.outputs, *ran.changed}
         partners, links = self.shared(given, read)
         attempt.offer_changed(self.seen.maybe_changed(read | partners))
         if links:
-            attempt.offer({sharing.KEY: links})
+            attempt.keep_for_kernel({sharing.KEY: links})
         self.unrestored.bound(shape.binds)
 
     def _failed(
@@ -286,8 +293,7 @@ class KernelSession:
             back = {*attempt.values, *remade, *lost}
             unread = [n for n in record.binds if n not in back and n not in ns]
             self.unrestored.skipped(spec.name, lost, unread)
-            values = {k: v for k, v in attempt.values.items() if k not in APART}
-            said = render.kernel_names(values, remade, lost, skipped=True)
+            said = render.kernel_names(attempt.values, remade, lost, skipped=True)
         else:
             said = render.kernel_names((), (), record.unsaved, skipped=False)
         why = attempt.start.reason if again else ""
@@ -321,38 +327,36 @@ class KernelSession:
         ns = self.ip.user_ns
         return frozenset(n for n in shape.reads & clean if n in ns and _alike(ns[n]))
 
-    def execute(
-        self, code: str, shape: namespace.Cell | None, raw: str | None = None
-    ) -> dict[str, Any]:
-        """Run a step cell's code in the kernel; what it changed that is not its own to
-        keep with its record: the process state (`processstate.KEY`), and the values of
-        plain cells it changed in place (a generator it drew from, a list it appended
-        to), which a plain cell run again on resume would make anew. Says what it
-        changed that cannot be kept."""
+    def execute(self, code: str, shape: namespace.Cell | None, raw: str | None = None) -> Ran:
+        """Run a step cell's code in the kernel; what the kernel keeps of it for itself
+        (`Ran.kernel`: what it displayed, the process state it set, whether it exited),
+        and the values of plain cells it changed in place (`Ran.changed`: a generator it
+        drew from, a list it appended to), which a plain cell run again on resume would
+        make anew. Says what it changed that cannot be kept."""
         ns = self.ip.user_ns
-        with self._executing(shape) as kept:
+        with self._executing(shape) as ran:
             for part in compiled(self.ip, code, raw):
                 self.cell_files.add(part.co_filename)
                 exec(part, ns)
-        return kept
+        return ran
 
     async def execute_awaiting(
         self, code: str, shape: namespace.Cell | None, raw: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Ran:
         """`execute` for code that awaits at its top level, as IPython runs such a cell
         (compiled with `PyCF_ALLOW_TOP_LEVEL_AWAIT`, each part awaited in the kernel's
         event loop)."""
         ns = self.ip.user_ns
-        with self._executing(shape) as kept:
+        with self._executing(shape) as ran:
             for part in compiled(self.ip, code, raw, awaiting=True):
                 self.cell_files.add(part.co_filename)
                 result = eval(part, ns)  # the cell's own code, as IPython runs it
                 if part.co_flags & inspect.CO_COROUTINE:
                     await result
-        return kept
+        return ran
 
     @contextmanager
-    def _executing(self, shape: namespace.Cell | None) -> Iterator[dict[str, Any]]:
+    def _executing(self, shape: namespace.Cell | None) -> Iterator[Ran]:
         """Around a step cell's code: what it changed, filled in once it ran (`execute`)."""
         ns = self.ip.user_ns
         watch = processstate.Watch()
@@ -360,10 +364,10 @@ class KernelSession:
         before = {name: _state_print(value) for name, value in plain.items()}
         names = self.names.of(ns)
         self.retries.began(ns, names, self._may_change(shape, ns, names))
-        kept: dict[str, Any] = {}
+        ran = Ran()
         with cell_code(), displayed.capturing(self.ip) as outputs:
             try:
-                yield kept
+                yield ran
             except SystemExit as exc:  # sys.exit(0): the code ended here, as it asked
                 if exc.code not in (0, None):
                     raise
@@ -372,14 +376,14 @@ class KernelSession:
         if left:
             displayed.say(self.ip, f"will not survive a resume: {', '.join(left)}")
         if changed:
-            kept[processstate.KEY] = changed
+            ran.kernel[processstate.KEY] = changed
         if self.exited is not None:  # skipped later, it stops the notebook there again
-            kept[EXITED] = True
+            ran.kernel[EXITED] = True
         if outputs:
-            kept[displayed.KEY] = displayed.kept(outputs)
+            ran.kernel[displayed.KEY] = displayed.kept(outputs)
         for name, value in plain.items():
             if ns.get(name) is value and before[name] not in (None, _state_print(value)):
-                kept[name] = value
+                ran.changed[name] = value
 
     def _may_change(
         self, shape: namespace.Cell | None, ns: dict[str, Any], names: list[str]
@@ -414,19 +418,21 @@ class KernelSession:
         self,
         step: str,
         values: dict[str, Any],
+        kernel: Mapping[str, Any],
         unsaved: Mapping[str, str],
         shape: namespace.Cell | None,
         defined: bool,
     ) -> list[str]:
-        """Put a skipped step's saved values, definitions and process state back in the
-        kernel; the names its definitions made again, and the process state it set."""
+        """Put a skipped step's saved values, definitions and, from the kernel's part of
+        its record, displayed outputs and process state back in the kernel; the names its
+        definitions made again, and the process state it set."""
         ns = self.ip.user_ns
         values = dict(values)
-        displayed.show_again(self.ip, values.pop(displayed.KEY, None) or [])
-        if values.pop(EXITED, False):
+        displayed.show_again(self.ip, kernel.get(displayed.KEY) or [])
+        if kernel.get(EXITED):
             self.exited = SystemExit(0)
-        links = values.pop(sharing.KEY, None) or []
-        process = processstate.restore(values.pop(processstate.KEY, None) or {})
+        links = kernel.get(sharing.KEY) or []
+        process = processstate.restore(kernel.get(processstate.KEY) or {})
         process = [f"{part} state" for part in process]
         ns.update(values := namespace.living_globals(values, ns))
         self.given.update({name: id(value) for name, value in values.items()})

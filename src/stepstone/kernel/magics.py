@@ -35,7 +35,7 @@ from ..run import Run, open_run
 from ..settings import Settings
 from ..store import resolve_store_path
 from . import clients, displayed, everycell
-from .kernelsession import APART, FROM_CELL, KernelSession
+from .kernelsession import FROM_CELL, KernelSession
 
 M = TypeVar("M", bound=Callable[..., Any])
 
@@ -177,7 +177,7 @@ class StepstoneMagics(Magics):
         rows = (
             (
                 n,
-                [v for v in r.outputs if v not in withheld.get(n, ()) and v not in APART],
+                [v for v in r.outputs if v not in withheld.get(n, ())],
                 r.unsaved,
             )
             for n, r in giving

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from ..effects.redaction import looks_secret
 
-KEY = "__process__"  # the name a step's changed process state is kept under
+KEY = "process"  # where a step's changed process state is kept (its record's `kernel`)
 
 
 def _random() -> Any:

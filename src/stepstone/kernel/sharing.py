@@ -25,7 +25,7 @@ from contextlib import suppress
 from itertools import islice
 from typing import Any
 
-KEY = "__shared__"  # the name a step's links are kept under
+KEY = "shared"  # where a step's links are kept (its record's `kernel`)
 WALK_LIMIT = 2000  # objects walked from one name; past it, its sharing is not looked for
 
 Step = tuple[str, Any]  # ("item", key) | ("attr", name) | ("axis", "index"/"columns")

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ..errors import RecordError, SchemaTooNew
 
@@ -18,7 +18,7 @@ SCHEMA_VERSION = 5  # the newest this version reads
 # them says that schema, which an earlier version refuses with "upgrade" rather than
 # misreading
 _ADDED = {
-    "StepRecord": {"unsaved": 2, "kept": 2, "wrote": 4},
+    "StepRecord": {"unsaved": 2, "kept": 2, "wrote": 4, "kernel": 5},
     "Decision": {"by": 2, "over": 2},
     "Unknown": {"why": 2},
     "RunInfo": {
@@ -126,8 +126,35 @@ class Artifact(Record):
     mark: str | None = None  # for a pickle: who wrote it (see `trust`)
 
 
+# What a kernel keeps of a step cell for itself, beside the step's values: the outputs
+# its code displayed (shown again when it is skipped), the process state it set, the
+# names that share objects, whether it called sys.exit(0). Records made before 2026-12
+# kept them among the outputs, named `__displayed__`... (`kernel_part`).
+KERNEL_KEYS = ("displayed", "process", "shared", "exited")
+_KERNEL_BEFORE = {f"__{key}__": key for key in KERNEL_KEYS}
+
+
+def kernel_part(outputs: dict[str, Artifact]) -> tuple[dict[str, Artifact], dict[str, Artifact]]:
+    """(the user's outputs, the kernel's) of outputs recorded as records before 2026-12
+    kept them, the kernel's under `__displayed__`, `__process__`..."""
+    if not any(name in _KERNEL_BEFORE for name in outputs):
+        return outputs, {}
+    users = {n: a for n, a in outputs.items() if n not in _KERNEL_BEFORE}
+    kernels = {_KERNEL_BEFORE[n]: a for n, a in outputs.items() if n in _KERNEL_BEFORE}
+    return users, kernels
+
+
 class StepRecord(Record):
     """The progress record of one step: status, evidence and what the next step needs."""
+
+    @model_validator(mode="after")
+    def _kernel_apart(self) -> StepRecord:
+        """A record made before 2026-12 kept the kernel's part among its outputs."""
+        users, kernels = kernel_part(self.outputs)
+        if kernels:
+            object.__setattr__(self, "outputs", users)
+            object.__setattr__(self, "kernel", {**kernels, **self.kernel})
+        return self
 
     number: int
     name: str
@@ -149,6 +176,8 @@ class StepRecord(Record):
     reads: tuple[str, ...] = ()  # the kernel names its cell may read
     binds: tuple[str, ...] = ()  # the kernel names its cell binds
     wrote: tuple[str, ...] = ()  # the files in the work folder its code opened for writing
+    kernel: dict[str, Artifact] = Field(default_factory=dict)  # what a kernel keeps for
+    # itself beside the step's values (`KERNEL_KEYS`): never a value of the user's
     rerun: str | None = None  # why a person asked it to run again (`stepstone rerun`)
     reran_for: str | None = None  # the last such reason, after which it ran
 

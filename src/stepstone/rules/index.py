@@ -113,7 +113,7 @@ class RecordTable:
             or record.rerun is not None
             or any(
                 art.format == "pickle" and not trust.signed_here(art.sha256, art.mark)
-                for art in record.outputs.values()
+                for art in (*record.outputs.values(), *record.kernel.values())
             ),
             record.inputs is not None and record.source_hash is not None,
             dependencies.rests_on(record.inputs),

@@ -307,6 +307,24 @@ class Checker:
                 ) from exc
         return values
 
+    def load_kernel(self, record: StepRecord) -> dict[str, Any]:
+        """The kernel's part of `record` (`models.KERNEL_KEYS`), loaded; a part this user
+        may not load (a pickle from a store not trusted) is left out."""
+        values: dict[str, Any] = {}
+        for key, art in record.kernel.items():
+            if not self.may_load(art):
+                continue
+            try:
+                values[key] = self._load(key, art)
+            except StepstoneError:
+                raise
+            except Exception as exc:
+                raise StepstoneError(
+                    f"what step {record.name!r} keeps for the kernel ({key}) cannot be loaded "
+                    f"here ({type(exc).__name__}: {exc}); the step runs again"
+                ) from exc
+        return values
+
     def _put_back_on_resume(self, ev: Evidence, record: StepRecord) -> bool:
         """Whether a reader's `keep:` check fails only because kept files are missing
         (a resume puts them back, so the step stands). A driver has put them back

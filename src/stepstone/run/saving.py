@@ -62,6 +62,20 @@ def saved_outputs(
 Writes = dict[str, bytes | StoredBlob | None]
 
 
+def saved_for_kernel(
+    kernel: Mapping[str, Any], writes: Writes, state: RunState
+) -> dict[str, models.Artifact]:
+    """The kernel's part of a step (`models.KERNEL_KEYS`), saved beside its values: what
+    cannot be saved of it is left out (its values are plain data and displayed outputs)."""
+    saved: dict[str, models.Artifact] = {}
+    for key, value in kernel.items():
+        try:
+            saved[key] = _save(key, value, writes, state.store.big_blobs)
+        except artifacts.Unsaveable:
+            continue
+    return saved
+
+
 def _unchanged(value: Any, before: models.Artifact) -> bool:
     if before.format in ("npy", "arrow") and bigvalues.is_big(value):
         try:

@@ -25,7 +25,7 @@ from .inputs import recorded_inputs
 from .layout import source_hash, step_path
 from .ledger import Ledger
 from .planning import Planner
-from .saving import saved_outputs
+from .saving import saved_for_kernel, saved_outputs
 from .state import RunState
 
 
@@ -43,6 +43,7 @@ class StepStart:
     source: str | None = None  # the cell's code, when the step is a cell
     plain: frozenset[str] = frozenset()  # names it reads that plain cells make anew
     check_writes: bool = False  # the files its code wrote are its evidence (`--cells`)
+    kernel: dict[str, Any] = field(default_factory=dict)  # the kernel's part, restored
     trace: Trace = field(default_factory=Trace)  # what the step wrote and read as it ran
     said: list[str] = field(default_factory=list)  # what its effects said (taken from others)
 
@@ -58,6 +59,7 @@ class Attempt:
     offered: dict[str, Any] = field(default_factory=dict)
     touched: dict[str, Any] = field(default_factory=dict)
     facts: Mapping[str, Any] | None = None
+    kernel: dict[str, Any] = field(default_factory=dict)
 
     @property
     def skipped(self) -> bool:
@@ -81,6 +83,11 @@ class Attempt:
     def offer(self, values: Mapping[str, Any]) -> None:
         """Save what of `values` can be saved; the record names the rest (`unsaved`)."""
         self.offered.update(values)
+
+    def keep_for_kernel(self, values: Mapping[str, Any]) -> None:
+        """Save `values` as the kernel's part of the record (`models.KERNEL_KEYS`: what
+        it shows again and sets again when the step is skipped), never as its values."""
+        self.kernel.update(values)
 
     def offer_changed(self, values: Mapping[str, Any]) -> None:
         """Save those of `values` that differ from what an earlier step saved under their
@@ -127,6 +134,7 @@ class Stepper:
             namespace=attempt.namespace,
             offered=attempt.offered,
             touched=attempt.touched,
+            kernel=attempt.kernel,
         )
 
     @contextmanager
@@ -222,13 +230,20 @@ class Stepper:
             if problem is None:
                 try:
                     values = self.checker.load_outputs(record, asked=planned.outputs)
+                    kernel = self.checker.load_kernel(record)
                 except StepstoneError as exc:
                     problem = f"its saved outputs cannot be restored ({exc})"
                 else:
                     if set(out_names) <= set(values) or not out_names:
                         self.verdicts.verified(name)
                         return StepStart(
-                            planned, True, "verified", record, values, check_specs=specs
+                            planned,
+                            True,
+                            "verified",
+                            record,
+                            values,
+                            check_specs=specs,
+                            kernel=kernel,
                         )
                     problem = "it has outputs that were not saved"
             self.verdicts.stale_from(self.state.steps.names, planned.number, problem)
@@ -246,13 +261,20 @@ class Stepper:
         namespace: Mapping[str, Any] | None = None,
         offered: Mapping[str, Any] | None = None,
         touched: Mapping[str, Any] | None = None,
+        kernel: Mapping[str, Any] | None = None,
     ) -> StepRecord:
         """Run the step's checks, then commit its record with evidence and saved outputs.
         A check that does not pass records the step as failed and raises `CheckFailed`."""
         try:
             with self.ledger.guard:
                 return self._confirm(
-                    start, dict(values or {}), facts, namespace, offered or {}, touched or {}
+                    start,
+                    dict(values or {}),
+                    facts,
+                    namespace,
+                    offered or {},
+                    touched or {},
+                    kernel or {},
                 )
         finally:
             self._end(start.planned.name)
@@ -265,6 +287,7 @@ class Stepper:
         namespace: Mapping[str, Any] | None,
         offered: Mapping[str, Any],
         touched: Mapping[str, Any],
+        kernel: Mapping[str, Any],
     ) -> StepRecord:
         planned = start.planned
         missing = [var for var in planned.outputs if var not in values]
@@ -292,6 +315,7 @@ class Stepper:
             writes, saved, unsaved = saved_outputs(
                 values, offered, touched, self.state, planned.number
             )
+            kept_for_kernel = saved_for_kernel(kernel, writes, self.state)
             kept_writes, kept = keeping.keep(planned.checks, self.checker.workdir, self.state)
         except InvalidInput as exc:
             self._fail(start, str(exc))
@@ -310,6 +334,7 @@ class Stepper:
             wrote=wrote or None,
             unsaved=unsaved or None,
             kept=kept or None,
+            kernel=kept_for_kernel or None,
         )
         writes[step_path(planned.name, legacy=self.state.legacy_layout)] = dump(record)
         trailers = [
