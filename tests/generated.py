@@ -802,6 +802,10 @@ class World:
             program.decisions[index] = (int(kept.group(2)), False)
             self.rewrite(folder, f"line decides t{index}={kept.group(2)}, as recorded")
             return True
+        if "stepstone pull --keep" in said:  # went apart through a remote: keep its side
+            done = self.cli(folder, "pull", "--keep", "remote", "--run", folder.run)
+            folder.history.append(f"pull --keep remote -> {done.returncode}")
+            return done.returncode == 0
         if "Diverged" in said:
             self.diverge(folder)
             return True

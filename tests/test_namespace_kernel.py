@@ -118,9 +118,7 @@ def test_a_kernel_killed_after_a_step_resumes_to_the_clean_runs_end(tmp_path: Pa
 def _printed(executed: Path) -> list[str]:
     book = nbformat.read(str(executed), as_version=4)
     return [  # what a terminal shows: streams, and the text of displays (step outcomes)
-        cell_text(cell)
-        for cell in book.cells
-        if cell.cell_type == "code"
+        cell_text(cell) for cell in book.cells if cell.cell_type == "code"
     ]
 
 

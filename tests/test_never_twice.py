@@ -637,3 +637,49 @@ def test_a_run_driven_elsewhere_is_refused_with_exit_2_and_its_name(workdir: Pat
         holder.communicate()
     assert done.returncode == 2, done.stdout + done.stderr
     assert "RunLocked" in done.stderr and "UsageError" not in done.stderr
+
+
+# -- found by the generator: copies that diverged, and turns taken through a remote ----
+
+
+def _drive(folder: Path, steps: list[str], ran: list[str], **kw: Any) -> None:
+    with stepstone.open_run("job", repo=folder / ".stepstone", workdir=folder, **kw) as run:
+        for name in steps:
+            run.step(name, lambda name=name: ran.append(f"{folder.name}:{name}"))
+
+
+def test_a_git_clone_driven_on_as_a_new_lineage_is_not_refused_again(tmp_path: Path):
+    from conftest import git
+
+    a, b, away = tmp_path / "a", tmp_path / "b", tmp_path / "away"
+    ran: list[str] = []
+    _drive(a, ["load"], ran)
+    git("clone", "--bare", "-q", str(a / ".stepstone"), str(b / ".stepstone"), cwd=tmp_path)
+    _drive(b, ["load"], ran)  # the clone and its origin know each other now
+    b.rename(away)  # each is driven while the other is away: they go apart
+    _drive(a, ["load", "fit"], ran)
+    away.rename(b)
+    a.rename(away)
+    _drive(b, ["load", "score"], ran)
+    away.rename(a)
+    with pytest.raises(stepstone.Diverged):
+        _drive(b, ["load", "score"], ran)
+    _drive(b, ["load", "score"], ran, diverge=True)
+    _drive(b, ["load", "score", "report"], ran)  # its own lineage from now on
+    assert ran == ["a:load", "a:fit", "b:score", "b:report"]
+
+
+def test_a_driver_that_lets_go_of_the_lease_hands_over_what_it_did(tmp_path: Path):
+    from conftest import git, stepstone_cli
+
+    origin = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
+    a, b = tmp_path / "a", tmp_path / "b"
+    ran: list[str] = []
+    _drive(a, ["load"], ran)
+    assert stepstone_cli("push", "--remote", str(origin), cwd=a).returncode == 0
+    git("clone", "--bare", "-q", str(origin), str(b / ".stepstone"), cwd=tmp_path)
+    _drive(b, ["load", "fit"], ran)  # takes the lease, and hands `fit` over with it
+    _drive(a, ["load", "fit", "score"], ran)
+    _drive(b, ["load", "fit", "score", "report"], ran)
+    assert ran == ["a:load", "b:fit", "a:score", "b:report"]

@@ -215,9 +215,19 @@ class LeaseKeeper:
                 self._ours = commit
                 self._renewed = time.monotonic()
 
-    def release(self) -> None:
-        """Let go of the lease so another agent can drive the run at once."""
-        if self._ours is not None:
-            ours, self._ours = self._ours, None
-            self._write(ours, released=True)
-            self._ours = None
+    def release(self, tip: str | None = None) -> None:
+        """Let go of the lease so another agent can drive the run at once, handing over
+        the run's history up to `tip` in the same push: the next holder brings it in
+        instead of doing its steps again. A remote whose run moved past `tip` meanwhile
+        keeps its history (pull shows both); the lease is let go all the same."""
+        if self._ours is None:
+            return
+        ours, self._ours = self._ours, None
+        commit, _ = self._new_commit(released=True, stolen_from=None, why="")
+        with self._pushing:
+            try:
+                self._push(ours, commit, *([f"{tip}:{self.run_ref}"] if tip else []))
+            except (GitFailed, LeaseHeld):
+                if not tip:
+                    raise
+                self._push(ours, commit)

@@ -35,7 +35,7 @@ from ..store import GitStore, holder_identity
 from ..store.atomic import write_atomic
 from ..store.lock import RunLock
 from .ledger import Ledger
-from .state import RunState
+from .state import RunState, head_info
 
 COPY_REFS = "refs/stepstone/copies/"  # here: the history of a copy, fetched to compare
 
@@ -58,25 +58,48 @@ def _known_path(lock: Path) -> Path:
     return lock.with_suffix(".copies")
 
 
+def _read_known(lock: Path) -> dict[str, object]:
+    try:
+        data = json.loads(_known_path(lock).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _known(lock: Path) -> dict[str, str | None]:
     """The copies a store knows of: their lock files, and the tip each had when seen."""
     try:
-        data = json.loads(_known_path(lock).read_bytes())
-        return {str(k): v for k, v in data["copies"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        copies = _read_known(lock)["copies"]
+        return {str(k): v for k, v in copies.items()}  # type: ignore[attr-defined]
+    except (KeyError, TypeError, AttributeError):
         return {}
 
 
-def _save_known(lock: Path, known: dict[str, str | None]) -> None:
-    data = json.dumps({"copies": dict(sorted(known.items()))}, indent=1).encode()
+def _left(lock: Path) -> set[str]:
+    """The copies a store diverged from (`--diverge`): never taken for copies again."""
+    left = _read_known(lock).get("left")
+    return {str(path) for path in left} if isinstance(left, list) else set()
+
+
+def _save_known(lock: Path, known: dict[str, str | None], left: set[str] | None = None) -> None:
+    kept = _left(lock) if left is None else left
+    body: dict[str, object] = {"copies": dict(sorted(known.items()))}
+    if kept:
+        body["left"] = sorted(kept)
+    data = json.dumps(body, indent=1).encode()
     with contextlib.suppress(OSError):  # a read-only copy learns of us when it is driven
         write_atomic(_known_path(lock), data)
 
 
 def _cloned_from(store: GitStore, run: str) -> Path | None:
     """The lock of the store on this machine that a `git clone` of it came from (its
-    `origin` is a folder holding the run), unless the store travels by a remote."""
+    `origin` is a folder holding the run), unless the store travels by a remote: one
+    set up for its runs, or the `origin` of a plain clone of a run shared through it
+    (that copy takes turns by the remote's lease, not as a copy)."""
     if store.config.get(REMOTE_KEY):
+        return None
+    info = head_info(store, run)
+    if info is not None and info.shared:
         return None
     url = store.config.remote_url("origin") or ""
     folder = Path(url.removeprefix("file://"))
@@ -110,7 +133,8 @@ def _copies_of(store: GitStore, run: str, lock: RunLock) -> dict[str, str | None
     of (`cp -r`, a tarball, a `git clone`), never seen yet."""
     known = _known(lock.path)
     found = [f for f in (lock.copied_from, _cloned_from(store, run)) if f is not None]
-    new = [str(f) for f in found if str(f) != str(lock.path) and str(f) not in known]
+    left = _left(lock.path)
+    new = [str(f) for f in found if str(f) not in (str(lock.path), *known, *left)]
     if new:  # kept at once: the lock file names the original only until this acquire
         known.update(dict.fromkeys(new))
         _save_known(lock.path, known)
@@ -287,8 +311,9 @@ def diverge(state: RunState, ledger: Ledger, lock: RunLock) -> list[str]:
     for path in known:
         theirs = _known(Path(path))
         if theirs.pop(str(mine), "absent") != "absent":
-            _save_known(Path(path), theirs)
-    _save_known(mine, {})
+            _save_known(Path(path), theirs, _left(Path(path)) | {str(mine)})
+    found = [f for f in (lock.copied_from, _cloned_from(state.store, state.id)) if f]
+    _save_known(mine, {}, _left(mine) | set(known) | {str(f) for f in found})
     sent = set(state.effect_book.steps())  # steps whose effects this copy records
     done = [
         name

@@ -126,7 +126,7 @@ class RemoteLink:
         finally:
             try:
                 if lease is not None and lease.lost is None:
-                    lease.release()
+                    lease.release(self.state.store.refs.tip(self.state.id))
             except StepstoneError as exc:
                 self.notes.append(f"could not release the lease (it expires by itself): {exc}")
 
