@@ -40,7 +40,7 @@ from pathlib import Path
 
 import stepstone
 from stepstone.settings import Settings
-from stepstone.store.atomic import write_atomic
+from stepstone.store.durable import write_atomic
 from stepstone.store.opening import batch_sync
 
 RECORD = b'{"step": 1, "status": "confirmed", ' + b'"x": "' + b"a" * 250 + b'"}\n'
@@ -521,7 +521,8 @@ def build_run(store: Path, workdir: Path, size: int) -> None:
                     evidence=(Evidence(check="completed", kind="completed", value=True),),
                 )
                 writes[step_path(f"s{i}")] = dump(record)
-            run.ledger.commit(writes, f"bench: steps {batch + 1}-{batch + len(writes)}", [])
+            subject = f"bench: steps {batch + 1}-{batch + len(writes)}"
+            run.ledger.commit(writes, subject, [], verbatim=True)
 
 
 def measure_size(tmp: Path, size: int, gc: bool) -> dict[str, str]:

@@ -41,7 +41,7 @@ def measure(steps: int, at: list[int], history: bool) -> dict[int, tuple[float, 
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
-    from stepstone.store.atomic import write_atomic
+    from stepstone.store.durable import write_atomic
 
     tmp = Path(tempfile.mkdtemp(prefix="magic-steps-"))
     config = Config()

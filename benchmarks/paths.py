@@ -1,6 +1,6 @@
 """How many of stepstone's modules each of four paths crosses (issue 48): the modules
-whose functions run (a module's own body, run at import, aside), in every process the
-path starts, for this checkout or another one's `src` folder.
+whose functions run (a module's own body and its class bodies, run at import, aside),
+in every process the path starts, for this checkout or another one's `src` folder.
 
     python benchmarks/paths.py                    # this checkout
     python benchmarks/paths.py /tmp/old/src       # another, beside it
@@ -36,7 +36,7 @@ recording = os.environ.get("PATHS_RECORD", "1") == "1"
 def _profile(frame, event, arg):
     if event == "call" and recording:
         name = frame.f_globals.get("__name__", "")
-        if name.startswith("stepstone") and frame.f_code.co_name != "<module>":
+        if name.startswith("stepstone") and frame.f_code.co_flags & 1:  # functions only
             seen.add(name)
 if _out:
     sys.setprofile(_profile)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import stepstone
 from stepstone.settings import Settings
-from stepstone.store.atomic import write_atomic
+from stepstone.store.durable import write_atomic
 
 RECORD = b'{"step": 1, "status": "confirmed", "x": "' + b"a" * 250 + b'"}\n'
 

@@ -233,6 +233,28 @@ def test_only_the_ledger_commits_to_a_run():
     assert _commits_to_a_run("snap = state.store.writer.commit(run, snap, {}, 'm', author='a')")
 
 
+def test_records_are_appended_and_only_a_hand_edit_or_a_pull_writes_them_as_bytes():
+    verbatim = sorted(
+        name
+        for name, path in _modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and any(
+            k.arg == "verbatim" and isinstance(k.value, ast.Constant) and k.value.value is True
+            for k in node.keywords
+        )
+    )
+    # a hand edit (facade), the records a renamed step's plan moves, a pull's carried
+    # effects; the ledger's own append
+    assert verbatim == [
+        "stepstone.run.facade",
+        "stepstone.run.ledger",
+        "stepstone.run.planning",
+        "stepstone.run.planning",
+        "stepstone.run.pulling",
+    ]
+
+
 def _docstrings(tree: ast.Module) -> set[int]:
     found = set()
     for node in ast.walk(tree):

@@ -120,7 +120,15 @@ def test_a_frame_arrow_calls_proven_comes_back_exact(kinds, rows, index, attrs, 
     frame = pd.DataFrame(data, index=_index(index, rows, rng))
     frame.attrs.update(attrs)
     table = arrowframes.table_of(frame)
-    carried = kinds and not {"object", "float16"} & set(kinds) and "when" not in attrs
+    # a "str" column whose every value is a hole holds no string: an object column of
+    # None, which nothing proves a column of strings (found by Hypothesis, seed 451)
+    only_holes = any(
+        kind == "str" and rows and frame[name].isna().all()
+        for name, kind in zip(data, kinds, strict=True)
+    )
+    carried = (
+        kinds and not {"object", "float16"} & set(kinds) and "when" not in attrs and not only_holes
+    )
     if not carried:
         assert table is None or artifacts.same_value(
             arrowframes.read(io.BytesIO(arrowframes.encode(table))), frame

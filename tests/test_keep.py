@@ -118,7 +118,7 @@ def test_a_crafted_record_restores_nothing_and_its_step_runs_again(workdir: Path
         path = next(
             p for p in run.state.store.tree_files(run.state.snap.tree, lambda t: t == "steps")
         )
-        run.ledger.commit({path: dump(crafted)}, "a crafted record", [])
+        run.ledger.commit({path: dump(crafted)}, "a crafted record", [], verbatim=True)
     (workdir / "model.txt").unlink()
     with stepstone.open_run("keep") as run:
         run.status()

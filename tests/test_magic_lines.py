@@ -16,7 +16,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from nbformat.v4 import new_code_cell, new_notebook
 
 import stepstone
-from stepstone.model.steps import StepSpec
+from stepstone.model.models import StepSpec
 from stepstone.notebook import cellargs
 
 QUESTION = "Are the prices in EUR or USD?"

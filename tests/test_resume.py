@@ -184,7 +184,10 @@ def test_a_run_begun_with_the_two_level_layout_keeps_it(workdir: Path):
             number=1, name="a", status="failed", started=now(), finished=now(), seq=run.seq + 1
         )
         run.ledger.commit(
-            {step_path("a", legacy=True): dump(failed)}, "as an older version wrote it", []
+            {step_path("a", legacy=True): dump(failed)},
+            "as an older version wrote it",
+            [],
+            verbatim=True,
         )
     with stepstone.open_run("old") as run:
         assert run.step("a", lambda: 1).value == 1  # rewritten where it was, not duplicated

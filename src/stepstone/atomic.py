@@ -1,6 +1,6 @@
 """`stepstone.atomic`, as docs/effects.md has an effect write a file: atomic, durable
 file writes live in `store/atomic.py`."""
 
-from .store.atomic import fsync_dir, fsync_tree, write_atomic, write_chunks
+from .store.durable import fsync_dir, fsync_tree, write_atomic, write_chunks
 
 __all__ = ["fsync_dir", "fsync_tree", "write_atomic", "write_chunks"]

@@ -217,7 +217,7 @@ def get_output(
     import os
 
     from ..run import showing
-    from ..store import atomic
+    from ..store import durable
 
     view = reader(run, repo, home=home)
     art, chunks = showing.output_bytes(view, step, name)
@@ -226,7 +226,7 @@ def get_output(
         target = Path(home) / target
     if to is None and target.exists():
         raise InvalidInput(f"{target} exists: name the file to write (-o FILE, MCP: to)")
-    atomic.write_chunks(target, chunks)
+    durable.write_chunks(target, chunks)
     os.chmod(target, 0o644)
     return {
         "run": view.id,

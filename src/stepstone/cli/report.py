@@ -27,8 +27,8 @@ def report(run_id: str | None, repo: str | None, output: Path) -> None:
     outputs, decisions, unknowns, effects and the Git commits. The page loads nothing
     from elsewhere; reading the run runs no code."""
     from ..present.report.page import html_report
-    from ..store import atomic
+    from ..store import durable
 
     reader = open_reader(run_id, repo)
-    atomic.write_atomic(output, html_report(reader).encode())
+    durable.write_atomic(output, html_report(reader).encode())
     click.echo(f"wrote the report of run {reader.id} to {output}")

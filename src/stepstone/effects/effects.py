@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import faults
@@ -35,31 +34,16 @@ from ..errors import (
     StepstoneError,
     UnresolvedEffect,
 )
-from ..model import message
-from ..model.models import EffectRecord, Resolution, RunInfo, dump, now, stamp
+from ..model.models import Asking, EffectRecord, Resolution, RunInfo, now, stamp
 from ..rules.deadline import call_within
 from ..settings import Settings
 from .effectbook import EffectBook, family, tells_more
-from .effectkeys import check_name, effect_path, fingerprint, fingerprint_before
+from .effectkeys import check_name, fingerprint, fingerprint_before
 from .redaction import error_text, redact
 
 
-@dataclass
-class Asking:
-    """The step that asks for effects in a context (a step's body, the threads and tasks
-    it starts): its name, its identity (its first name), how to tell what it has read so
-    far (`basis`, computed when a new effect needs it), and whether it has ended (an
-    effect asked after that, from a thread that outlived it, is refused)."""
-
-    step: str
-    identity: str
-    basis: Callable[[], str]
-    ended: bool = False
-    said: list[str] = field(default_factory=list)  # what the step's card says of effects
-
-
 class Run(Protocol):
-    """What effects need of the run they belong to (`stepstone.Run` is one)."""
+    """What effects need of the run they belong to (run/effectsession.py answers it)."""
 
     id: str
     holder: str
@@ -82,16 +66,8 @@ class Run(Protocol):
     def driven_elsewhere(self, ref: str) -> str | None: ...
     def named_elsewhere(self, name: str, payload: str | None) -> str | None: ...
     def turn(self) -> AbstractContextManager[object]: ...
-    def step_label(self, name: str) -> str: ...
     def fence(self) -> None: ...
-    def commit_effect(
-        self,
-        record: EffectRecord,
-        path: str,
-        data: bytes,
-        subject: str,
-        trailers: list[tuple[str, str]],
-    ) -> None: ...
+    def append_effect(self, record: EffectRecord, detail: str | None) -> None: ...
 
 
 def perform(
@@ -152,7 +128,7 @@ def perform(
                             "retention": _retention(run, retention) if keyed else None,
                         }
                     )
-                    _save(run, record, f"effect {record.name}: submitted")
+                    _save(run, record)
                     faults.reached("effect.submitted")
             break
         except _InFlight as flight:  # another run of the lineage is performing it now
@@ -183,7 +159,7 @@ def perform(
         else:
             if record.state != "unresolved":
                 record = record.model_copy(update={"state": "unresolved"})
-                _save(run, record, f"effect {record.name}: unresolved")
+                _save(run, record)
             raise UnresolvedEffect(run.id, step, record.key, record.intent)
     book.returned(first)
     return receipt
@@ -280,7 +256,7 @@ def _furthest(
         holder = run.driven_elsewhere(where)
         if holder is not None:  # its outcome comes soon: wait for it, never ask twice
             raise _InFlight(where, holder)
-    _save(run, other, f"effect {other.name}: {other.state}, as {where} records it")
+    _save(run, other, f"as {where} records it")
     if record is None:
         asking.said.append(
             f"effect {other.name}: {other.state} by {_history(where)} (intent {other.intent}), "
@@ -363,13 +339,13 @@ def _refuse_an_expired_key(
             f"made it was ahead): its age, and whether the receiver still keeps its key, "
             f"cannot be told, so a retry with its key might be a new request"
         )
-        subject = f"effect {record.name}: unresolved, its intent is dated in the future"
+        subject = "its intent is dated in the future"
     else:
         why = (
             f"the receiver forgets keys after {_span(limit)}; this intent is {_span(age)} "
             f"old, so a retry with its key would be a new request"
         )
-        subject = f"effect {record.name}: unresolved, its key expired"
+        subject = "its key expired"
     if record.state != "unresolved" or record.error != why:
         record = record.model_copy(update={"state": "unresolved", "error": why})
         _save(run, record, subject)
@@ -505,7 +481,7 @@ def _fence(run: Run, record: EffectRecord, *, fresh: bool) -> None:
             back = record.model_copy(
                 update={"state": "planned", "error": f"not performed: {error_text(exc, limit=300)}"}
             )
-            _save(run, back, f"effect {record.name}: not performed")
+            _save(run, back, "not performed")
         raise
 
 
@@ -528,11 +504,11 @@ def _do(run: Run, record: EffectRecord, do: Callable[[str], Any], seconds: float
         finished, receipt = call_within(seconds, do, record.key)
     except Exception as exc:
         failed = record.model_copy(update={"error": error_text(exc, limit=500)})
-        _save(run, failed, f"effect {record.name}: request failed")
+        _save(run, failed, "its request failed")
         raise
     if not finished:
         late = record.model_copy(update={"error": f"no answer within {seconds:g} s"})
-        _save(run, late, f"effect {record.name}: timed out")
+        _save(run, late, "timed out")
         raise EffectTimedOut(record.step, record.name, record.key, seconds)
     faults.reached("effect.sent")
     return _confirm(run, record, receipt, "")
@@ -553,23 +529,12 @@ def _confirm(run: Run, record: EffectRecord, receipt: Any, how: str) -> Any:
     done = record.model_copy(
         update={"state": "confirmed", "receipt": stored, "confirmed": now(), "error": None}
     )
-    _save(run, done, f"effect {record.name}: confirmed" + (f" ({how})" if how else ""))
+    _save(run, done, how)
     return receipt if stored == receipt else stored
 
 
-def _save(run: Run, record: EffectRecord, subject: str) -> None:
-    run.commit_effect(
-        record,
-        effect_path(record.key),
-        dump(record),
-        subject,
-        [
-            (message.STEP, run.step_label(record.step)),
-            (message.STATUS, record.state),
-            (message.KEY, record.key),
-            (message.EFFECT, record.name),
-        ],
-    )
+def _save(run: Run, record: EffectRecord, detail: str | None = None) -> None:
+    run.append_effect(record, detail)
 
 
 def resolve(
@@ -592,10 +557,10 @@ def resolve(
                 "resolution": resolution,
             }
         )
-        subject = f"resolve effect {record.name}: happened"
+        subject = "settled by a person: it happened"
     else:
         settled = record.model_copy(update={"state": "planned", "resolution": resolution})
-        subject = f"resolve effect {record.name}: did not happen"
+        subject = "settled by a person: it did not happen"
     _save(run, settled, subject)
     return settled
 

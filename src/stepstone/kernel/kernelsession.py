@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from ..errors import StepstoneError
 from ..model import events as model_events
 from ..model.events import StepEnded, StepStarted
-from ..model.steps import StepSpec
+from ..model.models import StepSpec
 from ..notebook import namespace
 from ..present import render, render_cells
 from ..present.render_cells import CellOutcome

@@ -7,7 +7,14 @@ module spells a trailer's name.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .models import Decision, EffectRecord, Evidence, StepRecord, Unknown
+
+    Entry = StepRecord | Decision | Unknown | EffectRecord
 
 RUN = "Stepstone-Run"
 SEQ = "Stepstone-Seq"
@@ -125,3 +132,76 @@ def run_commit(
         *([(LEASE_EPOCH, str(epoch))] if epoch is not None else []),
     )
     return CommitMessage(subject, ((RUN, run), *trailers, *end))
+
+
+def entry(
+    records: Sequence[Entry],
+    label: Callable[[str], str],
+    *,
+    was: Entry | None = None,
+    detail: str | None = None,
+) -> tuple[str, list[tuple[str, str]]]:
+    """The subject and trailers of the commit that appends `records` to a run (one
+    record, or the step records a rerun marks), each said by its type and state, and
+    a decision by what it changes of `was` (the record it replaces); `label` names a
+    step as `N name`, `detail` is said after an effect's state."""
+    from .models import Decision, EffectRecord, StepRecord, Unknown
+
+    first = records[0]
+    if isinstance(first, StepRecord) and first.rerun is not None:
+        said = ", ".join(r.name for r in records if isinstance(r, StepRecord))
+        steps = [(STEP, label(r.name)) for r in records if isinstance(r, StepRecord)]
+        return f"rerun {said}: {one_line(first.rerun)[:60]}", [(STATUS, "rerun"), *steps]
+    if len(records) != 1:
+        raise ValueError("one record a commit, but for the steps a rerun marks")
+    if isinstance(first, StepRecord):
+        step = label(first.name)
+        if first.status == "confirmed":
+            lines = [(EVIDENCE, _evidence_line(ev)) for ev in first.evidence]
+            return f"step {step}: confirmed", [(STEP, step), (STATUS, "confirmed"), *lines]
+        error = first.error.splitlines()[-1][:200] if first.error else first.status
+        return f"step {step}: {first.status}", [
+            (STEP, step),
+            (STATUS, first.status),
+            (ERROR, error),
+        ]
+    if isinstance(first, Decision):
+        if not isinstance(was, Decision):
+            subject = f"decide {first.key}={one_line(first.value)[:60]}"
+        elif was.value != first.value:
+            old, new = one_line(was.value)[:30], one_line(first.value)[:30]
+            subject = f"revise {first.key}: {old} -> {new}"
+        elif was.why != first.why:
+            subject = f"reason for {first.key}: {one_line(first.why)[:60]}"
+        else:  # what stands over the notebook's line, as first met
+            subject = f"keep {first.key}"
+        return subject, [(STATUS, "decided"), (DECISION, first.key), (WHY, first.why)]
+    if isinstance(first, Unknown):
+        if first.state == "resolved":
+            why = [(WHY, first.why)] if first.why else []
+            return f"answer {first.id}: {one_line(first.answer)[:60]}", [
+                (STATUS, "resolved"),
+                (UNKNOWN, first.id),
+                *why,
+            ]
+        return f"unknown {first.id}: {one_line(first.question)[:60]}", [
+            (STATUS, "unknown"),
+            (UNKNOWN, first.id),
+        ]
+    assert isinstance(first, EffectRecord)
+    subject = f"effect {first.name}: {first.state}" + (f", {detail}" if detail else "")
+    return subject, [
+        (STEP, label(first.step)),
+        (STATUS, first.state),
+        (KEY, first.key),
+        (EFFECT, first.name),
+    ]
+
+
+def _evidence_line(ev: Evidence) -> str:
+    if ev.kind == "completed":
+        return "completed"
+    if ev.kind == "note":
+        return "note (weak evidence)"
+    value = f"sha256={ev.value}" if ev.kind in ("file", "sha256") else f"{ev.value}"
+    return f"{ev.check} {value}"

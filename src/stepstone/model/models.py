@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -338,3 +339,42 @@ def json_schemas() -> dict[str, Any]:
         cls.__name__: cls.model_json_schema()
         for cls in (RunInfo, PlannedStep, StepRecord, Decision, Unknown, EffectRecord)
     }
+
+
+# -- what a step is asked to be --------------------------------------------------------
+# Its name and options, as a `%%step` line gives them (`cellargs.parse_step_line`), a
+# `# step:` line in `--cells` mode, or `Run.step` and `Run.stepping` in Python: the one
+# spelling of a step's options that the step protocol (`run/stepping.py`) takes.
+
+Check: TypeAlias = "str | Callable[[], Any]"  # as written (`file:out.csv`), or a function
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """A step as asked for: its name, checks, declared inputs (`file:PATH`, `unknown:U1`)
+    and saved outputs (`--out` names); `force` runs it although the step before it is
+    not verified; `was` is its earlier name (renamed); `rerun` a reason to run it again,
+    once; `source` the code of its cell, when it is one (its edits are noticed)."""
+
+    name: str
+    checks: tuple[Check, ...] = ()
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    force: bool = False
+    was: str | None = None
+    rerun: str | None = None
+    source: str | None = None
+
+
+@dataclass
+class Asking:
+    """The step that asks for effects in a context (a step's body, the threads and tasks
+    it starts): its name, its identity (its first name), how to tell what it has read so
+    far (`basis`, computed when a new effect needs it), and whether it has ended (an
+    effect asked after that, from a thread that outlived it, is refused)."""
+
+    step: str
+    identity: str
+    basis: Callable[[], str]
+    ended: bool = False
+    said: list[str] = field(default_factory=list)  # what the step's card says of effects

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from ..errors import InvalidInput
-from ..model.steps import StepSpec
+from ..model.models import StepSpec
 
 _HELP_WIDTH = 88
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..model import names
-from ..store.atomic import write_atomic
+from ..store.durable import write_atomic
 from .cellargs import parse_step_line, split_cell
 from .notebook_plan import file_version, plan_from_notebook, read_notebook, step_cells
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .render_evidence import evidence_text
+from .render_cells import evidence_text
 
 if TYPE_CHECKING:
     from ..rules.status import RunStatus

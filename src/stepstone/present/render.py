@@ -15,7 +15,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from . import brief as briefing
-from .render_evidence import evidence_text
+from .render_cells import evidence_text
 
 if TYPE_CHECKING:
     from ..model.models import Decision, Unknown

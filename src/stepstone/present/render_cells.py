@@ -1,7 +1,8 @@
 """What a `%%step` cell shows of its outcome, as one display bundle: text in a terminal
 (and in the stream a script reads), a small HTML card in Jupyter. Skipped with the
 evidence that verified and what came back, ran and confirmed, ran again and why, or
-failed. Kept in the executed notebook `stepstone run` writes."""
+failed. Kept in the executed notebook `stepstone run` writes. And a step's evidence in
+one short line, as every rendering for people shows it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import html
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-
-from .render_evidence import evidence_text
 
 if TYPE_CHECKING:
     from ..rules.index import EvidenceRow
@@ -132,3 +131,25 @@ def running(number: int, name: str) -> dict[str, str]:
         f'margin:2px 0;color:#57606a">… step {number} <code>{_e(name)}</code>: running</div>'
     )
     return {"text/plain": text, "text/html": html_text}
+
+
+def evidence_text(evidence: Iterable[EvidenceRow]) -> str:
+    """Evidence rows in one short line."""
+    parts = []
+    for check, kind, value, _ in evidence:
+        if kind == "completed":
+            parts.append("completed, nothing to verify (weak)")
+        elif kind == "note":
+            parts.append(f"note (weak): {first_line(str(value))}")
+        else:
+            if isinstance(value, str) and len(value) == 64:
+                value = f"sha256 {value[:12]}"
+            parts.append(f"{check} ({value})")
+    return "; ".join(parts)
+
+
+def first_line(text: str, limit: int = 72) -> str:
+    """The first line of `text`, at most `limit` characters, with … when cut."""
+    stripped = text.strip()
+    line = stripped.splitlines()[0] if stripped else ""
+    return line[:limit] + ("…" if len(line) > limit or line != stripped else "")

@@ -12,8 +12,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..effects.effects import Asking
 from ..errors import InvalidInput, StepstoneError
+from ..model.models import Asking
 from .filetrace import FileTrace, tracing
 
 # Runs are held as objects: this module sits below the `Run` it keeps track of (the

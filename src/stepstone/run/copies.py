@@ -16,6 +16,12 @@ the others, and the tip each had when last seen), and a driver
 
 A copy pushed and pulled through a remote (`stepstone clone`) takes turns by the
 remote's lease instead (docs/handoff.md).
+
+The runs of one notebook share a lineage: a run with parameters (`stepstone run NB -p
+...`, run `NB-1a2b3c4d`) and the notebook's run without them (`NB`) are the same job on
+other inputs, so an effect either performed, with the same name and payload, is never
+sent again by the other (docs/effects.md). A run with an id of its own (`--run NAME`)
+starts a lineage of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import secrets
 import shlex
 from dataclasses import dataclass
@@ -30,12 +37,13 @@ from pathlib import Path
 
 from ..errors import Diverged, InvalidInput, StepstoneError
 from ..model import message
+from ..model.models import RunInfo
 from ..remote.git import REMOTE_KEY, git
 from ..store import GitStore, holder_identity
-from ..store.atomic import write_atomic
+from ..store.durable import write_atomic
 from ..store.lock import RunLock
 from .ledger import Ledger
-from .state import RunState, head_info
+from .state import RunState, head_info, lineage_of
 
 COPY_REFS = "refs/stepstone/copies/"  # here: the history of a copy, fetched to compare
 
@@ -338,3 +346,57 @@ def diverge(state: RunState, ledger: Ledger, lock: RunLock) -> list[str]:
         f"the steps it knows nothing of ({', '.join(again) or 'none'}) are sent anew, even "
         f"where a copy of it sent them"
     ]
+
+
+def notebook_run(run: str, stem: str) -> bool:
+    """Whether `run` is an id `stepstone run` gives a notebook called `stem`: `stem`, or
+    `stem-` and the 8 hex digits of a parameter set."""
+    return run == stem or re.fullmatch(re.escape(stem) + r"-[0-9a-f]{8}", run) is not None
+
+
+def join_siblings(state: RunState, ledger: Ledger, notebook: Path, stem: str) -> str | None:
+    """Put a new run of `notebook` (one that recorded nothing yet, named as `stepstone
+    run` names the notebook's runs) in the lineage of the notebook's other runs in its
+    store; a note saying so, or None. Done in the store's turn for effects, so that two
+    parameter sets started at once end in one lineage."""
+    store = state.store
+    if (
+        state.info.lineage
+        or state.effect_book.records
+        or len(state.records)
+        or not (notebook_run(state.id, stem))
+    ):
+        return None
+    with ledger.guard, store.turn("effects"):
+        siblings = [
+            info
+            for run in store.refs.runs()
+            if run != state.id
+            and notebook_run(run, stem)
+            and (info := head_info(store, run)) is not None
+            and _notebook_of(store, info) == notebook.resolve()
+        ]
+        if not siblings:
+            return None
+        chosen = sorted(siblings, key=lambda info: (info.created, info.run))[0]
+        lineage = lineage_of(chosen)
+        if lineage == state.lineage:
+            return None
+        state.note_info(lineage=lineage)
+        ledger.commit(
+            {},
+            f"run {state.id}: in the lineage of run {chosen.run} (the same notebook)",
+            [(message.STATUS, "lineage")],
+            info_changed=True,
+        )
+    return (
+        f"run {state.id} is {notebook.name} with other parameters than run {chosen.run}: "
+        f"an effect that run performed, with the same name and payload, is not sent again"
+    )
+
+
+def _notebook_of(store: GitStore, info: RunInfo) -> Path | None:
+    """The notebook a run's head file records, as an absolute path (None: none)."""
+    if not info.notebook:
+        return None
+    return (store.path.parent / info.workdir / info.notebook).resolve()

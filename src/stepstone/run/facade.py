@@ -18,18 +18,18 @@ from typing import Any
 from ..effects import effects
 from ..errors import InvalidInput, RunNotFound, StepstoneError
 from ..model import message, models, names
-from ..model.models import Decision, EffectRecord, PlannedStep, StepRecord, Unknown
-from ..model.steps import StepSpec
+from ..model.models import Decision, EffectRecord, PlannedStep, StepRecord, StepSpec, Unknown
 from ..rules import checks
 from ..rules.index import INDEXED
 from ..rules.status import RunStatus
 from ..rules.verdicts import Verdicts
 from ..settings import Settings
 from ..store import GitStore, holder_identity
-from ..store.atomic import write_atomic
-from . import active, copies, finishing, keeping, lineages, questions, rerunning
+from ..store.durable import write_atomic
+from . import active, copies, finishing, keeping, questions, rerunning
 from .checking import RETURN, Checker
 from .copies import run_lock
+from .effectsession import session_of
 from .history import refuse_rolled_back_effects, refuse_to_start_afresh
 from .ledger import Ledger, Trailers
 from .link import RemoteLink
@@ -64,19 +64,19 @@ class Run(RunView):
         self.settings = settings if settings is not None else store.settings
         self.holder = holder_identity()
         self.notes: list[str] = []
-        self._lock = lock = run_lock(store, self.id, self.holder)
+        self.lock = lock = run_lock(store, self.id, self.holder)
         self.state = RunState(store, self.id, tolerant=not drive)
         self.ledger = Ledger(self.state, self.holder, self.settings)
-        self.ledger.before.append(self._require_lock)  # first: a closed run commits nothing
-        self._link = RemoteLink(self.ledger, self.notes)
+        self.ledger.before.append(lock.require)  # first: a closed run commits nothing
+        self.link = RemoteLink(self.ledger, self.notes)
         verdicts = Verdicts()
         self._planner = Planner(self.ledger, verdicts, self.notes)
         self._checker = Checker(self.state, verdicts, self.settings, Path.cwd(), self.notes)
-        self._checker.driving = lambda: self._lock.held
-        self._stepper = Stepper(self.ledger, self._planner, self._checker, verdicts)
+        self._checker.driving = lambda: self.lock.held
+        self.stepper = Stepper(self.ledger, self._planner, self._checker, verdicts)
         self._stepped: set[str] = set()  # steps `step` completed or skipped in this process
         if drive:
-            self._lock.acquire()
+            self.lock.acquire()
         try:
             self.notes.extend(store.clear_leftovers(self.id, locks=drive))
             if drive:
@@ -85,9 +85,9 @@ class Run(RunView):
                 else:
                     self.notes += copies.take_turns(store, self.id, lock)
                 if remote:
-                    self._link.join(steal)
+                    self.link.join(steal)
             self._open(workdir, drive=drive, create=create, cached=cached, at=at, home=home)
-            if drive and self._link.lease is not None and not self.state.info.shared:
+            if drive and self.link.lease is not None and not self.state.info.shared:
                 self._share()
             if drive and diverge:
                 self.notes += copies.diverge(self.state, self.ledger, lock)
@@ -159,11 +159,7 @@ class Run(RunView):
         return super().status(namespace=namespace, progress=progress, recheck=recheck)
 
     def _require_lock(self) -> None:
-        if not self._lock.held:
-            raise StepstoneError(
-                f"run {self.id!r} was opened read-only or is closed; open it with "
-                f"stepstone.open_run({self.id!r}) to drive it"
-            )
+        self.lock.require()
 
     def set_plan(
         self,
@@ -184,7 +180,7 @@ class Run(RunView):
         lineage of the notebook's other runs (its parameter sets); a note, or None."""
         self._require_lock()
         stem = names.from_filename(notebook.stem)
-        return lineages.join_siblings(self.state, self.ledger, notebook, stem)
+        return copies.join_siblings(self.state, self.ledger, notebook, stem)
 
     def stepping(
         self,
@@ -219,7 +215,7 @@ class Run(RunView):
                 source,
             )
         )
-        return self._stepper.stepping(self, spec, namespace)
+        return self.stepper.stepping(self, spec, namespace)
 
     def begin(
         self,
@@ -233,7 +229,7 @@ class Run(RunView):
         `confirm` or `fail` (`stepping` does all three)."""
         self._require_lock()
         spec = step if isinstance(step, StepSpec) else StepSpec(step, force=force)
-        return self._stepper.begin(spec, namespace)
+        return self.stepper.begin(spec, namespace)
 
     def confirm(
         self,
@@ -246,16 +242,16 @@ class Run(RunView):
         """Run the step's checks, then commit its record with evidence and saved outputs;
         a check that does not pass records the step as failed and raises `CheckFailed`."""
         self._require_lock()
-        return self._stepper.confirm(start, values=values, facts=facts, namespace=namespace)
+        return self.stepper.confirm(start, values=values, facts=facts, namespace=namespace)
 
     def fail(self, start: StepStart, error: BaseException | str) -> StepRecord:
         """Commit the step as failed (not confirmed); later steps will run again."""
         self._require_lock()
-        return self._stepper.fail(start, error)
+        return self.stepper.fail(start, error)
 
     def running(self, start: StepStart) -> AbstractContextManager[None]:
         """Mark `start`'s step as the one running (effects belong to it)."""
-        return self._stepper.running(self, start)
+        return self.stepper.running(self, start)
 
     def step(
         self,
@@ -324,7 +320,7 @@ class Run(RunView):
         With `once`, a step that already ran again for `why` is not marked."""
         self._require_lock()
         return rerunning.rerun(
-            self.ledger, self._stepper.verdicts, name, why, downstream=downstream, once=once
+            self.ledger, self.stepper.verdicts, name, why, downstream=downstream, once=once
         )
 
     def effect(
@@ -341,32 +337,20 @@ class Run(RunView):
         retention: timedelta | float | None = None,
     ) -> Any:
         """Perform an external write of the running step at most once (see `stepstone.effect`)."""
-        self._require_lock()
         options = dict(keyed=keyed, lookup=lookup, payload=payload, was=was, new=new)
-        return effects.perform(self, name, do, timeout=timeout, retention=retention, **options)
+        session = session_of(self)
+        return effects.perform(session, name, do, timeout=timeout, retention=retention, **options)
 
     def resolve_effect(
         self, key: str, *, happened: bool, receipt: Any = None, why: str = ""
     ) -> EffectRecord:
         """Settle an unresolved effect: it happened (with its receipt) or it did not."""
         self._require_lock()
-        return effects.resolve(self, key, happened=happened, receipt=receipt, why=why)
-
-    def fence(self) -> None:
-        """Before an effect's write: push the run with its lease (see `RemoteLink.fence`)."""
-        self._link.fence()
-
-    def commit_effect(
-        self, record: EffectRecord, path: str, data: bytes, subject: str, trailers: Trailers
-    ) -> None:
-        """Commit an effect's record (used by effects) and keep it as the effect's state."""
-        with self.ledger.guard:
-            self.ledger.commit({path: data}, subject, trailers)
-            self.effect_book.put(record)
+        return effects.resolve(session_of(self), key, happened=happened, receipt=receipt, why=why)
 
     def commit_record(self, path: str, data: bytes, subject: str, trailers: Trailers) -> None:
         """Commit one record file of this run as it is (a hand edit, a tool's repair)."""
-        self.ledger.commit({path: data}, subject, trailers)
+        self.ledger.commit({path: data}, subject, trailers, verbatim=True)
 
     @property
     def summary_file(self) -> Path:
@@ -405,13 +389,13 @@ class Run(RunView):
 
     def _let_go(self) -> None:
         try:
-            self._link.let_go()
+            self.link.let_go()
         finally:
-            self._lock.release()
+            self.lock.release()
 
     def close(self) -> None:
         """Let go of the run so another process can drive it."""
-        if self._lock.held:
+        if self.lock.held:
             self.ledger.save_index()
             self.store.upkeep.collect_garbage_in_background()
         self._let_go()

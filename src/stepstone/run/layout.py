@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import re
 
+from ..effects.effectkeys import effect_path
+from ..model.models import Decision, EffectRecord, StepRecord, Unknown
+
 
 def plan_path(number: int) -> str:
     """Where the plan entry of step `number` lives in a run's tree."""
@@ -52,6 +55,18 @@ def decision_path(key: str) -> str:
 def unknown_path(unknown_id: str) -> str:
     """Where unknown `unknown_id` (`U1`...) lives."""
     return f"unknowns/{unknown_id}.json"
+
+
+def path_of(record: StepRecord | Decision | Unknown | EffectRecord, *, legacy: bool) -> str:
+    """Where `record` lives in a run's tree, by its type (`legacy`: a step record of a
+    run begun with the two-level layout)."""
+    if isinstance(record, StepRecord):
+        return step_path(record.name, legacy=legacy)
+    if isinstance(record, Decision):
+        return decision_path(record.key)
+    if isinstance(record, Unknown):
+        return unknown_path(record.id)
+    return effect_path(record.key)
 
 
 RUN_INFO = "run.json"

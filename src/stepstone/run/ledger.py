@@ -12,15 +12,16 @@ import threading
 from collections.abc import Callable, Mapping
 
 from ..errors import RunFinished
-from ..model.message import run_commit
-from ..model.models import dump, now
+from ..model.message import entry, run_commit
+from ..model.models import Decision, EffectRecord, StepRecord, Unknown, dump, now
 from ..rules.index import INDEXED, StepIndex, save_index
 from ..settings import Settings
 from ..store import StoredBlob
-from .layout import RUN_INFO
+from .layout import RUN_INFO, path_of
 from .state import RunState
 
 Trailers = list[tuple[str, str]]
+RECORDS = ("steps", "decisions", "unknowns", "effects")  # the folders `append` writes
 
 
 class Ledger:
@@ -40,6 +41,36 @@ class Ledger:
         self.pending: dict[str, bytes | None] = {}
         self.epoch: int | None = None  # the remote lease's epoch while it is held
 
+    def append(
+        self,
+        *records: StepRecord | Decision | Unknown | EffectRecord,
+        attached: Mapping[str, bytes | StoredBlob | None] | None = None,
+        detail: str | None = None,
+        finished_too: bool = False,
+    ) -> None:
+        """Commit `records` (one, or the step records a rerun marks) in one commit, each
+        where its type says (run/layout.py), described as its type and state say
+        (model/message.py), with the files `attached` to them (a step's saved values and
+        kept files); the run's state takes them in."""
+        state = self.state
+        writes = dict(attached or {})
+        writes.update({path_of(r, legacy=state.legacy_layout): dump(r) for r in records})
+        first = records[0]
+        was = state.decisions.get(first.key) if isinstance(first, Decision) else None
+        subject, trailers = entry(records, state.step_label, was=was, detail=detail)
+        steps = any(isinstance(r, StepRecord) for r in records)
+        with self.guard:
+            self.commit(
+                writes,
+                subject,
+                trailers,
+                indexed=steps,
+                finished_too=finished_too,
+                verbatim=True,
+            )
+            for record in records:
+                state.apply(record)
+
     def commit(
         self,
         writes: Mapping[str, bytes | StoredBlob | None],
@@ -49,13 +80,18 @@ class Ledger:
         info_changed: bool = False,
         indexed: bool = False,
         finished_too: bool = False,
+        verbatim: bool = False,
     ) -> None:
         """Commit `writes` (path -> data, None deletes) with a message of `subject` and
-        `trailers`. `indexed` says the caller keeps the step index's rows in step with
-        what they write to the plan and the step records. A finished run takes no
-        commit but those `finished_too` (its finishing and reopening, the effects a
-        pull carries over: they happened)."""
+        `trailers`: the head file, the plan, the summary and what `append` attaches.
+        Records go through `append`; only `verbatim` writes them as bytes (a hand edit,
+        the records a pull carries over from a history set aside). `indexed` says the
+        caller keeps the step index's rows in step with what they write to the plan and
+        the step records. A finished run takes no commit but those `finished_too` (its
+        finishing and reopening, the effects a pull carries over: they happened)."""
         state = self.state
+        if not verbatim and any(path.split("/", 1)[0] in RECORDS for path in writes):
+            raise ValueError("a run's records are committed by Ledger.append")
         if state.info.finished and not finished_too:
             raise RunFinished(state.id, state.info.finished)
         for check in self.before:

@@ -10,12 +10,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
+from ..effects import effects
 from ..errors import StepstoneError
 from ..model import names
 from ..settings import Settings
 from ..store import GitStore, holder_identity
 from . import active
 from .copies import run_lock
+from .effectsession import session_of
 from .facade import Run
 from .history import rolled_back_effects
 from .layout import RUN_INFO
@@ -136,17 +138,9 @@ def effect(
     keyed receiver keeps keys: an intent older than that is not retried with its key
     but raises `UnresolvedEffect`, as a retry would be a new request.
     """
-    return _active().effect(
-        name,
-        do,
-        keyed=keyed,
-        lookup=lookup,
-        payload=payload,
-        was=was,
-        new=new,
-        timeout=timeout,
-        retention=retention,
-    )
+    options = dict(keyed=keyed, lookup=lookup, payload=payload, was=was, new=new)
+    session = session_of(_active())
+    return effects.perform(session, name, do, timeout=timeout, retention=retention, **options)
 
 
 def note(text: str) -> None:

@@ -84,6 +84,7 @@ class Planner:
             [(message.STATUS, "planned"), (message.PLAN, f"{mode}, {len(new)} steps")],
             info_changed=True,
             indexed=True,
+            verbatim=True,  # the records of renamed steps move with the plan
         )
         self._moved(moved)
         self.verdicts.forget()
@@ -209,6 +210,7 @@ class Planner:
             subject,
             [(message.STATUS, "planned"), (message.STEP, f"{number} {name}")],
             indexed=True,
+            verbatim=True,  # the record of a renamed step moves with it
         )
         self._moved(moved)
         if moved:

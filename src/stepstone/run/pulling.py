@@ -56,5 +56,6 @@ def _carry(store: GitStore, run: str, *, kept: str, other: str, holder: str) -> 
         f"pull: carried over {len(writes)} effect(s) from the history not kept",
         [(STATUS, "carried"), (FROM, other), *keys],
         finished_too=True,
+        verbatim=True,
     )
     return tuple(sorted(writes))

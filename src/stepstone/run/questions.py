@@ -7,11 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import DecisionConflict, InvalidInput
-from ..model import message, names
-from ..model.message import one_line
-from ..model.models import Decision, Unknown, dump, now
+from ..model import names
+from ..model.models import Decision, Unknown, now
 from ..rules import dependencies
-from .layout import decision_path, unknown_path
 from .ledger import Ledger
 from .state import RunState
 
@@ -88,7 +86,7 @@ def decide(
     if line:
         standing = standing_over_line(state.decisions, key, value, why, revise=revise)
         if standing is not None and standing.over is None:  # met for the first time:
-            return _commit(ledger, standing.model_copy(update={"over": value}), f"keep {key}")
+            return _commit(ledger, standing.model_copy(update={"over": value}))
         if standing is not None:  # noted what the line said
             return standing
     else:
@@ -107,7 +105,7 @@ def decide(
                 "over": None if line else (old.over if old.by else old.value),
             }
         )
-        return _commit(ledger, reworded, f"reason for {key}: {one_line(why)[:60]}")
+        return _commit(ledger, reworded)
     decision = Decision(
         key=key,
         value=value,
@@ -117,23 +115,11 @@ def decide(
         by=outside,
         over=None if line or old is None else (old.over if old.by else old.value),
     )
-    subject = f"decide {key}={one_line(value)[:60]}"
-    if old is not None:
-        subject = f"revise {key}: {one_line(old.value)[:30]} -> {one_line(value)[:30]}"
-    return _commit(ledger, decision, subject)
+    return _commit(ledger, decision)
 
 
-def _commit(ledger: Ledger, decision: Decision, subject: str) -> Decision:
-    ledger.commit(
-        {decision_path(decision.key): dump(decision)},
-        subject,
-        [
-            (message.STATUS, "decided"),
-            (message.DECISION, decision.key),
-            (message.WHY, decision.why),
-        ],
-    )
-    ledger.state.decisions[decision.key] = decision
+def _commit(ledger: Ledger, decision: Decision) -> Decision:
+    ledger.append(decision)
     return decision
 
 
@@ -148,12 +134,7 @@ def ask(ledger: Ledger, question: str) -> Unknown:
         if existing.question == question:
             return existing
     item = Unknown(id=f"U{len(state.unknowns) + 1}", question=question, asked=now())
-    ledger.commit(
-        {unknown_path(item.id): dump(item)},
-        f"unknown {item.id}: {one_line(question)[:60]}",
-        [(message.STATUS, "unknown"), (message.UNKNOWN, item.id)],
-    )
-    state.unknowns[item.id] = item
+    ledger.append(item)
     return item
 
 
@@ -169,13 +150,7 @@ def answer(ledger: Ledger, unknown_id: str, text: str, why: str | None = None) -
     closed = item.model_copy(
         update={"state": "resolved", "answer": text, "resolved": now(), "why": why or None}
     )
-    ledger.commit(
-        {unknown_path(item.id): dump(closed)},
-        f"answer {item.id}: {one_line(text)[:60]}",
-        [(message.STATUS, "resolved"), (message.UNKNOWN, item.id)]
-        + ([(message.WHY, why)] if why else []),
-    )
-    state.unknowns[item.id] = closed
+    ledger.append(closed)
     return closed
 
 

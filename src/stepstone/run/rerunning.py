@@ -5,10 +5,9 @@ Effects it confirmed are not performed again: their keys and receipts stand."""
 from __future__ import annotations
 
 from ..errors import InvalidInput
-from ..model import message, names
-from ..model.models import StepRecord, dump
+from ..model import names
+from ..model.models import StepRecord
 from ..rules.verdicts import Verdicts
-from .layout import step_path
 from .ledger import Ledger
 
 
@@ -33,26 +32,16 @@ def rerun(
             f"--why REASON`)"
         )
     marked = [name] + (_dependents(ledger, planned.number) if downstream else [])
-    writes: dict[str, bytes | None] = {}
     changed: list[StepRecord] = []
     for step in marked:
         record = state.records.get(step)
         if record is None or record.status != "confirmed":
             continue  # not done: it runs anyway
         again = record.model_copy(update={"rerun": why.strip()})
-        writes[step_path(step, legacy=state.legacy_layout)] = dump(again)
         changed.append(again)
     if not changed:
         return []
-    said = ", ".join(r.name for r in changed)
-    ledger.commit(
-        writes,
-        f"rerun {said}: {message.one_line(why)[:60]}",
-        [(message.STATUS, "rerun"), *((message.STEP, state.step_label(r.name)) for r in changed)],
-        indexed=True,
-    )
-    for record in changed:
-        state.records[record.name] = record
+    ledger.append(*changed)
     verdicts.forget()
     return [r.name for r in changed]
 

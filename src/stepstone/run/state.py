@@ -258,6 +258,17 @@ class RunState:
             number = self.numbers.get(step) if step is not None else None
         return f"{number} {name}" if number is not None else name
 
+    def apply(self, record: models.StepRecord | Decision | Unknown | EffectRecord) -> None:
+        """Take in a record the ledger just committed."""
+        if isinstance(record, models.StepRecord):
+            self.records[record.name] = record
+        elif isinstance(record, Decision):
+            self.decisions[record.key] = record
+        elif isinstance(record, Unknown):
+            self.unknowns[record.id] = record
+        else:
+            self.effect_book.put(record)
+
     # -- the head file ----------------------------------------------------------
 
     def note_info(self, **changes: object) -> None:

@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from ..effects.effectbook import MAYBE_HAPPENED, EffectBook, tells_more
-from ..effects.effectkeys import effect_path
-from ..effects.effects import Asking
-from ..errors import InvalidInput, StepstoneError
+from ..effects.effectbook import EffectBook
+from ..errors import InvalidInput
 from ..model import models, names
-from ..model.models import Decision, EffectRecord, RunInfo, Unknown, load
+from ..model.models import Decision, EffectRecord, RunInfo, Unknown
 from ..rules import dependencies
 from ..rules.index import PlanSteps, RecordBook
 from ..rules.status import RunStatus
 from ..settings import Settings
 from ..store import GitStore
-from ..store.lock import RunLock, driver_of
-from ..store.refs import REMOTE_REFS
+from ..store.lock import RunLock
 from . import active, questions
 from .checking import Checker
 from .ledger import Ledger
-from .state import RunState, head_info, lineage_of
+from .state import RunState
 from .stepping import Stepper
 
 
@@ -39,9 +35,9 @@ class RunView:
     previous_workdir: Path | None
     state: RunState
     ledger: Ledger
-    _lock: RunLock
+    lock: RunLock
     _checker: Checker
-    _stepper: Stepper
+    stepper: Stepper
 
     # -- what the run holds -----------------------------------------------------
 
@@ -109,7 +105,7 @@ class RunView:
     @property
     def current_step(self) -> str | None:
         """The name of the step running now, if any."""
-        return self._stepper.current
+        return self.stepper.current
 
     @property
     def guard(self) -> threading.RLock:
@@ -119,7 +115,7 @@ class RunView:
     @property
     def driving(self) -> bool:
         """Whether this object holds the run (may commit to it)."""
-        return self._lock.held
+        return self.lock.held
 
     def recorded_workdir(self) -> Path | None:
         """The run's recorded work folder, if it exists on this machine."""
@@ -214,99 +210,6 @@ class RunView:
     def identity_of(self, name: str) -> str:
         """Step `name`'s identity: its first name, kept across renames."""
         return self.state.identity_of(name)
-
-    def effect_key(self, name: str, payload: str | None) -> str:
-        """The idempotency key of effect `name` with payload fingerprint `payload`."""
-        return self.state.effect_key(name, payload)
-
-    def keys_before(self, identity: str, name: str) -> list[str]:
-        """The keys effect `name` of the step keyed by `identity` had before 2026-12."""
-        return self.state.keys_before(identity, name)
-
-    def recorded_elsewhere(self, keys: list[str]) -> tuple[str, EffectRecord] | None:
-        """The record of an effect (under any of `keys`) that says most of it among the
-        other histories of the store (another run, a fork, the remote's history fetched
-        here: `tells_more`), and the ref that holds it; None when none holds it."""
-        best: tuple[str, EffectRecord] | None = None
-        here = self.store.refs.ref(self.id)
-        for key in keys:
-            for ref, data in self.store.refs.everywhere(effect_path(key), but=here).items():
-                try:
-                    record = load(EffectRecord, data, ref)
-                except StepstoneError:
-                    continue  # a damaged copy elsewhere tells nothing; this run's own is read
-                if best is None or tells_more(record, best[1]):
-                    best = (ref, record)
-        return best
-
-    def named_elsewhere(self, name: str, payload: str | None) -> str | None:
-        """Another run of this run's lineage (`run ID`) that recorded an effect called
-        `name` that happened (or may have) with another payload, or None."""
-        for run, other in self._lineage_names().get(name, ()):
-            if other != payload:
-                return f"run {run}"
-        return None
-
-    def _lineage_names(self) -> dict[str, list[tuple[str, str | None]]]:
-        """Effect name -> (run, payload fingerprint) of the effects that happened (or may
-        have) in the other runs of the store in this run's lineage, as they were when first
-        asked: for what a person is told (what is sent is decided by key)."""
-        found: dict[str, list[tuple[str, str | None]]] | None = getattr(
-            self, "_lineage_names_read", None
-        )
-        if found is None:
-            found = {}
-            mine = self.state.lineage
-            for run in self.store.refs.runs():
-                info = head_info(self.store, run) if run != self.id else None
-                if info is None or lineage_of(info) != mine:
-                    continue
-                tip = self.store.refs.tip(run)
-                try:
-                    files = self.store.effect_files(tip) if tip else {}
-                except StepstoneError:
-                    continue
-                for path, data in files.items():
-                    try:
-                        record = load(EffectRecord, data, path)
-                    except StepstoneError:
-                        continue
-                    if record.state in MAYBE_HAPPENED:
-                        found.setdefault(record.name, []).append((run, record.payload_sha256))
-            self._lineage_names_read = found
-        return found
-
-    def driven_elsewhere(self, ref: str) -> str | None:
-        """Who drives, in another process now, the run of this store that `ref` holds
-        (None: nobody, or `ref` is not a run of this store, a remote's history)."""
-        run = self.store.refs.found().get(ref)
-        if run is None or ref.startswith(REMOTE_REFS):
-            return None
-        holder = driver_of(self.store.git_dir / "stepstone" / "locks" / f"{run}.lock")
-        return holder if holder is not None and holder != self.holder else None
-
-    def turn(self) -> AbstractContextManager[object]:
-        """The store's turn for effects: no other run of the store looks for an effect or
-        records an intent meanwhile (a fork and its source, two parameter sets)."""
-        return self.store.turn("effects")
-
-    def left_the_plan(self) -> set[str]:
-        """The steps (by identity) that left the plan in its latest change."""
-        return set(self.state.info.left)
-
-    def asking(self) -> Asking | None:
-        """The step asking for effects here: the one whose body (or a thread or task it
-        started) runs in this context, else the step this run is running now."""
-        found = active.asking_here(self)
-        return found if found is not None else self._stepper.asking
-
-    def identities(self) -> set[str]:
-        """The names the plan's steps key their effects by."""
-        return self.state.identities()
-
-    def step_label(self, name: str) -> str:
-        """`N name` for a step of the plan (as commit trailers write it), else `name`."""
-        return self.state.step_label(name)
 
     def status(
         self,

@@ -1,4 +1,6 @@
-"""Making a commit's new files durable at once, and moving a Git ref the way git does.
+"""Durable writes: a file replaced atomically (temp file in the same folder, fsync,
+rename, fsync the folder), a commit's new files made durable at once, and a Git ref
+moved the way git does.
 
 A commit writes a pack, its index and (through the ref's lock file) the new tip.
 They are flushed together, before the lock file is renamed over the ref: by
@@ -18,20 +20,73 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import RefMoved
-from .atomic import fsync_dir
 
 if TYPE_CHECKING:  # imported when first used: it costs a new process's start
     from concurrent.futures import ThreadPoolExecutor
 
+    from ..settings import Settings
+
 _libc: ctypes.CDLL | None = None
 _syncfs_missing = False
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry (a rename or a new file) to disk."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: Path) -> None:
+    """Flush every file and folder under `path` (a tree built aside, before it is
+    renamed into place: a power cut must not leave its name over missing entries)."""
+    for folder, _, files in os.walk(path, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(folder))
+
+
+def batch_sync(settings: Settings) -> bool:
+    """Whether commits flush their objects with one `syncfs` (else each object is fsynced)."""
+    return not settings.sync_each and can_sync_filesystem()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new content, whole."""
+    write_chunks(path, (data,))
+
+
+def write_chunks(path: Path, chunks: Iterable[bytes]) -> None:
+    """`write_atomic` of the bytes `chunks` yield, one at a time; an error while they
+    are made leaves `path` as it was."""
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(folder)
 
 
 def _syncfs_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]

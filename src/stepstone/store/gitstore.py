@@ -16,11 +16,12 @@ from . import durable, torn
 from .bigblobs import BigBlobs, StoredReader
 from .config import Config
 from .derived import CatchUp, DerivedData
+from .durable import batch_sync
 from .errors import READ_ERRORS, damaged_commit, translated
 from .lock import TurnLock
 from .maintenance import Repair, Upkeep
 from .objects import CommitInfo, Objects
-from .opening import batch_sync, enable_fsync, make_dedicated, open_repository, resolve_store_path
+from .opening import enable_fsync, make_dedicated, open_repository, resolve_store_path
 from .reading import Reader, Snapshot
 from .refs import TAG_REFS, Refs
 from .writing import Writer

@@ -16,7 +16,7 @@ import socket
 import time
 from pathlib import Path
 
-from ..errors import RunLocked, StoreError
+from ..errors import RunLocked, StepstoneError, StoreError
 from ..model.models import now
 
 HOLDER_WAIT = 3.0  # seconds to wait for a new holder's name before saying "another process"
@@ -105,6 +105,14 @@ class RunLock:
     def held(self) -> bool:
         """Whether this object holds the lock now."""
         return self._fd is not None
+
+    def require(self) -> None:
+        """Refuse to change a run this object does not hold (opened read-only, closed)."""
+        if self._fd is None:
+            raise StepstoneError(
+                f"run {self.run!r} was opened read-only or is closed; open it with "
+                f"stepstone.open_run({self.run!r}) to drive it"
+            )
 
     def release(self) -> None:
         """Let go of the lock, and of the copies' locks held with it (closing a

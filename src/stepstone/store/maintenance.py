@@ -21,9 +21,9 @@ from ..model.message import RUN, CommitMessage
 from ..settings import Settings
 from . import durable, gitobjects
 from .derived import DerivedData
+from .durable import batch_sync
 from .errors import READ_ERRORS
 from .objects import Objects
-from .opening import batch_sync
 from .refs import BRANCH_REFS, REMOTE_REFS, RUN_REFS, TAG_REFS, Refs
 
 # stepstone's git commands need no hook (a store copied from someone else brings

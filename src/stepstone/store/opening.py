@@ -13,8 +13,7 @@ import pygit2
 
 from ..errors import StoreError
 from ..settings import Settings
-from . import durable
-from .atomic import fsync_dir, fsync_tree
+from .durable import batch_sync, fsync_dir, fsync_tree
 from .errors import cannot_create, damaged_repository
 
 DEFAULT_STORE = ".stepstone"
@@ -41,11 +40,6 @@ def holder_identity(settings: Settings | None = None) -> str:
         except (KeyError, OSError):
             agent = "unknown"
     return f"{agent}@{socket.gethostname()} pid {os.getpid()}"
-
-
-def batch_sync(settings: Settings) -> bool:
-    """Whether commits flush their objects with one `syncfs` (else each object is fsynced)."""
-    return not settings.sync_each and durable.can_sync_filesystem()
 
 
 def enable_fsync(settings: Settings) -> None:

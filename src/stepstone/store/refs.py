@@ -21,8 +21,8 @@ import pygit2
 from ..model import names
 from ..model.message import RUN, CommitMessage
 from . import durable
-from .atomic import write_atomic
 from .config import Config
+from .durable import write_atomic
 from .errors import READ_ERRORS, damaged_ref, translated
 from .objects import Objects
 from .opening import DEDICATED_KEY

@@ -33,7 +33,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from .atomic import fsync_dir, write_atomic
+from .durable import fsync_dir, write_atomic
 from .packs import read_index
 
 _INDEX_HEADER = 8 + 256 * 4

@@ -19,10 +19,10 @@ from .. import faults
 from ..settings import Settings
 from . import durable, gitobjects
 from .bigblobs import StoredBlob
+from .durable import batch_sync
 from .errors import COMMIT_ERRORS, commit_failed, translated
 from .maintenance import Upkeep
 from .objects import Objects
-from .opening import batch_sync
 from .reading import Snapshot
 from .refs import Refs
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...model import message
 from .. import render
-from ..render_evidence import evidence_text
+from ..render_cells import evidence_text
 from .history import History, read_commits, read_history
 from .steps import ORDER, STATE_WORDS, e, steps_html, strength_badge, value_html, when
 from .style import CSS
