@@ -40,8 +40,7 @@ from pathlib import Path
 
 import stepstone
 from stepstone.settings import Settings
-from stepstone.store.durable import write_atomic
-from stepstone.store.opening import batch_sync
+from stepstone.store.durable import batch_sync, write_atomic
 
 RECORD = b'{"step": 1, "status": "confirmed", ' + b'"x": "' + b"a" * 250 + b'"}\n'
 

@@ -683,3 +683,24 @@ def test_a_driver_that_lets_go_of_the_lease_hands_over_what_it_did(tmp_path: Pat
     _drive(a, ["load", "fit", "score"], ran)
     _drive(b, ["load", "fit", "score", "report"], ran)
     assert ran == ["a:load", "b:fit", "a:score", "b:report"]
+
+
+def test_a_git_clone_of_a_store_that_shares_its_run_takes_turns_with_it(tmp_path: Path):
+    from conftest import git, stepstone_cli
+
+    origin = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
+    a, b = tmp_path / "a", tmp_path / "b"
+    ran: list[str] = []
+    _drive(a, ["load"], ran)
+    assert stepstone_cli("push", "--remote", str(origin), cwd=a).returncode == 0
+    _drive(a, ["load", "fit"], ran)  # the run says `shared` now
+    git("clone", "--bare", "-q", str(a / ".stepstone"), str(b / ".stepstone"), cwd=tmp_path)
+    with (
+        stepstone.open_run("job", repo=a / ".stepstone", workdir=a),
+        pytest.raises((stepstone.RunLocked, stepstone.LeaseHeld)),
+    ):
+        _drive(b, ["load", "fit", "score"], ran)
+    _drive(b, ["load", "fit", "score"], ran)
+    _drive(a, ["load", "fit", "score", "report"], ran)
+    assert ran == ["a:load", "a:fit", "b:score", "a:report"]

@@ -1,5 +1,5 @@
 """`stepstone.atomic`, as docs/effects.md has an effect write a file: atomic, durable
-file writes live in `store/atomic.py`."""
+file writes live in `store/durable.py`."""
 
 from .store.durable import fsync_dir, fsync_tree, write_atomic, write_chunks
 

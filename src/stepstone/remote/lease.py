@@ -222,9 +222,11 @@ class LeaseKeeper:
         keeps its history (pull shows both); the lease is let go all the same."""
         if self._ours is None:
             return
-        ours, self._ours = self._ours, None
         commit, _ = self._new_commit(released=True, stolen_from=None, why="")
         with self._pushing:
+            ours, self._ours = self._ours, None
+            if ours is None:
+                return
             try:
                 self._push(ours, commit, *([f"{tip}:{self.run_ref}"] if tip else []))
             except (GitFailed, LeaseHeld):

@@ -106,9 +106,18 @@ def _cloned_from(store: GitStore, run: str) -> Path | None:
     (that copy takes turns by the remote's lease, not as a copy)."""
     if store.config.get(REMOTE_KEY):
         return None
-    info = head_info(store, run)
-    if info is not None and info.shared:
+    origin = _origin_store(store)
+    if origin is None:
         return None
+    lock = _lock_path(origin.git_dir.resolve(), run)
+    info = head_info(store, run)
+    if info is not None and info.shared and not lock.exists():
+        return None  # the shared remote itself: no driver ever held the run there
+    return lock
+
+
+def _origin_store(store: GitStore) -> GitStore | None:
+    """The store on this machine that `store`'s `origin` names, if any (not itself)."""
     url = store.config.remote_url("origin") or ""
     folder = Path(url.removeprefix("file://"))
     if not url or not folder.is_absolute() or not folder.is_dir():
@@ -117,9 +126,19 @@ def _cloned_from(store: GitStore, run: str) -> Path | None:
         origin = GitStore(folder, create=False)
     except StepstoneError:
         return None
-    if origin.git_dir.resolve() == store.git_dir.resolve():
-        return None
-    return _lock_path(origin.git_dir.resolve(), run)
+    return None if origin.git_dir.resolve() == store.git_dir.resolve() else origin
+
+
+def remote_of_clone(store: GitStore, run: str) -> str | None:
+    """The remote a plain `git clone` of a run shared through one sends it through: its
+    `origin`, when that is the remote; the origin's own remote, when the clone was made
+    of a store that drives the run (then the two are copies that take turns)."""
+    origin = _origin_store(store)
+    if origin is None:
+        return store.config.remote_url("origin")
+    if not _lock_path(origin.git_dir.resolve(), run).exists():
+        return store.config.remote_url("origin")
+    return remote_of_copies(store, run)
 
 
 @dataclass
@@ -316,12 +335,6 @@ def diverge(state: RunState, ledger: Ledger, lock: RunLock) -> list[str]:
     known = _copies_of(state.store, state.id, lock)
     if not known:
         return ["--diverge: this store knows no copy of itself; nothing to diverge from"]
-    for path in known:
-        theirs = _known(Path(path))
-        if theirs.pop(str(mine), "absent") != "absent":
-            _save_known(Path(path), theirs, _left(Path(path)) | {str(mine)})
-    found = [f for f in (lock.copied_from, _cloned_from(state.store, state.id)) if f]
-    _save_known(mine, {}, _left(mine) | set(known) | {str(f) for f in found})
     sent = set(state.effect_book.steps())  # steps whose effects this copy records
     done = [
         name
@@ -339,6 +352,14 @@ def diverge(state: RunState, ledger: Ledger, lock: RunLock) -> list[str]:
         [(message.STATUS, "diverged")],
         info_changed=True,
     )
+    # the copies are told once the new lineage is committed: a refused commit (a finished
+    # run, a lost lease) leaves them taking turns as before
+    for path in known:
+        theirs = _known(Path(path))
+        if theirs.pop(str(mine), "absent") != "absent":
+            _save_known(Path(path), theirs, _left(Path(path)) | {str(mine)})
+    found = [f for f in (lock.copied_from, _cloned_from(state.store, state.id)) if f]
+    _save_known(mine, {}, _left(mine) | set(known) | {str(f) for f in found})
     grows = state.info.plan_mode == "incremental"
     again = [*left, "any step its plan does not have yet"] if grows else left
     return [

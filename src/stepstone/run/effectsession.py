@@ -167,6 +167,9 @@ def session_of(run: Driven) -> EffectSession:
     run that asks for none never makes one); its collaborators are the run's own."""
     session: EffectSession | None = run.__dict__.get("_effect_session")
     if session is None:
-        session = EffectSession(run, run.ledger, run.link, run.stepper, run.lock)
-        run.__dict__["_effect_session"] = session
+        with run.ledger.guard:  # two threads' first effects make one session
+            session = run.__dict__.get("_effect_session")
+            if session is None:
+                session = EffectSession(run, run.ledger, run.link, run.stepper, run.lock)
+                run.__dict__["_effect_session"] = session
     return session

@@ -55,11 +55,11 @@ class Ledger:
         state = self.state
         writes = dict(attached or {})
         writes.update({path_of(r, legacy=state.legacy_layout): dump(r) for r in records})
-        first = records[0]
-        was = state.decisions.get(first.key) if isinstance(first, Decision) else None
-        subject, trailers = entry(records, state.step_label, was=was, detail=detail)
         steps = any(isinstance(r, StepRecord) for r in records)
         with self.guard:
+            first = records[0]
+            was = state.decisions.get(first.key) if isinstance(first, Decision) else None
+            subject, trailers = entry(records, state.step_label, was=was, detail=detail)
             self.commit(
                 writes,
                 subject,

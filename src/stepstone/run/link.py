@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..errors import Diverged, StepstoneError, StepstoneWarning, StoreError
 from ..settings import OFFLINE_ENV
 from ..store import GitStore
-from .copies import remote_of_copies
+from .copies import remote_of_clone, remote_of_copies
 from .ledger import Ledger
 from .state import head_info
 
@@ -120,13 +120,17 @@ class RemoteLink:
         """Stop the pusher and hand the lease back (each even if the other fails)."""
         pusher, self.pusher = self.pusher, None
         lease, self.lease = self.lease, None
+        try:  # the history it hands over with the lease, if its ref can be read
+            tip = self.state.store.refs.tip(self.state.id) if lease is not None else None
+        except StepstoneError:
+            tip = None
         try:
             if pusher is not None:
                 pusher.close()
         finally:
             try:
                 if lease is not None and lease.lost is None:
-                    lease.release(self.state.store.refs.tip(self.state.id))
+                    lease.release(tip)
             except StepstoneError as exc:
                 self.notes.append(f"could not release the lease (it expires by itself): {exc}")
 
@@ -142,7 +146,7 @@ def _joins_its_remote(store: GitStore, run: str) -> bool:
     info = head_info(store, run)
     if info is None or not info.shared or store.settings.offline:
         return False
-    url = store.config.remote_url("origin") or remote_of_copies(store, run)
+    url = remote_of_clone(store, run) or remote_of_copies(store, run)
     if not url:
         raise StoreError(
             str(store.path),
