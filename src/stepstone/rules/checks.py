@@ -55,9 +55,10 @@ def strength(kinds: Iterable[str]) -> str | None:
 
 
 def _seconds(timeout: float | None) -> float:
-    """Seconds a `cmd:` or `call:` check may take: `timeout`, else the settings'
-    (`STEPSTONE_CHECK_TIMEOUT`, else 300)."""
-    return timeout if timeout is not None else Settings.from_env().check_timeout
+    """Seconds a `cmd:` or `call:` check may take: `timeout` (a driver passes its
+    settings'), else the default of `Settings.check_timeout`; settings are resolved where
+    a command or a run starts, not here."""
+    return timeout if timeout is not None else Settings.check_timeout
 
 
 CheckFn: TypeAlias = Callable[[], Any]
@@ -257,7 +258,7 @@ def run(
     timeout: float | None = None,
 ) -> Evidence:
     """Run a check now; return its evidence or raise CheckNotPassed with the reason.
-    `cmd:` and `call:` checks may take `timeout` seconds (default: the settings')."""
+    `cmd:` and `call:` checks may take `timeout` seconds (a driver passes its settings')."""
     if spec.kind in ("file", "sha256", "keep"):  # keep: a file: check whose file is kept
         raw_path = spec.arg.rpartition("=")[0] if spec.kind == "sha256" else spec.arg
         path = (

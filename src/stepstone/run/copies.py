@@ -318,7 +318,7 @@ def remote_of_copies(store: GitStore, run: str) -> str | None:
 def settle_now(store: GitStore, run: str) -> list[str]:
     """Take turns with the store's copies (see `take_turns`), holding the run for the time
     it takes: before a kernel opens it, so that a refusal is the command's, not a cell's."""
-    lock = run_lock(store, run, holder_identity())
+    lock = run_lock(store, run, holder_identity(store.settings))
     lock.acquire()
     try:  # first what a killed writer left here (a ref's lock file), as a driver does
         return store.clear_leftovers(run) + take_turns(store, run, lock)

@@ -62,7 +62,7 @@ class Run(RunView):
         self.store = store
         self.id = names.run_id(run_id)
         self.settings = settings if settings is not None else store.settings
-        self.holder = holder_identity()
+        self.holder = holder_identity(self.settings)
         self.notes: list[str] = []
         self.lock = lock = run_lock(store, self.id, self.holder)
         self.state = RunState(store, self.id, tolerant=not drive)

@@ -77,7 +77,7 @@ def open_run(
 @contextmanager
 def holding(store: GitStore, run: str) -> Iterator[None]:
     """Hold `run` (as its driver would) without opening it: for moving its ref."""
-    lock = run_lock(store, names.run_id(run), holder_identity())
+    lock = run_lock(store, names.run_id(run), holder_identity(store.settings))
     lock.acquire()
     try:
         store.clear_leftovers(run)
