@@ -2,11 +2,14 @@
 saved and saw, what a failed attempt left changed, and the process state a step set.
 
 The magics hold one `KernelSession` and delegate to it, as IPython's autoreload magics
-hold one `ModuleReloader`. It takes the shell as an object and imports no IPython.
+hold one `ModuleReloader`: `resume` and `step` own `%resume`'s and a step cell's whole
+sequence; the magic parses its line, calls one of them and renders what it returns. It
+takes the shell as an object and imports no IPython.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import hashlib
 import inspect
@@ -17,24 +20,38 @@ import types
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from types import CodeType
 from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from ..errors import StepstoneError
+from ..errors import InvalidInput, StepstoneError
 from ..model import events as model_events
-from ..model.events import StepEnded, StepStarted
-from ..model.models import StepSpec
-from ..notebook import namespace
+from ..model import names
+from ..model.events import RunOpened, StepEnded, StepStarted
+from ..model.models import PlannedStep, StepSpec
+from ..notebook import cellargs, namespace, parameters
+from ..notebook.cellargs import parse_step_line
+from ..notebook.notebook import choose_run, claim, goal_of
+from ..notebook.notebook_plan import (
+    notebook_cells,
+    parameter_defaults,
+    plan_from_notebook,
+    read_notebook,
+    step_cells,
+)
+from ..notebook.plaincells import made_anew
 from ..present import render, render_cells
 from ..present.render_cells import CellOutcome
 from ..rules import dependencies
 from ..rules.index import evidence_rows
-from ..run import Attempt, Run
+from ..rules.status import RunStatus, StepStatus
+from ..run import Attempt, Run, open_run
+from ..settings import Settings
+from ..store import resolve_store_path
 from ..values.artifacts import kind_of
-from . import displayed, processstate, retrying, sharing, usernames
+from . import clients, displayed, everycell, processstate, retrying, sharing, usernames
 
 
 def compiler(ip: Any) -> namespace.Compiler:
@@ -94,8 +111,23 @@ def _quiet(code: str) -> bool:
     return bool(meaningful) and meaningful[-1].string == ";"
 
 
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
 EXITED = "exited"  # in the kernel's part of a step whose code called sys.exit(0)
+
+
+@dataclass
+class Resumed:
+    """What `%resume` shows: the run's status, and what its verified steps gave back."""
+
+    status: RunStatus
+    giving_back: str | None
 
 
 @dataclass
@@ -146,6 +178,131 @@ class KernelSession:
         self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
         self.names = usernames.UserNames(getattr(ip, "user_ns_hidden", None))
         self.events: str | None = None  # where `stepstone run` reads the events (%resume)
+
+    def resume(
+        self,
+        args: argparse.Namespace,
+        settings: Settings,
+        notebook: Path | None,
+        every: everycell.EveryCell,
+    ) -> Resumed:
+        """`%resume`: open the run of `notebook` (`args` as the line gives them), claim it
+        for the notebook and commit its plan, say so to `stepstone run`; its status, and
+        what the verified steps give back."""
+        self.events = settings.events
+        self.events = settings.events
+        run_id = args.run or settings.run
+        cells = args.cells or settings.cells
+        # its client read the notebook already: its cells as plain JSON (nbformat's validator
+        # costs a kernel over a second where jsonschema finds its optional format checkers)
+        plan = (
+            plan_from_notebook(notebook, validate=False, cells=cells)
+            if notebook is not None
+            else None
+        )
+        if run_id is None and notebook is not None and plan is not None:
+            run_id = choose_run(
+                resolve_store_path(args.repo),
+                names.from_filename(notebook.stem),
+                notebook,
+                plan,
+                default_store=not (args.repo or settings.store),
+            )
+        if run_id is None:
+            raise InvalidInput(clients.unknown_notebook(self.ip.user_ns, settings=settings))
+        if self.run is not None:
+            self.run.close()
+            self.run = None
+        steal = args.steal or settings.steal
+        run = open_run(
+            run_id,
+            repo=args.repo,
+            workdir=Path.cwd(),
+            steal=steal,
+            diverge=args.diverge,
+            settings=replace(settings, origin=settings.origin or "notebook"),
+        )
+        given = settings.parameters
+        if given is not None:  # from `stepstone run -p`: they are part of the run
+            try:
+                begun = any(run.records.get(name) for name in run.steps.names)
+                recorded, known = run.info.parameters, parameter_defaults(notebook)
+                parameters.refuse_other(run.id, recorded, given, begun=begun, known=known)
+            except StepstoneError:
+                run.close()
+                raise
+            run.state.note_info(parameters=given)
+        if run.info.cells and not cells and notebook is not None:  # a run of every cell
+            cells, plan = True, plan_from_notebook(notebook, validate=False, cells=True)
+        self.cells = cells
+        self._every_cell(every, notebook if cells else None)
+        try:
+            status = self._open_plan(run, notebook, plan)
+        except BaseException:
+            run.close()
+            raise
+        self.run = run
+        self.emit(
+            RunOpened(run=run.id, store=str(run.store.path), steps=len(run.steps), cells=cells)
+        )
+        shown = render.shown_steps(status)
+        verified = [s.name for s in shown if isinstance(s, StepStatus) and s.state == "verified"]
+        giving = [(name, run.records.get(name)) for name in verified]
+        withheld = run.withheld  # untrusted pickles, named in the status's notes
+        rows = (
+            (
+                n,
+                [v for v in r.outputs if v not in withheld.get(n, ())],
+                r.unsaved,
+            )
+            for n, r in giving
+            if r
+        )
+        return Resumed(status, render.giving_back(rows))
+
+    def _every_cell(self, every: everycell.EveryCell, notebook: Path | None) -> None:
+        """In `--cells` mode, run each code cell of the saved `notebook` as its step though
+        it does not say `%%step` (`everycell`); else stop doing so."""
+        if notebook is None:
+            everycell.uninstall(self.ip, every)
+            return
+        cells = step_cells(read_notebook(notebook, validate=False), cells=True)
+        every.know(
+            [
+                (getattr(cell, "id", None), parse_step_line(parts[0]).name, cell.source)
+                for _, parts, cell in cells
+                if parts is not None and cellargs.split_cell(cell.source) is None
+            ]
+        )
+        everycell.install(self.ip, every)
+
+    def _open_plan(
+        self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
+    ) -> RunStatus:
+        """Claim the run for the notebook and commit the notebook's plan; the status."""
+        self.fresh({})
+        if notebook is not None and plan is not None:
+            every = self.cells
+            cells = notebook_cells(notebook, self.ip.transform_cell, cells=every)
+            self.fresh(namespace.later_reads(cells), made_anew([(n, code) for n, code, _ in cells]))
+            moved = claim(run, notebook)
+            if moved:
+                run.notes.append(moved)
+            changes = run.set_plan(
+                plan,
+                mode="notebook",
+                goal=goal_of(notebook),
+                notebook=_relative(notebook),
+                cells=every,
+            )
+            if changes:
+                run.notes.append(f"the notebook changed: {'; '.join(changes)}")
+            joined = run.join_lineage(notebook)
+            if joined:
+                run.notes.append(joined)
+        elif run.info.plan_mode == "incremental":
+            run.notes.append("the plan is incremental: steps are added as they are met")
+        return run.status(namespace=self.ip.user_ns)
 
     def emit(self, *events: BaseModel) -> None:
         """Append `events` for the `stepstone run` that started this kernel, if one did."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import functools
 from collections.abc import Callable, Coroutine
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,37 +13,19 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from IPython.display import Markdown, display
 
 from ..errors import StepstoneError
-from ..model import names
-from ..model.events import Refused, RunOpened
-from ..model.models import PlannedStep
-from ..notebook import cellargs, namespace, parameters
-from ..notebook.cellargs import parse_step_line
-from ..notebook.notebook import choose_run, claim, goal_of
+from ..model.events import Refused
+from ..notebook import cellargs
 from ..notebook.notebook_plan import (
-    notebook_cells,
-    parameter_defaults,
-    plan_from_notebook,
-    read_notebook,
     refuse_to_leave_out,
-    step_cells,
 )
-from ..notebook.plaincells import made_anew
 from ..present import render, render_cells
-from ..rules.status import RunStatus, StepStatus
-from ..run import Run, open_run
+from ..rules.status import RunStatus
+from ..run import Run
 from ..settings import Settings
-from ..store import resolve_store_path
 from . import clients, displayed, everycell
 from .kernelsession import FROM_CELL, KernelSession
 
 M = TypeVar("M", bound=Callable[..., Any])
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def _usage_errors(magic: M) -> M:
@@ -112,125 +93,11 @@ class StepstoneMagics(Magics):
     def resume(self, line: str) -> None:
         """Open the run, verify its evidence and show where it stands."""
         settings = Settings.from_env()
-        self.session.events = settings.events
         args = cellargs.parse_resume_line(line)
-        notebook = self._notebook_path(settings)
-        run_id = args.run or settings.run
-        cells = args.cells or settings.cells
-        # its client read the notebook already: its cells as plain JSON (nbformat's validator
-        # costs a kernel over a second where jsonschema finds its optional format checkers)
-        plan = (
-            plan_from_notebook(notebook, validate=False, cells=cells)
-            if notebook is not None
-            else None
-        )
-        if run_id is None and notebook is not None and plan is not None:
-            run_id = choose_run(
-                resolve_store_path(args.repo),
-                names.from_filename(notebook.stem),
-                notebook,
-                plan,
-                default_store=not (args.repo or settings.store),
-            )
-        if run_id is None:
-            raise UsageError(clients.unknown_notebook(self.ip.user_ns, settings=settings))
-        if self.session.run is not None:
-            self.session.run.close()
-            self.session.run = None
-        steal = args.steal or settings.steal
-        run = open_run(
-            run_id,
-            repo=args.repo,
-            workdir=Path.cwd(),
-            steal=steal,
-            diverge=args.diverge,
-            settings=replace(settings, origin=settings.origin or "notebook"),
-        )
-        given = settings.parameters
-        if given is not None:  # from `stepstone run -p`: they are part of the run
-            try:
-                begun = any(run.records.get(name) for name in run.steps.names)
-                recorded, known = run.info.parameters, parameter_defaults(notebook)
-                parameters.refuse_other(run.id, recorded, given, begun=begun, known=known)
-            except StepstoneError:
-                run.close()
-                raise
-            run.state.note_info(parameters=given)
-        if run.info.cells and not cells and notebook is not None:  # a run of every cell
-            cells, plan = True, plan_from_notebook(notebook, validate=False, cells=True)
-        self.session.cells = cells
-        self._every_cell(notebook if cells else None)
-        try:
-            status = self._open_plan(run, notebook, plan)
-        except BaseException:
-            run.close()
-            raise
-        self.session.run = run
-        self.session.emit(
-            RunOpened(run=run.id, store=str(run.store.path), steps=len(run.steps), cells=cells)
-        )
-        self._show(status)
-        shown = render.shown_steps(status)
-        verified = [s.name for s in shown if isinstance(s, StepStatus) and s.state == "verified"]
-        giving = [(name, run.records.get(name)) for name in verified]
-        withheld = run.withheld  # untrusted pickles, named in the status's notes
-        rows = (
-            (
-                n,
-                [v for v in r.outputs if v not in withheld.get(n, ())],
-                r.unsaved,
-            )
-            for n, r in giving
-            if r
-        )
-        if said := render.giving_back(rows):
-            displayed.say(self.ip, said)
-
-    def _every_cell(self, notebook: Path | None) -> None:
-        """In `--cells` mode, run each code cell of the saved `notebook` as its step though
-        it does not say `%%step` (`everycell`); else stop doing so."""
-        if notebook is None:
-            everycell.uninstall(self.ip, self.every)
-            return
-        cells = step_cells(read_notebook(notebook, validate=False), cells=True)
-        self.every.know(
-            [
-                (getattr(cell, "id", None), parse_step_line(parts[0]).name, cell.source)
-                for _, parts, cell in cells
-                if parts is not None and cellargs.split_cell(cell.source) is None
-            ]
-        )
-        everycell.install(self.ip, self.every)
-
-    def _open_plan(
-        self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
-    ) -> RunStatus:
-        """Claim the run for the notebook and commit the notebook's plan; the status."""
-        self.session.fresh({})
-        if notebook is not None and plan is not None:
-            every = self.session.cells
-            cells = notebook_cells(notebook, self.ip.transform_cell, cells=every)
-            self.session.fresh(
-                namespace.later_reads(cells), made_anew([(n, code) for n, code, _ in cells])
-            )
-            moved = claim(run, notebook)
-            if moved:
-                run.notes.append(moved)
-            changes = run.set_plan(
-                plan,
-                mode="notebook",
-                goal=goal_of(notebook),
-                notebook=_relative(notebook),
-                cells=every,
-            )
-            if changes:
-                run.notes.append(f"the notebook changed: {'; '.join(changes)}")
-            joined = run.join_lineage(notebook)
-            if joined:
-                run.notes.append(joined)
-        elif run.info.plan_mode == "incremental":
-            run.notes.append("the plan is incremental: steps are added as they are met")
-        return run.status(namespace=self.ip.user_ns)
+        resumed = self.session.resume(args, settings, self._notebook_path(settings), self.every)
+        self._show(resumed.status)
+        if resumed.giving_back:
+            displayed.say(self.ip, resumed.giving_back)
 
     @cell_magic
     @_usage_errors
