@@ -363,8 +363,11 @@ class World:
 
     def check_refusal_text(self, code: int | None, stderr: str) -> None:
         """Every refusal exits 2 with a line that says what went wrong and the way on."""
-        if code == 2:
-            said = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        if code == 2:  # the refusal runs from its `stepstone: ` line to the end
+            text = stderr.strip()
+            start = text.rfind("\nstepstone: ")
+            whole = text.startswith("stepstone: ") and start < 0
+            said = text if whole else text[start + 1 :] if start >= 0 else text[-300:]
             assert said.startswith("stepstone: ") or "Error:" in said, stderr
             assert WAY_ON.search(said), stderr
 
