@@ -56,6 +56,49 @@ def test_a_runs_events_are_json_lines_that_match_stepstone_schema(workdir: Path)
             assert f"{event['name']}: {event['outcome']}" in done.stderr
 
 
+def test_each_effect_says_how_it_ended_before_its_step(workdir: Path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    cells = [
+        "%load_ext stepstone\n%resume",
+        "%%step send\nimport stepstone\nstepstone.effect('notify', lambda key: {'id': 1})",
+        "%%step fail\nimport os\nstepstone.effect('page', lambda key: 1 / 0 if os.path.exists('x') "
+        "else 2)",
+    ]
+    book = new_notebook(cells=[new_code_cell(c) for c in cells])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(book, str(workdir / "job.ipynb"))
+    (workdir / "x").touch()
+    schema = _schema(workdir)
+    told: list[list[tuple[str, str, str]]] = []
+    for _ in range(2):
+        stepstone_cli("run", "job.ipynb", "--events", "events.jsonl", cwd=workdir)
+        found = _events(workdir / "events.jsonl")
+        for event in found:
+            jsonschema.validate(event, schema)
+        told.append(
+            [
+                (e["type"], e["name"], e.get("outcome", ""))
+                for e in found
+                if e["type"] in ("effect_ended", "step_ended")
+            ]
+        )
+        (workdir / "x").unlink(missing_ok=True)
+    assert told[0] == [
+        ("effect_ended", "notify", "sent"),
+        ("step_ended", "send", "done"),
+        ("effect_ended", "page", "failed"),
+        ("step_ended", "fail", "failed"),
+    ]
+    # a blind request that raised may have landed: in doubt, never sent again
+    assert told[1] == [
+        ("step_ended", "send", "skipped"),
+        ("effect_ended", "page", "unresolved"),
+        ("step_ended", "fail", "failed"),
+    ]
+
+
 def test_a_refusal_is_an_event_with_its_name(workdir: Path):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook

@@ -34,6 +34,7 @@ from ..errors import (
     StepstoneError,
     UnresolvedEffect,
 )
+from ..model.events import EffectEnded
 from ..model.models import Asking, EffectRecord, Resolution, RunInfo, now, stamp
 from ..rules.deadline import call_within
 from ..settings import Settings
@@ -84,8 +85,55 @@ def perform(
     retention: datetime.timedelta | float | None = None,
 ) -> Any:
     """Perform effect `name` (with `payload`) at most once in the run's lineage, whichever
-    step asks for it; return its receipt."""
+    step asks for it; return its receipt. How it ended is told to the step's readers
+    (`EffectEnded` in `Asking.told`)."""
     asking = _asking(run, name)
+    ended: list[tuple[str, str | None, str]] = []  # (outcome, key, detail), as it goes
+    try:
+        receipt = _perform(
+            run, asking, name, do, ended, keyed, lookup, payload, was, new, timeout, retention
+        )
+    except UnresolvedEffect as exc:
+        asking.told.append(_told(asking, name, exc.key, "unresolved", str(exc)))
+        raise
+    except StepstoneError as exc:
+        outcome = "failed" if ended and ended[-1][0] == "failed" else "refused"
+        key = ended[-1][1] if ended else None
+        asking.told.append(_told(asking, name, key, outcome, str(exc)))
+        raise
+    except Exception as exc:  # `do` raised: the request failed or timed out
+        key = ended[-1][1] if ended else None
+        asking.told.append(_told(asking, name, key, "failed", error_text(exc, limit=300)))
+        raise
+    outcome, key, detail = ended[-1]
+    asking.told.append(_told(asking, name, key, outcome, detail))
+    return receipt
+
+
+def _told(asking: Asking, name: str, key: str | None, outcome: str, detail: str) -> EffectEnded:
+    return EffectEnded(
+        step=asking.step,
+        name=name,
+        key=key,
+        outcome=outcome,
+        detail=detail.splitlines()[0][:300] if detail else "",
+    )
+
+
+def _perform(
+    run: Run,
+    asking: Asking,
+    name: str,
+    do: Callable[[str], Any],
+    ended: list[tuple[str, str | None, str]],
+    keyed: bool,
+    lookup: Callable[[str], Any] | None,
+    payload: Any,
+    was: str | None,
+    new: bool,
+    timeout: float | None,
+    retention: datetime.timedelta | float | None,
+) -> Any:
     step = asking.step
     check_name(name)
     if was is not None:
@@ -118,6 +166,9 @@ def perform(
                 record, fresh = _intent(run, asking, name, first, print_, new, find)
                 if record.state == "confirmed":
                     book.returned(first)
+                    here = mine is not None and mine.key == record.key
+                    how = "replayed" if here else "taken"
+                    ended.append((how, record.key, "" if here else "recorded by another run"))
                     return record.receipt
                 if fresh:
                     record = record.model_copy(
@@ -145,17 +196,22 @@ def perform(
     # the write itself runs outside the guard: other threads' effects go on meanwhile
     if fresh:
         _fence(run, record, fresh=True)
+        ended.append(("failed", record.key, ""))  # until `do` returns
         receipt = _do(run, record, do, seconds)
+        ended.append(("sent", record.key, ""))
     else:  # submitted or unresolved: the write may or may not have landed
         found = _looked_up(record, lookup(record.key)) if lookup is not None else None
         if found is not None:
             receipt = _confirm(run, record, found, "found by lookup")
+            ended.append(("replayed", record.key, "found by lookup"))
         elif lookup is not None or keyed:
             if lookup is None:
                 record = _refuse_an_expired_key(run, step, record, retention)
             _fence(run, record, fresh=False)
             again = record.model_copy(update={"attempts": record.attempts + 1})
+            ended.append(("failed", record.key, ""))  # until `do` returns
             receipt = _do(run, again, do, seconds)
+            ended.append(("sent", record.key, "again, with its key"))
         else:
             if record.state != "unresolved":
                 record = record.model_copy(update={"state": "unresolved"})

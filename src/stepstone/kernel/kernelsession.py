@@ -47,7 +47,7 @@ from ..present.render_cells import CellOutcome
 from ..rules import dependencies
 from ..rules.index import evidence_rows
 from ..rules.status import RunStatus, StepStatus
-from ..run import Attempt, Run, open_run
+from ..run import Attempt, Run, StepStart, open_run
 from ..settings import Settings
 from ..store import resolve_store_path
 from ..values.artifacts import kind_of
@@ -340,9 +340,10 @@ class KernelSession:
         cell_raised = ran = False  # ran: the cell's code started, and may have changed values
         spec = replace(spec, source=cell)
         remade: list[str] = []
+        began: StepStart | None = None
         try:
             with run.stepping(spec, namespace=ns) as attempt:
-                start = attempt.start
+                start = began = attempt.start
                 number = start.planned.number
                 shown.began(number, spec.name)
                 self.emit(
@@ -370,6 +371,8 @@ class KernelSession:
                     cell_raised = False
                     self._offer(attempt, spec, shape, ran_code)
         except BaseException as exc:
+            if began is not None:
+                self.emit(*began.told)  # how its effects ended, before the step
             self._failed(spec, shape, exc, cell_raised=cell_raised, ran=ran, shown=shown)
             raise
         return self._ended(attempt, spec, again=again, remade=remade, shown=shown)
@@ -459,13 +462,14 @@ class KernelSession:
         done.notes += attempt.start.said  # effects taken from another run of the lineage
         shown.ended(done)
         self.emit(
+            *attempt.start.told,  # how its effects ended
             StepEnded(
                 number=number,
                 name=spec.name,
                 outcome="skipped" if attempt.skipped else "done",
                 reasons=[why] if why else [],
                 said=list(attempt.start.said),
-            )
+            ),
         )
         exited, self.exited = self.exited, None
         if exited is not None:  # confirmed: IPython shows the exit as it does a plain cell's

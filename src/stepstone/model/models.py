@@ -378,3 +378,4 @@ class Asking:
     basis: Callable[[], str]
     ended: bool = False
     said: list[str] = field(default_factory=list)  # what the step's card says of effects
+    told: list[Any] = field(default_factory=list)  # its effects' `EffectEnded` events

@@ -48,6 +48,7 @@ class StepStart:
     kernel: dict[str, Any] = field(default_factory=dict)  # the kernel's part, restored
     trace: Trace = field(default_factory=Trace)  # what the step wrote and read as it ran
     said: list[str] = field(default_factory=list)  # what its effects said (taken from others)
+    told: list[Any] = field(default_factory=list)  # how each of its effects ended (events)
 
 
 @dataclass
@@ -155,7 +156,7 @@ class Stepper:
             with stepping_in(run, start.trace, asking):
                 yield
         finally:
-            start.said = asking.said
+            start.said, start.told = asking.said, asking.told
             self.checker.notes.extend(asking.said)  # the run's notes, for the Python API
             self.current, self.asking = previous
 
