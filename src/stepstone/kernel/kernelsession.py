@@ -225,9 +225,8 @@ class KernelSession:
         given = settings.parameters
         if given is not None:  # from `stepstone run -p`: they are part of the run
             try:
-                begun = any(run.records.get(name) for name in run.steps.names)
                 recorded, known = run.info.parameters, parameter_defaults(notebook)
-                parameters.refuse_other(run.id, recorded, given, begun=begun, known=known)
+                parameters.refuse_other(run.id, recorded, given, begun=run.begun, known=known)
             except StepstoneError:
                 run.close()
                 raise

@@ -185,12 +185,11 @@ def _run_notebook(
                 say(f"stepstone: {note}")
         if made.refs.tip(run_id) is not None:
             recorded = open_run(run_id, repo=store, drive=False, create=False)
-            begun = any(recorded.records.get(n) for n in recorded.steps.names)
             params.refuse_other(
                 run_id,
                 recorded.info.parameters,
                 params.canonical(identity),
-                begun=begun,
+                begun=recorded.begun,
                 known=known,
             )
         said = f"as run {run_id} ({len(plan)} steps, store {store})"

@@ -53,6 +53,11 @@ class RunView:
         return self._checker.withheld
 
     @property
+    def begun(self) -> bool:
+        """Whether a step of its plan has a record (then its parameters are its own)."""
+        return any(self.state.records.get(name) for name in self.state.steps.names)
+
+    @property
     def info(self) -> RunInfo:
         """The run's head file (`run.json`)."""
         return self.state.info
