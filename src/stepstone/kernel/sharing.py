@@ -271,15 +271,15 @@ def _put(namespace: MutableMapping[str, Any], place: Place, obj: Any) -> None:
 def relink(namespace: MutableMapping[str, Any], made: Iterable[dict[str, Any]]) -> list[str]:
     """Make the links `made` (from `links`) in `namespace`; the names of the links that
     could not be made (a name not given back, a value no longer of that shape)."""
-    import numpy as np
-
     missed = []
     for link in made:
         to, source = _place(link["to"]), _place(link["from"])
         try:
             obj = _resolve(namespace, source)
             view = link.get("view")
-            if view is not None:
+            if view is not None:  # a view of an array: numpy made it, so numpy is here
+                import numpy as np
+
                 now = _resolve(namespace, to)
                 obj = np.ndarray(
                     tuple(view["shape"]), np.dtype(view["dtype"]), buffer=obj,
