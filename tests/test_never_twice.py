@@ -704,3 +704,19 @@ def test_a_git_clone_of_a_store_that_shares_its_run_takes_turns_with_it(tmp_path
     _drive(b, ["load", "fit", "score"], ran)
     _drive(a, ["load", "fit", "score", "report"], ran)
     assert ran == ["a:load", "a:fit", "b:score", "a:report"]
+
+
+@pytest.mark.kernel
+def test_diverge_says_on_the_console_what_it_sends_anew(tmp_path: Path, receiver):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    _write(a, _steps("%%step load\nx = 1", "%%step send\nfx.blind('notify')"))
+    assert _run(a, receiver, "run", "job.ipynb").returncode == 0
+    shutil.copytree(a, b)
+    shutil.rmtree(a)  # the original is gone before the copy met it
+    refused = _run(b, receiver, "run", "job.ipynb")
+    assert refused.returncode == 2 and "Diverged" in refused.stderr, refused.stderr
+    done = _run(b, receiver, "run", "job.ipynb", "--diverge")
+    assert done.returncode == 0, done.stderr
+    assert "as a new lineage" in done.stderr and "sent anew" in done.stderr, done.stderr
+    assert _sent(receiver) == [("notify", None)]

@@ -222,6 +222,7 @@ class KernelSession:
             diverge=args.diverge,
             settings=replace(settings, origin=settings.origin or "notebook"),
         )
+        opening = list(run.notes)  # what opening it said (copies, the remote, --diverge)
         given = settings.parameters
         if given is not None:  # from `stepstone run -p`: they are part of the run
             try:
@@ -242,7 +243,13 @@ class KernelSession:
             raise
         self.run = run
         self.emit(
-            RunOpened(run=run.id, store=str(run.store.path), steps=len(run.steps), cells=cells)
+            RunOpened(
+                run=run.id,
+                store=str(run.store.path),
+                steps=len(run.steps),
+                cells=cells,
+                notes=opening,
+            )
         )
         shown = render.shown_steps(status)
         verified = [s.name for s in shown if isinstance(s, StepStatus) and s.state == "verified"]

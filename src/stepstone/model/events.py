@@ -37,6 +37,11 @@ class RunOpened(_Event):
     store: str
     steps: int = Field(description="how many steps the plan has")
     cells: bool = Field(description="every code cell is a step (--cells)")
+    notes: list[str] = Field(
+        default_factory=list,
+        description="what opening it said: history taken in from a copy or the remote, a "
+        "new lineage (--diverge) and the effects it sends anew",
+    )
 
 
 class StepStarted(_Event):

@@ -417,6 +417,9 @@ def execute(
         for event in channel.read():
             if isinstance(event, RunOpened):
                 opened.append(event)
+                if progress is not None:
+                    for note in event.notes:
+                        progress(f"stepstone: {note}")
             elif isinstance(event, Refused):
                 refused.append(event)
             elif isinstance(event, StepEnded):
