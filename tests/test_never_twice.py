@@ -720,3 +720,34 @@ def test_diverge_says_on_the_console_what_it_sends_anew(tmp_path: Path, receiver
     assert done.returncode == 0, done.stderr
     assert "as a new lineage" in done.stderr and "sent anew" in done.stderr, done.stderr
     assert _sent(receiver) == [("notify", None)]
+
+
+@pytest.mark.kernel
+def test_a_parameter_set_takes_what_a_clone_of_the_shared_remote_sent(tmp_path: Path, receiver):
+    """Found by the generator (seed 2079): a notebook's run shared through a remote, a
+    plain clone of the remote sends its effect, then the notebook runs here with other
+    parameters: the new parameter set is in the run's lineage, and its effect was sent."""
+    from conftest import git
+
+    origin, a, b = tmp_path / "remote.git", tmp_path / "a", tmp_path / "b"
+    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
+    a.mkdir()
+    fail = "import os\nif os.path.exists('fail'):\n    raise RuntimeError('not yet')"
+    cells = [
+        ("parameters", "n = 3"),
+        "%%step load\nx = 1",
+        f"%%step send\n{fail}\nfx.blind('charge')",
+    ]
+    _write(a, [SETUP, "import fx", *cells])
+    (a / "fail").write_text("")
+    assert _run(a, receiver, "run", "job.ipynb").returncode == 1
+    assert _run(a, receiver, "push", "--remote", str(origin)).returncode == 0
+    b.mkdir()
+    git("clone", "--bare", "-q", str(origin), str(b / ".stepstone"), cwd=tmp_path)
+    shutil.copy(a / "job.ipynb", b / "job.ipynb")
+    assert _run(b, receiver, "run", "job.ipynb").returncode == 0
+    assert _sent(receiver) == [("charge", None)]
+    (a / "fail").unlink()
+    done = _run(a, receiver, "run", "job.ipynb", "-p", "n", "4")
+    assert done.returncode == 0, done.stderr
+    assert _sent(receiver) == [("charge", None)]

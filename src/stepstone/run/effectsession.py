@@ -93,6 +93,7 @@ class EffectSession:
         """The record of an effect (under any of `keys`) that says most of it among the
         other histories of the store (another run, a fork, the remote's history fetched
         here: `tells_more`), and the ref that holds it; None when none holds it."""
+        self._fetch_shared_lineage()
         best: tuple[str, EffectRecord] | None = None
         here = self.store.refs.ref(self.id)
         for key in keys:
@@ -104,6 +105,28 @@ class EffectSession:
                 if best is None or tells_more(record, best[1]):
                     best = (ref, record)
         return best
+
+    def _fetch_shared_lineage(self) -> None:
+        """Bring in the remote's history of the other runs of this run's lineage that
+        travel through it (a notebook's run shared, asked here with other parameters),
+        so that what a clone of the remote sent for them is found before a new intent:
+        their tips on the remote can hold effects this store never saw. A remote that
+        cannot be reached leaves what was fetched before (the run's lease, when it has
+        one, says the rest)."""
+        from .. import remote
+
+        store = self.store
+        if remote.remote_name(store) is None:
+            return
+        mine = self.state.lineage
+        for run in store.refs.runs():
+            info = head_info(store, run) if run != self.id else None
+            if info is None or not info.shared or lineage_of(info) != mine:
+                continue
+            try:
+                remote.remote_tip(store, run)
+            except (StepstoneError, OSError):
+                continue
 
     def named_elsewhere(self, name: str, payload: str | None) -> str | None:
         """Another run of this run's lineage (`run ID`) that recorded an effect called
