@@ -255,9 +255,12 @@ class World:
         )
 
     def check_refusal(self, done: subprocess.CompletedProcess[str]) -> None:
-        """Every refusal exits 2 with one line that says what went wrong and the way on."""
+        """Every refusal exits 2 with a line that says what went wrong and the way on (read
+        from its `stepstone: ` line to the end: progress lines may come before it)."""
         if done.returncode == 2:
-            said = done.stderr.strip()
+            text = done.stderr.strip()
+            start = text.rfind("\nstepstone: ")
+            said = text[start + 1 :] if start >= 0 and not text.startswith("stepstone: ") else text
             assert said.startswith("stepstone: ") or "Error:" in said, said
             assert re.search(r"--|stepstone |%|wait|pass |repair|give ", said), said
 
