@@ -669,15 +669,24 @@ def test_a_git_clone_driven_on_as_a_new_lineage_is_not_refused_again(tmp_path: P
     assert ran == ["a:load", "a:fit", "b:score", "b:report"]
 
 
-def test_a_driver_that_lets_go_of_the_lease_hands_over_what_it_did(tmp_path: Path):
+def _shared_from(tmp_path: Path, ran: list[str]) -> tuple[Path, Path, Path]:
+    """(the remote, a, b): a's run, one step done, pushed to a new bare remote, which
+    shares it; b is an empty folder."""
     from conftest import git, stepstone_cli
 
     origin = tmp_path / "remote.git"
     git("init", "-q", "--bare", str(origin), cwd=tmp_path)
     a, b = tmp_path / "a", tmp_path / "b"
-    ran: list[str] = []
     _drive(a, ["load"], ran)
     assert stepstone_cli("push", "--remote", str(origin), cwd=a).returncode == 0
+    return origin, a, b
+
+
+def test_a_driver_that_lets_go_of_the_lease_hands_over_what_it_did(tmp_path: Path):
+    from conftest import git
+
+    ran: list[str] = []
+    origin, a, b = _shared_from(tmp_path, ran)
     git("clone", "--bare", "-q", str(origin), str(b / ".stepstone"), cwd=tmp_path)
     _drive(b, ["load", "fit"], ran)  # takes the lease, and hands `fit` over with it
     _drive(a, ["load", "fit", "score"], ran)
@@ -686,14 +695,10 @@ def test_a_driver_that_lets_go_of_the_lease_hands_over_what_it_did(tmp_path: Pat
 
 
 def test_a_git_clone_of_a_store_that_shares_its_run_takes_turns_with_it(tmp_path: Path):
-    from conftest import git, stepstone_cli
+    from conftest import git
 
-    origin = tmp_path / "remote.git"
-    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
-    a, b = tmp_path / "a", tmp_path / "b"
     ran: list[str] = []
-    _drive(a, ["load"], ran)
-    assert stepstone_cli("push", "--remote", str(origin), cwd=a).returncode == 0
+    _, a, b = _shared_from(tmp_path, ran)
     _drive(a, ["load", "fit"], ran)  # the run says `shared` now
     git("clone", "--bare", "-q", str(a / ".stepstone"), str(b / ".stepstone"), cwd=tmp_path)
     with (

@@ -109,11 +109,15 @@ def _cloned_from(store: GitStore, run: str) -> Path | None:
     origin = _origin_store(store)
     if origin is None:
         return None
-    lock = _lock_path(origin.git_dir.resolve(), run)
     info = head_info(store, run)
-    if info is not None and info.shared and not lock.exists():
-        return None  # the shared remote itself: no driver ever held the run there
-    return lock
+    if info is not None and info.shared and not _driven_in(origin, run):
+        return None  # the shared remote itself
+    return _lock_path(origin.git_dir.resolve(), run)
+
+
+def _driven_in(origin: GitStore, run: str) -> bool:
+    """Whether a driver ever held `run` in `origin` (a store, not a bare remote pushed to)."""
+    return _lock_path(origin.git_dir.resolve(), run).exists()
 
 
 def _origin_store(store: GitStore) -> GitStore | None:
@@ -134,9 +138,7 @@ def remote_of_clone(store: GitStore, run: str) -> str | None:
     `origin`, when that is the remote; the origin's own remote, when the clone was made
     of a store that drives the run (then the two are copies that take turns)."""
     origin = _origin_store(store)
-    if origin is None:
-        return store.config.remote_url("origin")
-    if not _lock_path(origin.git_dir.resolve(), run).exists():
+    if origin is None or not _driven_in(origin, run):
         return store.config.remote_url("origin")
     return remote_of_copies(store, run)
 

@@ -51,6 +51,7 @@ class EffectSession:
         self.settings = ledger.settings
         self._ledger, self._link, self._stepper, self._lock = ledger, link, stepper, lock
         self._names: dict[str, list[tuple[str, str | None]]] | None = None
+        self._fetched_for: Asking | None = None  # the step attempt that last fetched
 
     @property
     def info(self) -> RunInfo:
@@ -110,12 +111,16 @@ class EffectSession:
         """Bring in the remote's history of the other runs of this run's lineage that
         travel through it (a notebook's run shared, asked here with other parameters),
         so that what a clone of the remote sent for them is found before a new intent:
-        their tips on the remote can hold effects this store never saw. A remote that
-        cannot be reached leaves what was fetched before (the run's lease, when it has
-        one, says the rest)."""
+        their tips on the remote can hold effects this store never saw. Once for each
+        step's attempt (a family of a thousand members fetches once, not a thousand
+        times). A remote that cannot be reached leaves what was fetched before (the
+        run's lease, when it has one, says the rest)."""
         from .. import remote
 
-        store = self.store
+        store, attempt = self.store, self._stepper.asking
+        if attempt is not None and attempt is self._fetched_for:
+            return
+        self._fetched_for = attempt
         if remote.remote_name(store) is None:
             return
         mine = self.state.lineage
