@@ -352,7 +352,7 @@ def test_a_helper_from_a_plain_cell_lets_the_steps_that_call_it_follow_their_inp
     assert stepstone_cli("rerun", "a", "--why", "check it", cwd=workdir).returncode == 0
     # every step read `mark`, so each kept the conservative rule and ran again
     assert _ran(workdir, **FOLLOW) == ["a"]
-    _job(workdir, helper.replace("'.txt'", "'.txt'  # same"), *steps)
+    _job(workdir, helper.replace("'.txt'", "'.' + 'txt'"), *steps)
     assert _ran(workdir, **FOLLOW) == ["a", "b", "c"]  # the helper's cell is theirs
 
 

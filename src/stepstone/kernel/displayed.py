@@ -15,6 +15,7 @@ Not captured: output sent from another thread after the cell ended. Outputs over
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -187,6 +188,17 @@ def _terminal(ip: Any, outputs: _Outputs) -> Iterator[list[Shown]]:
             yield outputs
         finally:
             sys.stdout, sys.stderr = streams
+
+
+def draw_figures() -> None:
+    """Draw the figures the cell left to the inline backend, as IPython has it do after
+    the cell (`post_execute`): inside the step, so that they are its outputs, kept and
+    shown again on skip (`df.plot()` without `plt.show()`)."""
+    inline = sys.modules.get("matplotlib_inline.backend_inline")
+    if inline is None:
+        return
+    with contextlib.suppress(Exception):  # IPython's own call after the cell says what failed
+        inline.flush_figures()
 
 
 def kept(outputs: list[Shown]) -> list[Shown] | None:

@@ -399,10 +399,9 @@ class KernelSession:
         attempt.keep_for_kernel(ran.kernel)
         if shape is None:
             return
-        needed = self.later.get(spec.name)
-        offered = namespace.offered(shape, ns, spec.outputs, needed)
+        offered = namespace.offered(shape, ns, spec.outputs)
         attempt.offer(offered)
-        read = namespace.touched(shape, ns, self.kept, needed)
+        read = namespace.touched(shape, ns, self.kept)
         given = {*offered, *spec.outputs, *ran.changed}
         partners, links = self.shared(given, read)
         attempt.offer_changed(self.seen.maybe_changed(read | partners))
@@ -475,6 +474,7 @@ class KernelSession:
                 outcome="skipped" if attempt.skipped else "done",
                 reasons=[why] if why else [],
                 said=list(attempt.start.said),
+                unsaved={} if attempt.skipped else dict(record.unsaved),
             ),
         )
         exited, self.exited = self.exited, None
@@ -539,6 +539,8 @@ class KernelSession:
                 if exc.code not in (0, None):
                     raise
                 self.exited = exc
+            finally:
+                displayed.draw_figures()
         changed, left = watch.changed()
         if left:
             displayed.say(self.ip, f"will not survive a resume: {', '.join(left)}")

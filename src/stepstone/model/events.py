@@ -65,6 +65,20 @@ class StepEnded(_Event):
         default_factory=list, description="why it ran again (done) or what it raised (failed)"
     )
     said: list[str] = Field(default_factory=list, description="what its effects said")
+    unsaved: dict[str, str] = Field(
+        default_factory=dict,
+        description="the names it bound that will not survive a resume, with their kinds",
+    )
+
+
+def unsaved_line(unsaved: dict[str, str]) -> str:
+    """What a confirmed step could not save, in one line ("" when it saved all)."""
+    lost = ", ".join(f"{name} ({kind})" for name, kind in unsaved.items())
+    return (
+        f"  will not survive a resume: {lost} - re-create it in the step that uses it"
+        if lost
+        else ""
+    )
 
 
 class EffectEnded(_Event):

@@ -88,23 +88,15 @@ def _names_in(nodes: Iterable[ast.AST], context: type[ast.expr_context]) -> set[
     return {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
 
 
-def offered(
-    cell: Cell,
-    namespace: Mapping[str, Any],
-    asked: Iterable[str] = (),
-    needed: frozenset[str] | None = None,
-) -> dict[str, Any]:
-    """The values to save of the names `cell` bound and a later cell may read (`needed`;
-    None: any): not the ones its definitions make again on skip, nor the ones `asked`
-    for by name (`--out`)."""
+def offered(cell: Cell, namespace: Mapping[str, Any], asked: Iterable[str] = ()) -> dict[str, Any]:
+    """The values to save of the names `cell` bound, whether or not a cell reads them now
+    (a cell added later may): not the ones its definitions make again on skip, nor the
+    ones `asked` for by name (`--out`)."""
     skip = set(asked) | _THROWAWAY | (cell.defined - cell.others)
     return {
         n: namespace[n]
         for n in cell.binds
-        if n not in skip
-        and n in namespace
-        and (needed is None or n in needed)
-        and not _closed(namespace[n])
+        if n not in skip and n in namespace and not _closed(namespace[n])
     }
 
 
@@ -112,13 +104,12 @@ def touched(
     cell: Cell,
     namespace: Mapping[str, Any],
     kept: Collection[str],
-    needed: frozenset[str] | None = None,
     *,
     bound: bool = False,
 ) -> dict[str, Any]:
     """The values earlier steps saved (`kept`) that `cell` may have changed in place
-    (`rows.append(x)`, or a function of the notebook it called), that a later cell may
-    read: saved again when they differ from what was saved. `bound`: those it binds
+    (`rows.append(x)`, or a function of the notebook it called): saved again when they
+    differ from what was saved. `bound`: those it binds
     and reads too (`prices *= 2`, `df = df.dropna()`), as a failed attempt may have
     left them."""
     reads = cell.reads
@@ -131,7 +122,6 @@ def touched(
         for n in names
         if n in namespace
         and (n not in cell.binds or (bound and (reads is None or n in reads)))
-        and (needed is None or n in needed)
         and not isinstance(namespace[n], _DEFINED)
         and not _closed(namespace[n])
     }

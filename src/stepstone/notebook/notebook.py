@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import InvalidInput, StepstoneError
 from ..model import names
-from ..model.events import Refused, RunOpened, StepEnded, Tail
+from ..model.events import Refused, RunOpened, StepEnded, Tail, unsaved_line
 from ..model.models import PlannedStep
 from ..run import Run, open_run
 from ..settings import (
@@ -457,6 +457,8 @@ def execute(
             stopper.where = "between steps"  # the step finished before the interrupt reached it
         if progress is not None and not (state == "failed" and stopper.signum is not None):
             progress(f"[{number}/{len(steps)}] {name}: {state}")
+            if said is not None and said.unsaved:
+                progress(unsaved_line(said.unsaved))
 
     env = child_environment(
         {

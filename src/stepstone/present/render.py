@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from ..model import events
 from . import brief as briefing
 from .render_cells import evidence_text
 
@@ -398,13 +399,9 @@ def kernel_names(
 ) -> str:
     """What a skipped cell gave back to the kernel, or what a confirmed one could not
     save, in one line ("" when there is nothing to say)."""
-    lost = ", ".join(f"{name} ({kind})" for name, kind in unsaved.items())
     if not skipped:
-        return (
-            f"  will not survive a resume: {lost} - re-create it in the step that uses it"
-            if lost
-            else ""
-        )
+        return events.unsaved_line(dict(unsaved))
+    lost = ", ".join(f"{name} ({kind})" for name, kind in unsaved.items())
     parts = []
     if restored := ", ".join(restored):
         parts.append(f"restored {restored}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import re
+import tokenize
 
 from ..effects.effectkeys import effect_path
 from ..model.models import Decision, EffectRecord, StepRecord, Unknown
@@ -29,14 +31,41 @@ _BLANK = re.compile(r"^[ \t\f\v]+$", re.MULTILINE)
 
 
 def source_hash(source: str, context: str = "") -> str:
-    """The hash of a step's source, used to notice an edited cell. A line of spaces counts
-    as an empty line: IPython empties it before a cell magic sees the cell, while the
-    notebook's file keeps it. `context`: the plain cells the step reads from (a
-    notebook's), whose hash follows a `+`, so that editing one makes the step stale."""
-    own = hashlib.sha256(_BLANK.sub("", source).strip().encode()).hexdigest()
+    """The hash of a step's source, used to notice an edited cell: of its code, not of
+    its comments, blank lines or the spaces between tokens (an edit of those changes
+    nothing it does; the text of its strings counts). `context`: the plain cells the
+    step reads from (a notebook's), whose hash follows a `+`, so that editing one makes
+    the step stale."""
+    own = hashlib.sha256(_code(source).encode()).hexdigest()
     if not context:
         return own
-    return f"{own}+{hashlib.sha256(_BLANK.sub('', context).encode()).hexdigest()[:16]}"
+    return f"{own}+{hashlib.sha256(_code(context).encode()).hexdigest()[:16]}"
+
+
+_LAYOUT = {tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE}
+_UNSEEN = {tokenize.COMMENT, tokenize.NL, tokenize.ENDMARKER}
+
+
+_SHELL = re.compile(r"^([ \t]*)((?:[\w.,\t ]*=[ \t]*)?[!%].*)$", re.MULTILINE)
+
+
+def _code(source: str) -> str:
+    """`source` as the tokens it is made of, its shell and magic lines as their text
+    (`!cmd a-b` is not `!cmd a - b`); as text with lines of spaces emptied when it does
+    not tokenize, or is a cell magic's (IPython empties such a line before a cell
+    magic sees it)."""
+    if source.lstrip().startswith("%%"):
+        return _BLANK.sub("", source).strip()
+    python = _SHELL.sub(lambda m: m.group(1) + repr(m.group(2).rstrip()), source)
+    parts = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(python).readline):
+            if token.type in _UNSEEN:
+                continue
+            parts.append(tokenize.tok_name[token.type] if token.type in _LAYOUT else token.string)
+    except (tokenize.TokenError, SyntaxError):
+        return _BLANK.sub("", source).strip()
+    return "\x1f".join(parts)
 
 
 def keeping_context(found: str, planned: str | None) -> str:

@@ -20,6 +20,7 @@ import importlib
 import io
 import json
 import pickle
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -187,9 +188,31 @@ def _comes_back(fmt: str, data: bytes, value: Any, write: Callable[[Any], bytes]
     if fmt != "pickle":  # bytes made again say nothing of what a format dropped (freq)
         return False
     try:  # no __eq__ of its own, or one that cannot say: the same pickle again
-        return write(back) == data
+        again = write(back)
+        if again == data:
+            return True
+        plain = _unshared(value)
+        if plain is not None:
+            return plain == _unshared(back)
+        # cyclic (a figure and its axes): what comes back pickles as its own copy does
+        return write(decode(fmt, again)) == again
     except Exception:
         return False
+
+
+def _unshared(value: Any) -> bytes | None:
+    """A pickle that writes an object as often as it is met (no memo), or None for a
+    value with cycles or one plain pickle cannot take. Two such pickles are equal
+    whichever strings the unpickler interned: `b.fields = ["size"]` beside `b.size`
+    shares one string in the kernel and not in what comes back."""
+    buffer = io.BytesIO()
+    pickler = _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True
+    try:
+        pickler.dump(value)
+    except Exception:  # a cycle (ValueError, RecursionError), a lambda
+        return None
+    return buffer.getvalue()
 
 
 def _equal(back: Any, value: Any) -> bool:
@@ -291,10 +314,25 @@ def decode(fmt: str, data: bytes) -> Any:
     if fmt == tagged.FORMAT:
         return tagged.loads(data)
     if fmt == "pickle":
-        return pickle.loads(data)
+        return _unpickled(data)
     if fmt == "module":
         return importlib.import_module(data.decode())
     raise InvalidInput(f"unknown artifact format {fmt!r}")
+
+
+def _unpickled(data: bytes) -> Any:
+    """`pickle.loads`, without the figures it registers with pyplot: the inline backend
+    would draw each again at the end of the cell (a figure is shown and let go of by
+    the cell that drew it)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    before = set(pyplot.get_fignums()) if pyplot is not None else set()
+    try:
+        return pickle.loads(data)
+    finally:
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is not None:
+            for number in set(pyplot.get_fignums()) - before:
+                pyplot.close(number)
 
 
 def sha256(data: bytes) -> str:
