@@ -86,15 +86,19 @@ class Case:
 
     folder: Path
     cells: list[str] = field(default_factory=list)
-    data: dict[str, str] = field(default_factory=dict)  # the input files, by path
+    data: dict[str, bytes] = field(default_factory=dict)  # the input files, by path
     kernel_name: str = "python3"
 
     def put(self, path: str, text: str) -> None:
         """Change (or add) an input file, outside any run."""
-        self.data[path] = text
         target = self.folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
+        self.took(path)
+
+    def took(self, path: str) -> None:
+        """The file at `path` as it is now is an input (changed outside any run)."""
+        self.data[path] = (self.folder / path).read_bytes()
 
     def write(self, cells: list[str] | None = None) -> Path:
         """Write the notebook (these cells, and the probe last)."""
@@ -145,9 +149,9 @@ def fresh_beside(case: Case, folder: Path, timeout: float = 300) -> Ended:
     """The final notebook on the final data, run by papermill in `folder`."""
     folder.mkdir(parents=True)
     shutil.copy(case.folder / NOTEBOOK, folder / NOTEBOOK)
-    for path, text in case.data.items():
+    for path, content in case.data.items():
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
-        (folder / path).write_text(text)
+        (folder / path).write_bytes(content)
     done = subprocess.run(
         [sys.executable, "-m", "papermill", NOTEBOOK, EXECUTED, "--cwd", "."],
         cwd=folder,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import run_python
 from oracle import Case, compare
 
 pytestmark = pytest.mark.kernel
@@ -117,4 +118,76 @@ def test_a_comment_or_whitespace_edit_runs_nothing_again(tmp_path: Path):
     ended = case.run()
     assert ended.code == 0, ended.said
     assert "cell-2: skipped" in ended.said, ended.said
+    assert compare(case, ended, tmp_path) == []
+
+
+DATA_READERS = {
+    "parquet": (
+        {},
+        (
+            "data.parquet",
+            "import pandas as pd\npd.DataFrame({'v': [1, 2]}).to_parquet('data.parquet')",
+        ),
+        "import pandas as pd\ntotal = int(pd.read_parquet('data.parquet').v.sum())\nprint(total)",
+        lambda case: run_python(
+            "import pandas as pd\npd.DataFrame({'v': [5, 6]}).to_parquet('data.parquet')",
+            cwd=case.folder,
+        ),
+    ),
+    "glob": (
+        {"parts/a.csv": "v\n1\n"},
+        None,
+        "import glob\nnames = sorted(glob.glob('parts/*.csv'))\nprint(names)",
+        lambda case: case.put("parts/b.csv", "v\n2\n"),
+    ),
+    "glob-here": (
+        {"a.csv": "v\n1\n"},
+        None,
+        "import glob\nnames = sorted(glob.glob('*.csv'))\nprint(names)",
+        lambda case: case.put("b.csv", "v\n2\n"),
+    ),
+    "sqlite": (
+        {},
+        (
+            "db.sqlite",
+            "import sqlite3\nwith sqlite3.connect('db.sqlite') as c:\n"
+            "    c.execute('create table t (v int)')\n    c.execute('insert into t values (1)')",
+        ),
+        "import sqlite3\nc = sqlite3.connect('db.sqlite')\n"
+        "total = c.execute('select sum(v) from t').fetchone()[0]\nc.close()\nprint(total)",
+        lambda case: run_python(
+            "import sqlite3\nwith sqlite3.connect('db.sqlite') as c:\n"
+            "    c.execute('insert into t values (41)')",
+            cwd=case.folder,
+        ),
+    ),
+    "shell": (
+        {"names.txt": "b\na\n"},
+        None,
+        "lines = !cat names.txt\nprint(lines)",
+        lambda case: case.put("names.txt", "c\nb\na\n"),
+    ),
+}
+
+
+@pytest.mark.parametrize("reader", list(DATA_READERS))
+def test_data_changed_outside_makes_exactly_its_readers_run_again(tmp_path: Path, reader: str):
+    """Read by a C library, listed, opened by SQLite or by a subprocess: a change to it
+    is seen, as papermill would see it by running everything."""
+    data, make, read, change = DATA_READERS[reader]
+    case = Case(tmp_path / "ours")
+    for path, text in data.items():
+        case.put(path, text)
+    case.folder.mkdir(parents=True, exist_ok=True)
+    if make is not None:  # made outside the notebook, before it runs
+        run_python(make[1], cwd=case.folder)
+        case.took(make[0])
+    case.write(["x = 1\nprint(x)", read, "print('end')"])
+    assert case.run().code == 0
+    change(case)
+    if make is not None:
+        case.took(make[0])
+    ended = case.run()
+    assert ended.code == 0, ended.said
+    assert "cell-1: skipped" in ended.said and "cell-2: done" in ended.said, ended.said
     assert compare(case, ended, tmp_path) == []

@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 KEPT = 64  # answers kept, the oldest forgotten first
 IN_DOUBT_SECONDS = 5.0
-_WORLD = (dependencies.FILE, dependencies.READ, dependencies.WROTE)
+_WORLD = (dependencies.FILE, dependencies.READ, dependencies.WROTE, dependencies.LISTED)
 
 
 def signature(path: Path) -> tuple[Any, ...] | None:

@@ -31,6 +31,7 @@ import ast
 import builtins
 import hashlib
 import json
+import os
 import posixpath
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -42,6 +43,7 @@ DECISION = "decision:"
 FILE = "file:"
 READ = "read:"  # a file its code opened for reading (traced), made by no step before it
 WROTE = "wrote:"  # a file its code wrote (traced), its evidence in `--cells` mode
+LISTED = "listed:"  # a folder its code listed (`glob`, `os.listdir`): the names in it
 STEP = "step:"
 UNKNOWN = "unknown:"
 _WEAK = ("note", "completed")
@@ -282,6 +284,27 @@ def file_digest(path: Path) -> str | None:
     return None
 
 
+def listing_digest(folder: Path, made: Collection[str], where: str) -> str | None:
+    """The digest of the names in `folder` (at `where`, "." for the run's own folder),
+    or None when it is not there: not hidden ones, nor notebooks, nor the files a step
+    of the run wrote (`made`, paths from the run's folder). A file a later step writes
+    there does not make the step that listed it stale; one put there from outside does."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    prefix = "" if where == "." else where.rstrip("/") + "/"
+    kept = [
+        n
+        for n in names
+        if not n.startswith(".")
+        and n != "__pycache__"
+        and not n.endswith(".ipynb")
+        and prefix + n not in made
+    ]
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()
+
+
 def recorded_inputs(
     *,
     source: str | None,
@@ -295,8 +318,9 @@ def recorded_inputs(
 ) -> tuple[dict[str, str | None] | None, tuple[str, ...], tuple[str, ...]]:
     """(the inputs to record for a step, the kernel names its cell reads, the names it
     binds). Inputs are None for a step that cannot be read: a `run.step` function (its
-    closures cannot be seen; the decisions and unknowns it read are still recorded)
-    or a cell that is not plain Python. `answers` are the unknowns' answers now (None:
+    closures cannot be seen; the decisions and unknowns it read are still recorded);
+    a cell that is not plain Python reads `DYNAMIC` (any name), and its inputs are
+    what it read otherwise (decisions, files). `answers` are the unknowns' answers now (None:
     open); `earlier` the records of the steps before it, in plan order; `read` the files
     its code opened for reading (traced); `plain` the names it reads that plain cells
     before it make anew from nothing a step made (not kernel reads: their cells are
@@ -310,8 +334,8 @@ def recorded_inputs(
     if source is None:
         return (found or None), (), ()
     names = cell_names(source)
-    if names is None:
-        return None, (), ()
+    if names is None:  # it may read any name (`lines = !cat {path}`): the files it read too
+        return found, (DYNAMIC,), ()
     reads, binds = names
     reads = (reads - frozenset(plain)) | {d for d in declared if d.isidentifier()}  # `--in VAR`
     for record in earlier:
@@ -375,13 +399,15 @@ def changed_input(
     upstream: Callable[[str, str | None], tuple[str, StepRecord | None]],
     kept: Callable[[str, str | None], bool] = lambda path, seen: False,
     written: Callable[[str], bool] = lambda path: False,
+    made: Collection[str] = (),
 ) -> str | None:
     """Why a step's recorded inputs no longer hold (every input that changed, in the
     order recorded, `; `-separated; a file once), or None. `decision(key)` is a
     decision's value now; `upstream(name, seen)` the state now and the record of the
     step once named `name` that made `seen`; `kept(path, seen)` whether a missing file
     is kept in the store as it was seen; `written(path)` whether the code of a step
-    after it writes a file it read (traced): a change to it is that step's."""
+    after it writes a file it read (traced): a change to it is that step's; `made` the
+    files the run's steps wrote (left out of a listed folder's names)."""
     causes: list[str] = []
     named: set[str] = set()  # the files a cause names already (declared, then traced)
     for key, seen in inputs.items():
@@ -412,6 +438,11 @@ def changed_input(
                 gone = "is gone" if now is None else "changed"
                 verb = "read" if key.startswith(READ) else "wrote"
                 causes.append(f"the file {path} it {verb} {gone} since it ran")
+        elif key.startswith(LISTED):
+            where = key[len(LISTED) :]
+            if listing_digest(workdir / where, made, where) != seen:
+                shown = "the notebook's folder" if where == "." else f"the folder {where}"
+                causes.append(f"{shown}, which it listed, holds other files since it ran")
         elif key.startswith(STEP):
             name = key[len(STEP) :]
             state, record = upstream(name, seen)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import InvalidInput, StepstoneError
 from ..model.models import Asking
-from .filetrace import FileTrace, tracing
+from .filetrace import FileTrace, Watch, tracing
 
 # Runs are held as objects: this module sits below the `Run` it keeps track of (the
 # module-level API, `opening`, types what it gets back)
@@ -67,15 +67,18 @@ def let_go(run: object) -> None:
 
 
 @contextmanager
-def stepping_in(run: object, trace: Trace, asking: Asking) -> Iterator[None]:
+def stepping_in(
+    run: object, trace: Trace, asking: Asking, watch: Watch | None = None
+) -> Iterator[None]:
     """While the body runs, this context's steps and effects belong to `run` and the step
-    `asking`, and what it writes and reads is kept in `trace`; so do those of the threads
+    `asking`, and what it writes and reads is kept in `trace` (what code other than
+    Python's opens too, seen by `watch`); so do those of the threads
     and pool tasks it starts (`carry_into_threads`). When it ends, `asking` has ended:
     an effect asked for afterwards, from a thread or task that outlived it, is refused."""
     carry_into_threads()
     token, traced, asked = _stepping.set(run), _trace.set(trace), _asking.set((run, asking))
     try:
-        with tracing(trace.files):
+        with tracing(trace.files, watch):
             yield
     finally:
         asking.ended = True

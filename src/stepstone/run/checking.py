@@ -114,6 +114,7 @@ class Checker:
                     and keeping.kept_as_seen(self.state, path, self.workdir, seen)
                 ),
                 written=lambda path: written_after(self.state, path, planned.number),
+                made=records.table.writers(),
             )
             if changed_input is not None:
                 causes.append(changed_input)

@@ -3,9 +3,12 @@ what it read and what it wrote (opened for writing, removed or renamed), whateve
 the path (`os.path.join`, `glob`, pandas' and NumPy's readers and writers, which open
 through Python).
 
+A folder listed (`glob`, `os.listdir`, `os.scandir`, `pathlib`'s `iterdir`, not the
+import system's own listings) is read too, and a database SQLite opens (`sqlite3.connect`).
 A file opened by code that is not Python (a C library that opens it itself, as
-pyarrow's Parquet reader does) is not seen. The hook is installed once, on the first
-step, and costs a comparison per audited event while no step runs.
+pyarrow's Parquet reader does) is seen by `folderwatch` where inotify is available. The
+hook is installed once, on the first step, and costs a comparison per audited event
+while no step runs.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
@@ -26,6 +30,22 @@ class FileTrace:
 
     read: set[str] = field(default_factory=set)
     wrote: set[str] = field(default_factory=set)
+    listed: set[str] = field(default_factory=set)  # the folders whose entries it listed
+
+    def folders(self, root: str, skip: tuple[str, ...] = ()) -> list[str]:
+        """The folders it listed under `root` (itself as "."), as `relative` gives files."""
+        found = set()
+        for path in self.listed:
+            rel = os.path.relpath(path, root)
+            if rel.startswith("..") or os.path.isabs(rel):
+                continue
+            parts = rel.split(os.sep)
+            if rel != "." and any(p.startswith(".") or p == "__pycache__" for p in parts):
+                continue
+            if any(path == s or path.startswith(s + os.sep) for s in skip):
+                continue
+            found.add("/".join(parts))
+        return sorted(found)
 
     def relative(self, root: str, skip: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
         """(the files read but not written, the files written), as paths under `root`
@@ -60,6 +80,7 @@ _installed = False
 
 
 _REMOVING = {"os.remove": (0,), "os.rename": (0, 1)}  # a removal or a rename writes its paths
+_LISTING = ("os.listdir", "os.scandir")
 
 
 def _hook(event: str, args: tuple[object, ...]) -> None:
@@ -68,6 +89,17 @@ def _hook(event: str, args: tuple[object, ...]) -> None:
     if event in _REMOVING:
         for at in _REMOVING[event]:
             _note(args[at], writing=True)
+        return
+    if event in _LISTING:
+        _listed(args[0] if args else None)
+        return
+    if event == "sqlite3.connect":
+        if (
+            args
+            and isinstance(args[0], (str, bytes, os.PathLike))
+            and args[0] not in ("", ":memory:")
+        ):
+            _note(args[0], writing=False)
         return
     if event != "open":
         return
@@ -90,17 +122,45 @@ def _note(path: object, *, writing: bool) -> None:
         (trace.wrote if writing else trace.read).add(name)
 
 
+def _listed(path: object) -> None:
+    caller = sys._getframe(2).f_code.co_filename
+    if caller.startswith("<frozen importlib"):  # the import system finding modules
+        return
+    if path is None:
+        path = "."
+    if isinstance(path, int):
+        return
+    try:
+        name = os.path.abspath(os.fsdecode(path))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return
+    for trace in list(_active):
+        trace.listed.add(name)
+
+
+class Watch(Protocol):
+    """What sees the files opened by code the audit hook does not (`folderwatch`)."""
+
+    def drop(self) -> None: ...
+    def note(self, trace: FileTrace) -> None: ...
+
+
 @contextmanager
-def tracing(trace: FileTrace) -> Iterator[FileTrace]:
-    """While the body runs, every file opened (by any thread) is noted in `trace`."""
+def tracing(trace: FileTrace, watch: Watch | None = None) -> Iterator[FileTrace]:
+    """While the body runs, every file opened (by any thread) is noted in `trace`; by any
+    code at all, with `watch`."""
     global _installed
     with _lock:
         if not _installed:
             sys.addaudithook(_hook)
             _installed = True
         _active.append(trace)
+    if watch is not None:
+        watch.drop()
     try:
         yield trace
     finally:
+        if watch is not None:
+            watch.note(trace)
         with _lock:
             _active.remove(trace)

@@ -39,9 +39,11 @@ def recorded_inputs(
     )
     read: list[str] = []
     wrote: list[str] = []
-    if trace.files.read or trace.files.wrote:  # (resolving the folders costs a stat a part)
+    listed: list[str] = []
+    if trace.files.read or trace.files.wrote or trace.files.listed:  # (a stat a part)
         root = os.path.realpath(workdir)
         read, wrote = trace.files.relative(root, skip=(os.path.realpath(store),))
+        listed = trace.files.folders(root, skip=(os.path.realpath(store),))
     table = state.records.table
     inputs, reads, binds = dependencies.recorded_inputs(
         source=source,
@@ -66,6 +68,15 @@ def recorded_inputs(
             workdir=workdir,
         )
         inputs = {**traced, **(inputs or {})}
+    if listed and (inputs is not None or source is None):
+        by_steps = {*table.writers(), *wrote}
+        inputs = {
+            **(inputs or {}),
+            **{
+                f"{dependencies.LISTED}{f}": dependencies.listing_digest(workdir / f, by_steps, f)
+                for f in listed
+            },
+        }
     if start.check_writes:
         wrote += _removed_unseen(state, wrote, workdir)
     if start.check_writes and wrote:

@@ -20,7 +20,7 @@ from ..model import models, names
 from ..model.models import Asking, PlannedStep, StepRecord, StepSpec, now
 from ..rules import checks, dependencies
 from ..rules.verdicts import Verdicts
-from . import keeping, questions
+from . import folderwatch, keeping, questions
 from .active import Trace, stepping_in
 from .checking import RETURN, Checker, check_scope
 from .inputs import recorded_inputs
@@ -153,7 +153,7 @@ class Stepper:
         previous, self.current = (self.current, self.asking), planned.name
         self.asking = asking
         try:
-            with stepping_in(run, start.trace, asking):
+            with stepping_in(run, start.trace, asking, folderwatch.watch_of(workdir)):
                 yield
         finally:
             start.said, start.told = asking.said, asking.told
