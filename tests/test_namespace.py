@@ -312,7 +312,7 @@ def test_in_a_notebook_every_name_a_step_binds_is_saved_whether_a_later_cell_rea
     path = _notebook_of(workdir, "%load_ext stepstone\n%resume", f"%%step make\n{MAKE}", "rows")
     run = _in_notebook(ip, monkeypatch, path)
     ip.run_cell_magic("step", "make", MAKE)
-    assert set(run.records["make"].outputs) == {"rows", "scratch"}  # a closed file: nothing
+    assert set(run.records["make"].outputs) == {"rows", "scratch", "handle"}  # handle: closed
     assert "will not survive a resume: conn (sqlite3.Connection)" in capsys.readouterr().out
     for name in ("rows", "scratch", "conn", "handle", "sqlite3"):
         ip.user_ns.pop(name)
@@ -335,7 +335,7 @@ def test_what_a_step_binds_is_saved_whatever_later_cells_read(ip, workdir, monke
     path = _notebook_of(workdir, "%load_ext stepstone\n%resume", f"%%step make\n{body}", later)
     run = _in_notebook(ip, monkeypatch, path)
     ip.run_cell_magic("step", "make", body)
-    assert set(run.records["make"].outputs) == {"rows", "scratch"}  # a closed file: nothing
+    assert set(run.records["make"].outputs) == {"rows", "scratch", "handle"}  # handle: closed
     assert set(run.records["make"].unsaved) == set()
 
 

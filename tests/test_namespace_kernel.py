@@ -133,6 +133,6 @@ def test_the_quickstart_needs_no_out_to_resume_as_it_ran(workdir: Path):
     assert again.returncode == 0 and again.stderr.count(": skipped") == 3, again.stderr
     second = _printed(workdir / "quickstart.out.ipynb")
     assert second[-1] == first[-1] and first[-1].startswith("90 ")
-    restored = "kernel: restored fields, n_rows, rng, rows; made again csv, pathlib, random"
+    restored = "kernel: restored f, fields, n_rows, rng, rows; made again csv, pathlib, random"
     assert restored in second[1]
     assert "not restored" not in "".join(second)  # nothing it bound is lost

@@ -191,3 +191,51 @@ def test_data_changed_outside_makes_exactly_its_readers_run_again(tmp_path: Path
     assert ended.code == 0, ended.said
     assert "cell-1: skipped" in ended.said and "cell-2: done" in ended.said, ended.said
     assert compare(case, ended, tmp_path) == []
+
+
+def test_rows_appended_by_a_cell_killed_part_way_are_not_appended_twice(tmp_path: Path):
+    case = Case(tmp_path / "ours")
+    case.write(
+        [
+            "with open('results.csv', 'w') as f:\n    f.write('name\\n')",
+            "with open('results.csv', 'a') as f:\n    f.write('exp1\\n')",
+            "with open('results.csv', 'a') as f:\n    f.write('exp2\\n')\n"
+            + KILL
+            + "with open('results.csv', 'a') as f:\n    f.write('exp3\\n')",
+        ]
+    )
+    _killed_then_resumed(case)
+    assert (case.folder / "results.csv").read_text() == "name\nexp1\nexp2\n"
+    ended = case.run()
+    assert ended.code == 0, ended.said
+    assert "cell-2: skipped" in ended.said, ended.said
+    assert compare(case, ended, tmp_path) == []
+
+
+WRITTEN_ACROSS_CELLS = {
+    "handle": [
+        "out = open('log.txt', 'w')\nout.write('a\\n')",
+        "out.write('b\\n')\nout.close()",
+    ],
+    "logging": [
+        "import logging\nlogging.basicConfig(filename='run.log', level=logging.INFO, "
+        "format='%(message)s', force=True)\nlogging.info('one')",
+        "logging.info('two')\nlogging.shutdown()",
+    ],
+    "sort": [
+        "with open('names.txt', 'w') as f:\n    f.write('b\\na\\n')",
+        "!sort -o names.txt names.txt",
+    ],
+}
+
+
+@pytest.mark.parametrize("kind", list(WRITTEN_ACROSS_CELLS))
+def test_a_file_written_across_cells_lets_a_second_run_skip_everything(tmp_path: Path, kind: str):
+    case = Case(tmp_path / "ours")
+    case.write([*WRITTEN_ACROSS_CELLS[kind], "print('end')"])
+    first = case.run()
+    assert first.code == 0, first.said
+    ended = case.run()
+    assert ended.code == 0, ended.said
+    assert ended.said.count(": skipped") == 3, ended.said
+    assert compare(case, ended, tmp_path) == []

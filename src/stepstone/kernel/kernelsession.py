@@ -175,6 +175,7 @@ class KernelSession:
         self.seen = namespace.Seen()  # large values as last saved or restored
         self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
         self.kept: set[str] = set()  # the names the steps met so far saved
+        self.unsaved: set[str] = set()  # the names they bound and could not save
         self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
         self.names = usernames.UserNames(getattr(ip, "user_ns_hidden", None))
         self.events: str | None = None  # where `stepstone run` reads the events (%resume)
@@ -326,6 +327,7 @@ class KernelSession:
         """A run opened (again): what later cells read, and what plain cells before each
         step make anew (`plaincells.made_anew`); nothing saved or failed yet."""
         self.later, self.kept, self.plain = later, set(), plain or {}
+        self.unsaved = set()
         self.retries = retrying.Retries(self.seen)
 
     async def step(self, spec: StepSpec, cell: str, *, awaits: bool, shown: Shown) -> CellOutcome:
@@ -400,6 +402,10 @@ class KernelSession:
         if shape is None:
             return
         offered = namespace.offered(shape, ns, spec.outputs)
+        # a value an earlier step could not save that this cell reads, and may have made
+        # one that can be (`out.close()` of a file a step opened): saved with this cell
+        reads = self.unsaved if shape.reads is None else self.unsaved & shape.reads
+        offered.update({n: ns[n] for n in reads if n in ns and n not in spec.outputs})
         attempt.offer(offered)
         read = namespace.touched(shape, ns, self.kept)
         given = {*offered, *spec.outputs, *ran.changed}
@@ -448,6 +454,7 @@ class KernelSession:
         seen = {*record.outputs, *attempt.touched} & ns.keys()
         self.seen.saw({n: ns[n] for n in seen}, npy)
         self.kept.update(record.outputs)
+        self.unsaved = (self.unsaved | set(record.unsaved)) - set(record.outputs)
         self.retries.stepped(spec.name, record.outputs, seen, self.ip.execution_count)
         number = attempt.start.planned.number
         outcome = "skipped" if attempt.skipped else "again" if again else "confirmed"

@@ -304,7 +304,8 @@ def cell_step(
     cell, named by a first line `# step: NAME` or else `cell-N` by its `position` among
     the code cells (from 1), its whole source the body (`# step: NAME --was OLD` says
     it was step OLD, renamed, as `%%step NAME --was OLD` does), except a cell of only line
-    magics, shell commands and comments (`%matplotlib inline`: it runs every time),
+    magics and comments (`%matplotlib inline`: it runs every time; a shell command,
+    `!sort -o names.txt names.txt`, acts on files: a cell with one is a step),
     papermill's parameters cells (they run every time, and the steps that read what they
     bind are stale when they change), and the cells nbclient is told to let raise or to
     skip (tagged `raises-exception`, `skip-execution`)."""
@@ -312,7 +313,7 @@ def cell_step(
     if parts is not None or not cells or PLAIN_TAGS & set(tags):
         return parts
     lines = [line.strip() for line in source.splitlines() if line.strip()]
-    if all(line.startswith(("%", "!", "#")) and not line.startswith("%%") for line in lines):
+    if all(line.startswith(("%", "#")) and not line.startswith("%%") for line in lines):
         return None
     named = STEP_COMMENT.match(lines[0]) if lines else None
     if named is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import io
 import pickle
 import types
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -93,11 +92,7 @@ def offered(cell: Cell, namespace: Mapping[str, Any], asked: Iterable[str] = ())
     (a cell added later may): not the ones its definitions make again on skip, nor the
     ones `asked` for by name (`--out`)."""
     skip = set(asked) | _THROWAWAY | (cell.defined - cell.others)
-    return {
-        n: namespace[n]
-        for n in cell.binds
-        if n not in skip and n in namespace and not _closed(namespace[n])
-    }
+    return {n: namespace[n] for n in cell.binds if n not in skip and n in namespace}
 
 
 def touched(
@@ -123,7 +118,6 @@ def touched(
         if n in namespace
         and (n not in cell.binds or (bound and (reads is None or n in reads)))
         and not isinstance(namespace[n], _DEFINED)
-        and not _closed(namespace[n])
     }
 
 
@@ -132,11 +126,6 @@ def calls_notebook_code(value: Any) -> bool:
     value it reaches."""
     value = getattr(value, "__func__", value)
     return isinstance(value, (types.FunctionType, type)) and value.__module__ == "__main__"
-
-
-def _closed(value: Any) -> bool:
-    """A closed file: nothing to give back (`with open(p) as f` leaves one)."""
-    return isinstance(value, io.IOBase) and value.closed
 
 
 def later_reads(

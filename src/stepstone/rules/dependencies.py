@@ -284,6 +284,35 @@ def file_digest(path: Path) -> str | None:
     return None
 
 
+def written_digest(path: Path) -> str | None:
+    """What a step that wrote `path` records of it: its sha256 and, for a file, its size
+    (`"SHA256 SIZE"`), so that rows a later attempt appended can be cut back."""
+    digest = file_digest(path)
+    if digest is None or not path.is_file():
+        return digest
+    return f"{digest} {path.stat().st_size}"
+
+
+def grown_from(path: Path, seen: str, size: int) -> bool:
+    """Whether the file at `path` is longer than `size` and its first `size` bytes have
+    the sha256 `seen`: only added to since."""
+    try:
+        if not path.is_file() or path.stat().st_size <= size:
+            return False
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            left = size
+            while left:
+                chunk = handle.read(min(left, 1 << 20))
+                if not chunk:
+                    return False
+                digest.update(chunk)
+                left -= len(chunk)
+    except OSError:
+        return False
+    return digest.hexdigest() == seen
+
+
 def listing_digest(folder: Path, made: Collection[str], where: str) -> str | None:
     """The digest of the names in `folder` (at `where`, "." for the run's own folder),
     or None when it is not there: not hidden ones, nor notebooks, nor the files a step
@@ -400,6 +429,7 @@ def changed_input(
     kept: Callable[[str, str | None], bool] = lambda path, seen: False,
     written: Callable[[str], bool] = lambda path: False,
     made: Collection[str] = (),
+    cut_back: Callable[[str, str, int], bool] = lambda path, seen, size: False,
 ) -> str | None:
     """Why a step's recorded inputs no longer hold (every input that changed, in the
     order recorded, `; `-separated; a file once), or None. `decision(key)` is a
@@ -407,7 +437,9 @@ def changed_input(
     step once named `name` that made `seen`; `kept(path, seen)` whether a missing file
     is kept in the store as it was seen; `written(path)` whether the code of a step
     after it writes a file it read (traced): a change to it is that step's; `made` the
-    files the run's steps wrote (left out of a listed folder's names)."""
+    files the run's steps wrote (left out of a listed folder's names); `cut_back(path,
+    seen, size)` whether a file it wrote, added to since by a step that did not finish
+    (its first `size` bytes are still the `seen` ones), is cut back to what it left."""
     causes: list[str] = []
     named: set[str] = set()  # the files a cause names already (declared, then traced)
     for key, seen in inputs.items():
@@ -432,8 +464,11 @@ def changed_input(
                 named.add(path)
         elif key.startswith((READ, WROTE)):
             path = key.partition(":")[2]
+            seen, _, size = (seen or "").partition(" ")
             now = file_digest(workdir / path)
-            if now != seen and not written(path) and path not in named:
+            if now != (seen or None) and not written(path) and path not in named:
+                if key.startswith(WROTE) and size and cut_back(path, seen, int(size)):
+                    continue
                 named.add(path)
                 gone = "is gone" if now is None else "changed"
                 verb = "read" if key.startswith(READ) else "wrote"

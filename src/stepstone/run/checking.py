@@ -19,6 +19,7 @@ from ..rules import checks, dependencies
 from ..rules.status import RunStatus, StepStatus
 from ..rules.verdicts import Verdicts, plan_changed, step_states
 from ..settings import Settings
+from ..store.durable import write_atomic
 from ..values import artifacts, bigvalues, trust
 from . import keeping
 from .state import RunState
@@ -115,6 +116,7 @@ class Checker:
                 ),
                 written=lambda path: written_after(self.state, path, planned.number),
                 made=records.table.writers(),
+                cut_back=lambda path, seen, size: self._cut_back(planned.name, path, seen, size),
             )
             if changed_input is not None:
                 causes.append(changed_input)
@@ -325,6 +327,27 @@ class Checker:
                     f"here ({type(exc).__name__}: {exc}); the step runs again"
                 ) from exc
         return values
+
+    def _cut_back(self, step: str, path: str, seen: str, size: int) -> bool:
+        """Whether `path`, which `step` wrote, was only added to since, by a later step
+        that did not finish (a finished one answers for its writes): a driver cuts it
+        back to what `step` left, before that step runs again (`rows.csv` would hold
+        its rows twice); a reader counts on the next run to."""
+        if not dependencies.grown_from(self.workdir / path, seen, size):
+            return False
+        if self.driving():
+            target = self.workdir / path
+            with open(target, "rb") as handle:
+                write_atomic(target, handle.read(size))
+            note = (
+                f"{path}: cut back to what step {step} left "
+                f"(a step that did not finish added to it)"
+            )
+        else:
+            note = f"{path}: added to by a step that did not finish; the next run cuts it back"
+        if note not in self.notes:
+            self.notes.append(note)
+        return True
 
     def _put_back_on_resume(self, ev: Evidence, record: StepRecord) -> bool:
         """Whether a reader's `keep:` check fails only because kept files are missing

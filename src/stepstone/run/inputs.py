@@ -80,7 +80,7 @@ def recorded_inputs(
     if start.check_writes:
         wrote += _removed_unseen(state, wrote, workdir)
     if start.check_writes and wrote:
-        made = {f"{dependencies.WROTE}{p}": dependencies.file_digest(workdir / p) for p in wrote}
+        made = {f"{dependencies.WROTE}{p}": dependencies.written_digest(workdir / p) for p in wrote}
         inputs = {**(inputs or {}), **{k: v for k, v in made.items() if v is not None}}
     return inputs, reads, binds, tuple(wrote)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InvalidInput
-from . import tagged
+from . import closedfiles, tagged
 
 _PLAIN = (type(None), bool, int, float, str)
 RUNS_CODE = frozenset({"pickle", "module"})  # formats whose loading runs code: trust first
@@ -70,7 +70,7 @@ def encode(name: str, value: Any) -> tuple[str, bytes]:
         except Exception as exc:
             why = f"{type(exc).__name__}: {exc}"
             continue
-        if fmt in ("json", "npy") or _comes_back(fmt, data, value, write):
+        if fmt in ("json", "npy", closedfiles.FORMAT) or _comes_back(fmt, data, value, write):
             return fmt, data
         why = f"it does not come back equal from {fmt}"
     raise Unsaveable(name, value, why)
@@ -96,6 +96,9 @@ def _candidates(value: Any) -> Iterator[tuple[str, Callable[[Any], bytes]]]:
     if plain:  # (pickle after it: an int too long for JSON, a lone surrogate)
         yield "json", lambda v: json.dumps(v).encode()
         yield "pickle", lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+        return
+    if closedfiles.describe(value) is not None:
+        yield closedfiles.FORMAT, closedfiles.dumps
         return
     if tagged.encodable(value):
         yield tagged.FORMAT, tagged.dumps
@@ -313,6 +316,8 @@ def decode(fmt: str, data: bytes) -> Any:
         return pd.read_parquet(io.BytesIO(data))
     if fmt == tagged.FORMAT:
         return tagged.loads(data)
+    if fmt == closedfiles.FORMAT:
+        return closedfiles.loads(data)
     if fmt == "pickle":
         return _unpickled(data)
     if fmt == "module":
