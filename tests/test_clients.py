@@ -198,7 +198,7 @@ def test_each_step_cell_shows_its_outcome_in_the_executed_notebook(workdir: Path
     assert "skipped — evidence verified" in skipped["text/html"]
     assert "file:data/prices.csv" in skipped["text/html"]
     assert skipped["text/plain"].startswith("step 1 make-data: skipped, verified (")
-    assert "restored n_rows" in cards["make-data"]["text/plain"]
+    assert "restored f, fields, n_rows" in cards["make-data"]["text/plain"]
     again = cards["report"]
     assert "stepstone-again" in again["text/html"] and "why it ran again" in again["text/html"]
     assert "out/report.md changed" in again["text/plain"]

@@ -327,7 +327,7 @@ def test_a_rerun_step_does_not_perform_its_confirmed_effects_again(workdir: Path
 def test_status_verify_and_brief_see_an_edited_notebook_before_it_runs(first_run: Path):
     workdir = first_run.parent
     nb = nbformat.read(str(first_run), as_version=4)
-    nb.cells[3].source += "\n# counted twice"
+    nb.cells[3].source += "\ncounted_twice = True"  # (a comment would change nothing)
     nb.cells[4], nb.cells[5] = nb.cells[5], nb.cells[4]  # other and report
     nbformat.write(nb, str(first_run))
     said = "the notebook changed since its plan was committed: "

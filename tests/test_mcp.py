@@ -77,7 +77,7 @@ def test_an_agent_with_only_mcp_tools_picks_up_the_run_and_the_notebook_agrees(w
     assert seen["answer"]["state"] == "resolved" and seen["answer"]["answer"] == "EUR"
     assert "--revise" in seen["refused"]["error"]
     assert seen["decide"]["was"] == "105" and seen["decide"]["runs_again"] == ["report"]
-    assert [o["name"] for o in seen["outputs"]] == ["summary"]
+    assert [o["name"] for o in seen["outputs"]] == ["f", "prices", "row", "summary"]
     assert seen["fork"]["steps"] == ["make-data", "summarise"]
     assert {"key": "threshold", "a": "110", "b": "-"} in seen["diff"]["decisions"]
     assert seen["which"]["run"] == "quickstart"
@@ -124,7 +124,7 @@ def test_each_reading_tool_returns_the_json_the_command_line_prints(workdir: Pat
         printed = cli(*args, cwd=workdir)
         assert printed.returncode == 0, printed.stderr
         assert _without_get(tools[name]) == _without_get(json.loads(printed.stdout)), name
-    got = tools["outputs"][0]["get"]  # the MCP server names its own tool, not a command
+    got = tools["outputs"][-1]["get"]  # the MCP server names its own tool, not a command
     assert got == "get_output(step='summarise', name='summary')"
 
 

@@ -239,3 +239,45 @@ def test_a_file_written_across_cells_lets_a_second_run_skip_everything(tmp_path:
     assert ended.code == 0, ended.said
     assert ended.said.count(": skipped") == 3, ended.said
     assert compare(case, ended, tmp_path) == []
+
+
+MYLIB = "SETTINGS = {'scale': 1}\n\ndef scaled(x):\n    return x * SETTINGS['scale']\n"
+PROCESS_STATE = {
+    "module-global": (
+        "import mylib\nmylib.SETTINGS['scale'] = 10",
+        "print(mylib.scaled(3))",
+    ),
+    "closure": (
+        "def make():\n    n = 0\n    def count():\n        nonlocal n\n        n += 1\n"
+        "        return n\n    return count\ncounter = make()\ncounter()",
+        "print(counter())",
+    ),
+    "decimal": ("import decimal\ndecimal.getcontext().prec = 5", "print(decimal.Decimal(1) / 7)"),
+    "del": ("tmp = 1\ndel tmp", "print('tmp' in dir())"),
+    "numpy-print": (
+        "import numpy as np\nnp.set_printoptions(precision=2)",
+        "print(np.array([1 / 3]))",
+    ),
+    "numpy-err": (
+        "import numpy as np\nnp.seterr(all='raise')",
+        "try:\n    np.array([1.0]) / 0\nexcept FloatingPointError as e:\n    print('raised', e)",
+    ),
+    "warnings": (
+        "import warnings\nwarnings.filterwarnings('ignore', category=UserWarning)",
+        "import warnings\nwarnings.warn('shown?')\nprint('after')",
+    ),
+    "recursion": ("import sys\nsys.setrecursionlimit(4321)", "print(sys.getrecursionlimit())"),
+    "sys-path": ("import sys\nsys.path.append('extra-dir')", "print(sys.path[-1])"),
+}
+
+
+@pytest.mark.parametrize("kind", list(PROCESS_STATE))
+def test_process_and_module_state_a_skipped_cell_set_comes_back(tmp_path: Path, kind: str):
+    sets, reads = PROCESS_STATE[kind]
+    case = Case(tmp_path / "ours")
+    case.put("mylib.py", MYLIB)
+    case.write(["x = 0", sets, KILL + reads])
+    _killed_then_resumed(case)
+    ended = case.run()
+    assert ended.code == 0, ended.said
+    assert compare(case, ended, tmp_path) == []

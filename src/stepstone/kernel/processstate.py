@@ -1,8 +1,12 @@
 """Process state a cell commonly sets, outside the names it binds: the global random
 generators (`random`, NumPy's legacy `np.random`, PyTorch's when imported), the working
-directory, environment variables, `sys.path`, matplotlib's `rcParams` and pandas'
-options. A step that changes some of it keeps what it changed with its record; a
-skipped step sets it again, so the cells after it see the process as they would have.
+directory, environment variables, `sys.path`, matplotlib's `rcParams`, pandas' options,
+NumPy's print options and floating-point error handling, `decimal`'s context, the
+warning filters, the recursion limit, and the globals of the user's own modules (a
+module imported from outside Python's and the environment's library folders:
+`mylib.SETTINGS['scale'] = 10`). A step that changes some of it keeps what it changed
+with its record; a skipped step sets it again, so the cells after it see the process as
+they would have.
 
 What is kept is plain JSON: a generator's state as numbers, an environment variable's
 value, a path. An environment variable whose name looks like a credential is never
@@ -107,9 +111,172 @@ def _set_environ(saved: Any) -> None:
 
 
 def _set_path(saved: Any) -> None:
-    for entry in reversed(saved):
+    for at, entry in enumerate(saved):  # where it was: `sys.path.append(p)` at the end
         if entry not in sys.path:
-            sys.path.insert(0, entry)
+            sys.path.insert(min(at, len(sys.path)), entry)
+
+
+def _decimal() -> Any:
+    decimal = sys.modules.get("decimal")
+    if decimal is None:
+        return None
+    c = decimal.getcontext()
+    traps = sorted(t.__name__ for t, on in c.traps.items() if on)
+    return {
+        "prec": c.prec,
+        "rounding": c.rounding,
+        "Emin": c.Emin,
+        "Emax": c.Emax,
+        "capitals": c.capitals,
+        "clamp": c.clamp,
+        "traps": traps,
+    }
+
+
+def _set_decimal(saved: Any) -> None:
+    import decimal
+
+    c = decimal.getcontext()
+    for key in ("prec", "rounding", "Emin", "Emax", "capitals", "clamp"):
+        setattr(c, key, saved[key])
+    for signal in c.traps:
+        c.traps[signal] = signal.__name__ in saved["traps"]
+
+
+def _numpy_print() -> Any:
+    np = sys.modules.get("numpy")
+    return None if np is None else np.get_printoptions()
+
+
+def _set_numpy_print(saved: Any) -> None:
+    import numpy as np
+
+    np.set_printoptions(**saved)
+
+
+def _numpy_errors() -> Any:
+    np = sys.modules.get("numpy")
+    return None if np is None else np.geterr()
+
+
+def _set_numpy_errors(saved: Any) -> None:
+    import numpy as np
+
+    np.seterr(**saved)
+
+
+def _warnings() -> Any:
+    import warnings
+
+    return list(warnings.filters)
+
+
+def _pattern(regex: Any) -> str | None:
+    return None if regex is None else str(getattr(regex, "pattern", regex))
+
+
+def _warnings_kept(filters: Any) -> Any:
+    return [
+        [action, _pattern(message), f"{cat.__module__}:{cat.__qualname__}", _pattern(mod), line]
+        for action, message, cat, mod, line in filters
+    ]
+
+
+def _set_warnings(saved: Any) -> None:
+    import re
+    import warnings
+
+    filters = []
+    for action, message, category, module, line in saved:
+        where, _, qualname = category.partition(":")
+        found: Any = sys.modules.get(where)  # a category of a module not imported stays out
+        for part in qualname.split("."):
+            found = getattr(found, part, None)
+        if not (isinstance(found, type) and issubclass(found, Warning)):
+            continue
+        message = None if message is None else re.compile(message, re.I)
+        module = None if module is None else re.compile(module)
+        filters.append((action, message, found, module, line))
+    warnings.filters[:] = filters  # type: ignore[index]
+    warnings._filters_mutated()  # type: ignore[attr-defined]
+
+
+def _library_folders() -> tuple[str, ...]:
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    found = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    found |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    return tuple(os.path.realpath(p) + os.sep for p in found)
+
+
+_LIBRARIES: tuple[str, ...] = ()
+_USER_MODULES: dict[str, bool] = {}  # module name -> whether it is the user's own
+_OPAQUE = object()  # in a snapshot: a value with no JSON form
+
+
+def _own(name: str, module: Any) -> bool:
+    global _LIBRARIES
+    known = _USER_MODULES.get(name)
+    if known is not None:
+        return known
+    if not _LIBRARIES:
+        _LIBRARIES = _library_folders()
+    file = getattr(module, "__file__", None)
+    own = (
+        isinstance(file, str)
+        and name not in ("__main__", "stepstone")
+        and not name.startswith(("stepstone.", "IPython", "ipykernel"))
+        and not os.path.realpath(file).startswith(_LIBRARIES)
+    )
+    _USER_MODULES[name] = own
+    return own
+
+
+def _module_globals() -> Any:
+    import types
+
+    found: dict[str, Any] = {}
+    for name, module in list(sys.modules.items()):
+        if not isinstance(module, types.ModuleType) or not _own(name, module):
+            continue
+        for attr, value in list(vars(module).items()):
+            if attr.startswith("__") or isinstance(value, (types.ModuleType, type)):
+                continue
+            if callable(value):
+                continue
+            try:
+                found[f"{name}:{attr}"] = json.dumps(value, sort_keys=True)
+            except (TypeError, ValueError):
+                found[f"{name}:{attr}"] = (_OPAQUE, id(value), repr(value)[:200])
+    return found
+
+
+def _module_globals_kept(diff: Any) -> Any:
+    return {
+        key: None if text is None else json.loads(text) if isinstance(text, str) else text
+        for key, text in diff.items()
+    }
+
+
+def _set_module_globals(saved: Any) -> None:
+    for key, value in saved.items():
+        name, _, attr = key.partition(":")
+        if value is None:
+            continue
+        module = sys.modules.get(name)
+        if module is None:  # set back before the cell's `import mylib` runs again
+            import importlib
+
+            module = importlib.import_module(name)
+        now = getattr(module, attr, None)
+        if isinstance(now, dict) and isinstance(value, dict):
+            now.clear()
+            now.update(value)  # in place: `from mylib import SETTINGS` sees it too
+        elif isinstance(now, list) and isinstance(value, list):
+            now[:] = value
+        else:
+            setattr(module, attr, value)
 
 
 def _rc() -> Any:
@@ -173,6 +340,14 @@ _PARTS = {
     "sys.path": _Part(lambda: list(sys.path), _as_is, _set_path),
     "matplotlib.rcParams": _Part(_rc, _as_is, _set_rc, by_key=True),
     "pandas options": _Part(_pandas, _as_is, _set_pandas, by_key=True),
+    "numpy print options": _Part(_numpy_print, _as_is, _set_numpy_print, by_key=True),
+    "numpy errors": _Part(_numpy_errors, _as_is, _set_numpy_errors, by_key=True),
+    "decimal context": _Part(_decimal, _as_is, _set_decimal),
+    "warning filters": _Part(_warnings, _warnings_kept, _set_warnings),
+    "recursion limit": _Part(sys.getrecursionlimit, _as_is, sys.setrecursionlimit),
+    "module globals": _Part(
+        _module_globals, _module_globals_kept, _set_module_globals, by_key=True
+    ),
 }
 
 

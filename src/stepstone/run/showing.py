@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidInput, StepstoneError
 from ..model import message, names
 from ..model.models import Artifact, StepRecord
-from ..values import arrowframes, artifacts, bigvalues, tagged
+from ..values import arrowframes, artifacts, bigvalues, closedfiles, tagged
 
 if TYPE_CHECKING:
     from .view import RunView
@@ -30,8 +30,16 @@ _LOADERS = {
     "arrow": "pandas.read_feather({file!r})",
     "pickle": "pickle.load(open({file!r}, 'rb'))  # runs code: only from a store you trust",
     tagged.FORMAT: "stepstone.tagged.loads(open({file!r}, 'rb').read())",
+    closedfiles.FORMAT: "json.load(open({file!r}))  # a closed file: what it said of itself",
 }
-_SUFFIXES = {"json": "json", "npy": "npy", "parquet": "parquet", "arrow": "arrow", "pickle": "pkl"}
+_SUFFIXES = {
+    closedfiles.FORMAT: "json",
+    "json": "json",
+    "npy": "npy",
+    "parquet": "parquet",
+    "arrow": "arrow",
+    "pickle": "pkl",
+}
 
 
 def show(view: RunView, step: str) -> dict[str, Any]:
@@ -173,6 +181,9 @@ def _what(view: RunView, art: Artifact) -> dict[str, Any]:
     data = b"".join(_chunks(view, art))
     if art.format == "module":
         return {"type": "module", "value": data.decode()}
+    if art.format == closedfiles.FORMAT:
+        said = json.loads(data)
+        return {"type": f"{said['type']} (closed)", "value": said["name"]}
     value = json.loads(data) if art.format == "json" else tagged.loads(data)
     shown: dict[str, Any] = {"type": type(value).__name__}
     if hasattr(value, "__len__"):
