@@ -176,6 +176,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run only the case of this seed in tests/test_generated.py",
     )
     parser.addoption(
+        "--oracle-seed",
+        type=int,
+        default=None,
+        help="run only the generated notebook of this seed in tests/test_oracle.py",
+    )
+    parser.addoption(
+        "--oracle-actions",
+        type=int,
+        default=3,
+        help="how many runs (each maybe after an edit, maybe killed) a generated notebook "
+        "of tests/test_oracle.py goes through before its last run",
+    )
+    parser.addoption(
         "--race-seconds",
         type=float,
         default=12,

@@ -4,10 +4,15 @@ stops first and says why. Each test is one observation of the issue, as a user m
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import notebookgen
 import pytest
-from conftest import run_python
+from conftest import clean_env, run_python
 from oracle import Case, compare
 
 pytestmark = pytest.mark.kernel
@@ -281,3 +286,93 @@ def test_process_and_module_state_a_skipped_cell_set_comes_back(tmp_path: Path, 
     ended = case.run()
     assert ended.code == 0, ended.said
     assert compare(case, ended, tmp_path) == []
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13, 14])
+def test_a_generated_notebook_ends_as_a_fresh_run_of_it_after_edits_and_kills(
+    tmp_path: Path, seed: int, request: pytest.FixtureRequest
+):
+    """The oracle on notebooks a generator writes: `--oracle-seed N` runs one case,
+    `--oracle-actions N` sets how long it is driven (docs/reliability.md, "The oracle")."""
+    chosen = request.config.getoption("--oracle-seed")
+    if chosen is not None:
+        if seed != 11:
+            pytest.skip("one case: --oracle-seed")
+        seed = chosen
+    gen = notebookgen.generate(Case(tmp_path / "ours"), seed)
+    ended = notebookgen.drive(gen, request.config.getoption("--oracle-actions"))
+    if ended.code == 2 and "stepstone:" in ended.said:
+        return  # it stopped first and said why
+    found = compare(gen.case, ended, tmp_path)
+    steps = "; ".join(gen.said)
+    assert not found, f"seed {seed}: {steps}\n" + "\n".join(found) + f"\n{ended.said}"
+    print(f"oracle: seed {seed} equal after {len(gen.said)} actions: {steps}")
+
+
+def test_the_kernels_history_holds_each_cell_as_written(tmp_path: Path):
+    case = Case(tmp_path / "ours")
+    case.write(["x = 1", "print(In[1])\nprint(_i1)\nprint(len(In))"])
+    ended = case.run()
+    assert ended.code == 0, ended.said
+    assert compare(case, ended, tmp_path) == []
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _stepstone(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stepstone", *args],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "notebook",
+    ["notebooks/quickstart.ipynb", "benchmarks/corpus/pdsh/02.02-The-Basics-Of-NumPy-Arrays.ipynb"],
+    ids=["quickstart", "corpus"],
+)
+def test_verify_replay_certifies_a_run_that_reproduces_and_records_it(
+    tmp_path: Path, notebook: str
+):
+    shutil.copy(ROOT / notebook, tmp_path / "nb.ipynb")
+    assert _stepstone("run", "nb.ipynb", cwd=tmp_path).returncode == 0
+    replayed = _stepstone("verify", "--replay", cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "reproduces: a fresh run of nb.ipynb displayed what its" in replayed.stdout
+    recorded = subprocess.run(
+        ["git", "--git-dir", ".stepstone", "log", "--all", "--format=%s", "-1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert recorded.stdout.strip() == "replayed: reproduces"
+
+
+def test_verify_replay_names_a_data_file_changed_behind_the_runs_back(tmp_path: Path):
+    case = Case(tmp_path)
+    case.put("data/input.csv", "v\n1\n2\n")
+    case.write(
+        [
+            "import pandas as pd\ntotal = int(pd.read_csv('data/input.csv').v.sum())\n"
+            "open('total.txt', 'w').write(str(total))",
+            "print('total', total)",
+        ]
+    )
+    assert case.run().code == 0
+    (tmp_path / "data" / "input.csv").write_text("v\n1\n2\n39\n")  # changed behind its back
+    replayed = _stepstone("verify", "--replay", "--json", cwd=tmp_path)
+    assert replayed.returncode == 1
+    said = json.loads(replayed.stdout)["replay"]
+    assert not said["equal"]
+    assert "the file total.txt differs from the fresh run's" in said["differences"]
+    assert (
+        "step cell-2 displayed stdout: 'total 3\\n'; the fresh run stdout: 'total 42\\n'"
+        in (said["differences"])
+    )

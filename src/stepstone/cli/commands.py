@@ -52,10 +52,17 @@ def status(run_id: str | None, repo: str | None, as_json: bool, every: bool, rec
 @run_option
 @repo_option
 @json_option
+@click.option(
+    "--replay",
+    is_flag=True,
+    help="Also run the notebook fresh in a scratch folder and compare what it displays and "
+    "writes with the records (a reproduction certificate, recorded in the run).",
+)
 @errors_as_exit_codes
-def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
+def verify(run_id: str | None, repo: str | None, as_json: bool, replay: bool) -> None:
     """Re-check every recorded step's evidence against the real state now (every record
-    is read from Git, not through the read caches)."""
+    is read from Git, not through the read caches); with --replay, also re-run the
+    notebook fresh and compare."""
     reader = open_reader(run_id, repo, cached=False)
     if reader.corrupt:
         raise StoreError(
@@ -71,15 +78,33 @@ def verify(run_id: str | None, repo: str | None, as_json: bool) -> None:
     recorded = len(state.notes)
     state = notebook_plan.seeing_the_notebook(reader, state)  # edited cells stale, as status
     bad = [s for s in state.steps if s.state in ("stale", "failed")]
+    certificate = _replayed(reader, run_id, repo) if replay else None
     if as_json:
         head = json.dumps({"run": state.run, "ok": not bad})
+        if certificate is not None:
+            head = head[:-1] + f', "replay": {json.dumps(certificate.as_json())}}}'
         click.echo(f'{head[:-1]}, "steps": {state.steps_json()}}}')
     else:
         for line in render.verify_lines(state):
             click.echo(line)
         for note in state.notes[recorded:]:
             click.echo(f"note: {note}")
-    sys.exit(1 if bad else 0)
+        for line in certificate.lines() if certificate is not None else []:
+            click.echo(line)
+    sys.exit(1 if bad or (certificate is not None and not certificate.equal) else 0)
+
+
+def _replayed(reader: Any, run_id: str | None, repo: str | None) -> Any:
+    """The reproduction certificate of a fresh run of the run's notebook, committed to
+    the run (`replayed.json`)."""
+    from ..notebook import replay
+
+    certificate = replay.replay(reader, reader.workdir)
+    data = (json.dumps(certificate.as_json(), indent=2) + "\n").encode()
+    said = "reproduces" if certificate.equal else f"{len(certificate.differences)} differences"
+    with open_driver(reader.id if run_id is None else run_id, repo) as run:
+        run.commit_record(replay.RECORD, data, f"replayed: {said}", [])
+    return certificate
 
 
 @main.command()

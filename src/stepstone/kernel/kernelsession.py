@@ -341,6 +341,8 @@ class KernelSession:
         if spec.rerun is not None:
             run.rerun(spec.name, spec.rerun, once=True)
         code = ip.transform_cell(cell)
+        if self.cells:
+            self._as_written(cell, code)
         shape = namespace.read_cell(code)
         before = run.records.get(spec.name)
         pickled = before is not None and any(a.format == "pickle" for a in before.outputs.values())
@@ -384,6 +386,24 @@ class KernelSession:
             self._failed(spec, shape, exc, cell_raised=cell_raised, ran=ran, shown=shown)
             raise
         return self._ended(attempt, spec, again=again, remade=remade, shown=shown)
+
+    def _as_written(self, cell: str, code: str) -> None:
+        """In `--cells` mode the `%%step` line is stepstone's, not the user's: the kernel's
+        history holds the cell as written (`In[N]`, `_iN`, and `_i` in the next cell)."""
+        history = getattr(self.ip, "history_manager", None)
+        raw = cell.rstrip("\n")
+        if history is None or not history.input_hist_raw:
+            return
+        stored = history.input_hist_raw[-1]
+        if not stored.lstrip().startswith("%%step"):
+            return
+        history.input_hist_raw[-1] = raw
+        history.input_hist_parsed[-1] = code.rstrip("\n")
+        history._i00 = raw
+        ns, count = self.ip.user_ns, self.ip.execution_count
+        for n in (count, count - 1):  # (IPython counts the cell before or after its code)
+            if ns.get(f"_i{n}") == stored:
+                ns[f"_i{n}"] = raw
 
     def _require_run(self) -> Run:
         if self.run is None or not self.run.driving:

@@ -392,7 +392,13 @@ def execute(
     setup = None
     if cells and not any("%resume" in c.source for c in nb.cells if c.cell_type == "code"):
         # the cells keep the execution counts they have without it (papermill's, nbclient's)
-        code = "%load_ext stepstone\n%resume\nget_ipython().execution_count -= 1"
+        code = (  # and not in the kernel's history: `In[1]` is the notebook's first cell
+            "%load_ext stepstone\n%resume\n"
+            "get_ipython().execution_count -= 1\n"
+            "get_ipython().history_manager.input_hist_parsed.pop()\n"
+            "get_ipython().history_manager.input_hist_raw.pop()\n"
+            "get_ipython().history_manager._i00 = ''"
+        )
         setup = nbformat.v4.new_code_cell(code)  # type: ignore[no-untyped-call]
     steps: dict[int, tuple[int, str]] = {}  # cell index -> step number and name
     for index, parts, cell in step_cells(nb, cells=cells):  # named as the notebook has them

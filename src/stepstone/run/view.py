@@ -10,7 +10,7 @@ from typing import Any
 from ..effects.effectbook import EffectBook
 from ..errors import InvalidInput
 from ..model import models, names
-from ..model.models import Decision, EffectRecord, RunInfo, Unknown
+from ..model.models import Decision, EffectRecord, RunInfo, StepRecord, Unknown
 from ..rules import dependencies
 from ..rules.index import PlanSteps, RecordBook
 from ..rules.status import RunStatus
@@ -51,6 +51,11 @@ class RunView:
         """By step, the saved values the last status found this user may not load
         (pickles from a store they do not trust): the step stands without them."""
         return self._checker.withheld
+
+    def kernel_part(self, record: StepRecord) -> dict[str, Any]:
+        """What `record` keeps for the kernel (what it displayed, the process state it
+        set), loaded; a part this user may not load is left out."""
+        return self._checker.load_kernel(record)
 
     @property
     def begun(self) -> bool:
