@@ -376,3 +376,47 @@ def test_verify_replay_names_a_data_file_changed_behind_the_runs_back(tmp_path: 
         "step cell-2 displayed stdout: 'total 3\\n'; the fresh run stdout: 'total 42\\n'"
         in (said["differences"])
     )
+
+
+def test_a_live_kernel_keeps_jupyters_meaning(tmp_path: Path, monkeypatch, capsys):
+    """`%resume --cells`, as JupyterLab sends cells: a cell run again runs (with what the
+    kernel holds now), cells run in any order, and a scratch cell with a cell id the
+    notebook does not have is not taken for the notebook's cell with the same text."""
+    import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    sources = ["x = 1", "y = x + 1\nprint('y is', y)", "x = 100"]
+    book = new_notebook(cells=[new_code_cell(s) for s in sources])
+    for n, cell in enumerate(book.cells):
+        cell["id"] = f"cell{n}"
+    path = tmp_path / "live.ipynb"
+    nbformat.write(book, str(path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STEPSTONE_NOTEBOOK", str(path))
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "stepstone")
+    try:
+        ip.run_line_magic("resume", "--cells")
+
+        def run(n: int, cell_id: str | None = None) -> str:
+            capsys.readouterr()
+            ip.run_cell(sources[n], store_history=True, cell_id=cell_id or f"cell{n}")
+            return capsys.readouterr().out
+
+        run(0), run(1), run(2)
+        again = run(1)
+        assert "y is 101" in again, again
+        assert ip.user_ns["y"] == 101
+        ip.user_ns["x"] = 5
+        scratch = run(1, cell_id="scratch-cell")  # a console or scratch cell: plain code
+        assert "y is 6" in scratch and "step" not in scratch, scratch
+        for name in ("x", "y"):
+            ip.user_ns.pop(name)
+        ip.run_line_magic("resume", "--cells")  # as after a restart: out of order
+        first = run(2)
+        assert "Error" not in first, first
+        second = run(1)
+        assert "y is 101" in second, second
+    finally:
+        ip.run_line_magic("unload_ext", "stepstone")

@@ -1,7 +1,8 @@
 """`%resume --cells` in a live kernel: every code cell the notebook's saved file has as a
 step runs as that step, though the cell does not say `%%step` (JupyterLab runs what
 you see; the cell's step is found by its cell id, which Jupyter clients send with the
-code, else by its source, when one cell of the saved notebook has it).
+code; a client that sends none has it found by its source, when one cell of the saved
+notebook has it; a cell id the notebook does not have is a scratch cell's: plain code).
 
 `stepstone run --cells` writes the `%%step` line itself before a cell runs; here the
 code a client sends is given its `%%step` line where the kernel receives it (the
@@ -35,7 +36,10 @@ class EveryCell:
         """The code a client sent, as the `%%step` cell it is, if it is one."""
         if not isinstance(code, str) or code.lstrip().startswith("%%"):
             return code
-        name = self.by_id.get(cell_id or "") or self.by_source.get(code.strip())
+        if cell_id and self.by_id:  # a cell id the notebook does not have: a scratch cell
+            name = self.by_id.get(cell_id)
+        else:
+            name = self.by_source.get(code.strip())
         return f"%%step {name}\n{code}" if name else code
 
 

@@ -176,6 +176,7 @@ class KernelSession:
         self.given: dict[str, int] = {}  # name -> id of the value a skipped step gave back
         self.kept: set[str] = set()  # the names the steps met so far saved
         self.unsaved: set[str] = set()  # the names they bound and could not save
+        self.met: set[str] = set()  # the steps met (run or skipped) since %resume
         self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
         self.names = usernames.UserNames(getattr(ip, "user_ns_hidden", None))
         self.events: str | None = None  # where `stepstone run` reads the events (%resume)
@@ -327,7 +328,7 @@ class KernelSession:
         """A run opened (again): what later cells read, and what plain cells before each
         step make anew (`plaincells.made_anew`); nothing saved or failed yet."""
         self.later, self.kept, self.plain = later, set(), plain or {}
-        self.unsaved = set()
+        self.unsaved, self.met = set(), set()
         self.retries = retrying.Retries(self.seen)
 
     async def step(self, spec: StepSpec, cell: str, *, awaits: bool, shown: Shown) -> CellOutcome:
@@ -338,6 +339,10 @@ class KernelSession:
         say the same for `stepstone run`. The outcome, for the magic to render."""
         run = self._require_run()
         ip, ns = self.ip, self.ip.user_ns
+        if self.cells and spec.name in self.met and spec.rerun is None:
+            # Jupyter's meaning: a cell run again in this kernel runs, on what it holds now
+            spec = replace(spec, rerun="run again in this kernel")
+        self.met.add(spec.name)
         if spec.rerun is not None:
             run.rerun(spec.name, spec.rerun, once=True)
         code = ip.transform_cell(cell)

@@ -245,6 +245,10 @@ def _module_globals() -> Any:
                 continue
             if callable(value):
                 continue
+            if isinstance(value, (list, dict, str)) and len(value) > 10_000:
+                # a large constant is not watched (it is read before and after each cell)
+                found[f"{name}:{attr}"] = (_OPAQUE, id(value), len(value))
+                continue
             try:
                 found[f"{name}:{attr}"] = json.dumps(value, sort_keys=True)
             except (TypeError, ValueError):

@@ -428,7 +428,7 @@ def changed_input(
     upstream: Callable[[str, str | None], tuple[str, StepRecord | None]],
     kept: Callable[[str, str | None], bool] = lambda path, seen: False,
     written: Callable[[str], bool] = lambda path: False,
-    made: Collection[str] = (),
+    made: Callable[[], Collection[str]] = lambda: (),
     cut_back: Callable[[str, str, int], bool] = lambda path, seen, size: False,
 ) -> str | None:
     """Why a step's recorded inputs no longer hold (every input that changed, in the
@@ -436,7 +436,7 @@ def changed_input(
     decision's value now; `upstream(name, seen)` the state now and the record of the
     step once named `name` that made `seen`; `kept(path, seen)` whether a missing file
     is kept in the store as it was seen; `written(path)` whether the code of a step
-    after it writes a file it read (traced): a change to it is that step's; `made` the
+    after it writes a file it read (traced): a change to it is that step's; `made()` the
     files the run's steps wrote (left out of a listed folder's names); `cut_back(path,
     seen, size)` whether a file it wrote, added to since by a step that did not finish
     (its first `size` bytes are still the `seen` ones), is cut back to what it left."""
@@ -475,7 +475,7 @@ def changed_input(
                 causes.append(f"the file {path} it {verb} {gone} since it ran")
         elif key.startswith(LISTED):
             where = key[len(LISTED) :]
-            if listing_digest(workdir / where, made, where) != seen:
+            if listing_digest(workdir / where, made(), where) != seen:
                 shown = "the notebook's folder" if where == "." else f"the folder {where}"
                 causes.append(f"{shown}, which it listed, holds other files since it ran")
         elif key.startswith(STEP):

@@ -115,7 +115,7 @@ class Checker:
                     and keeping.kept_as_seen(self.state, path, self.workdir, seen)
                 ),
                 written=lambda path: written_after(self.state, path, planned.number),
-                made=records.table.writers(),
+                made=lambda: {p for p, w in records.table.writers().items() if w},
                 cut_back=lambda path, seen, size: self._cut_back(planned.name, path, seen, size),
             )
             if changed_input is not None:

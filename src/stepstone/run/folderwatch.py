@@ -14,7 +14,6 @@ the audit hook's record stands alone.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import struct
 from pathlib import Path
@@ -42,9 +41,8 @@ class FolderWatch:
         self.folders: dict[int, str] = {}  # watch descriptor -> folder
         self.fd = -1
         self.overflowed = False
-        libc_name = ctypes.util.find_library("c")
-        try:
-            self._libc = ctypes.CDLL(libc_name, use_errno=True)
+        try:  # the process's own symbols: libc's (find_library would start ldconfig)
+            self._libc = ctypes.CDLL(None, use_errno=True)
             self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, AttributeError):
             return

@@ -69,7 +69,7 @@ def recorded_inputs(
         )
         inputs = {**traced, **(inputs or {})}
     if listed and (inputs is not None or source is None):
-        by_steps = {*table.writers(), *wrote}
+        by_steps = {*(p for p, w in table.writers().items() if w), *wrote}
         inputs = {
             **(inputs or {}),
             **{
@@ -92,8 +92,8 @@ def _removed_unseen(state: RunState, wrote: list[str], workdir: Path) -> list[st
     gone is not named again."""
     found = []
     for path, writers in state.records.table.writers().items():
-        if path in wrote or (workdir / path).exists():
-            continue
+        if not writers or path in wrote or (workdir / path).exists():
+            continue  # (no step writes it any more: a record now says other files)
         last = max(writers, key=lambda name: state.numbers.get(name) or 0)
         record = state.records.get(last)
         if record is not None and f"{dependencies.WROTE}{path}" in (record.inputs or {}):
