@@ -120,12 +120,17 @@ class FolderWatch:
 
 
 _watches: dict[str, FolderWatch] = {}
+KEPT = 2  # watches a process keeps open (inotify instances are few: 128 a user by default)
 
 
 def watch_of(root: Path) -> FolderWatch:
-    """The watch of `root` in this process (made on first use)."""
+    """The watch of `root` in this process (made on first use; the one used least
+    recently is closed when a process drives runs in more folders than `KEPT`)."""
     key = os.path.realpath(root)
-    found = _watches.get(key)
+    found = _watches.pop(key, None)
     if found is None:
-        found = _watches[key] = FolderWatch(key)
+        found = FolderWatch(key)
+    _watches[key] = found  # the newest last
+    while len(_watches) > KEPT:
+        _watches.pop(next(iter(_watches))).close()
     return found
