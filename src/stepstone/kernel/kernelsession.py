@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from ..errors import InvalidInput, StepstoneError
 from ..model import events as model_events
-from ..model import names
+from ..model import models, names
 from ..model.events import RunOpened, StepEnded, StepStarted
 from ..model.models import PlannedStep, StepSpec
 from ..notebook import cellargs, namespace, parameters
@@ -177,6 +177,8 @@ class KernelSession:
         self.kept: set[str] = set()  # the names the steps met so far saved
         self.unsaved: set[str] = set()  # the names they bound and could not save
         self.met: set[str] = set()  # the steps met (run or skipped) since %resume
+        # the notebook's code cells: (step name or None, names read or None: any, bound)
+        self.cell_shapes: list[tuple[str | None, frozenset[str] | None, tuple[str, ...]]] = []
         self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
         self.names = usernames.UserNames(getattr(ip, "user_ns_hidden", None))
         self.events: str | None = None  # where `stepstone run` reads the events (%resume)
@@ -292,7 +294,13 @@ class KernelSession:
         if notebook is not None and plan is not None:
             every = self.cells
             cells = notebook_cells(notebook, self.ip.transform_cell, cells=every)
-            self.fresh(namespace.later_reads(cells), made_anew([(n, code) for n, code, _ in cells]))
+            shapes = [namespace.read_cell(c) if c is not None else None for _, c, _ in cells]
+            later = namespace.later_reads(cells, shapes)
+            self.fresh(later, made_anew([(n, code) for n, code, _ in cells]))
+            self.cell_shapes = [
+                (n, s.reads if s else None, s.binds if s else ())
+                for (n, _, _), s in zip(cells, shapes, strict=True)
+            ]
             moved = claim(run, notebook)
             if moved:
                 run.notes.append(moved)
@@ -328,7 +336,7 @@ class KernelSession:
         """A run opened (again): what later cells read, and what plain cells before each
         step make anew (`plaincells.made_anew`); nothing saved or failed yet."""
         self.later, self.kept, self.plain = later, set(), plain or {}
-        self.unsaved, self.met = set(), set()
+        self.unsaved, self.met, self.cell_shapes = set(), set(), []
         self.retries = retrying.Retries(self.seen)
 
     async def step(self, spec: StepSpec, cell: str, *, awaits: bool, shown: Shown) -> CellOutcome:
@@ -339,11 +347,11 @@ class KernelSession:
         say the same for `stepstone run`. The outcome, for the magic to render."""
         run = self._require_run()
         ip, ns = self.ip, self.ip.user_ns
-        if self.cells and spec.name in self.met and spec.rerun is None:
-            # Jupyter's meaning: a cell run again in this kernel runs, on what it holds now
-            spec = replace(spec, rerun="run again in this kernel")
+        forced = self._runs_again(run, spec)
         self.met.add(spec.name)
-        if spec.rerun is not None:
+        if forced is not None:
+            run.rerun(spec.name, forced)
+        elif spec.rerun is not None:
             run.rerun(spec.name, spec.rerun, once=True)
         code = ip.transform_cell(cell)
         if self.cells:
@@ -391,6 +399,38 @@ class KernelSession:
             self._failed(spec, shape, exc, cell_raised=cell_raised, ran=ran, shown=shown)
             raise
         return self._ended(attempt, spec, again=again, remade=remade, shown=shown)
+
+    def _runs_again(self, run: Run, spec: StepSpec) -> str | None:
+        """Why a step whose evidence may hold runs all the same, or None: in `--cells`
+        mode a cell run again in this kernel runs again on what the kernel holds now
+        (Jupyter's meaning); a step that bound a value it could not save (a generator, a
+        connection) that a later cell reads runs again rather than leave it missing."""
+        record = run.records.get(spec.name)
+        if record is None or record.status != "confirmed":
+            return None
+        if self.cells and spec.name in self.met:
+            return f"run again in this kernel (at {models.now()})"
+        needed = [n for n in record.unsaved if self._needed_later(run, spec.name, n)]
+        if needed:
+            return f"{', '.join(needed)} cannot be restored and a cell that runs reads it"
+        return None
+
+    def _needed_later(self, run: Run, step: str, name: str) -> bool:
+        """Whether a cell after `step` that will run (a plain cell, a step not verified)
+        reads `name` before a cell binds it again or a skipped step gives it back."""
+        cells = self.cell_shapes
+        at = next((i for i, (n, _, _) in enumerate(cells) if n == step), None)
+        if at is None:
+            return False
+        records, verdicts = run.records, run.stepper.verdicts
+        for later, reads, binds in cells[at + 1 :]:
+            runs = later is None or verdicts.state(later) != "verified"
+            if runs and (reads is None or name in reads):
+                return True
+            record = records.get(later) if later is not None else None
+            if name in binds or (not runs and record is not None and name in record.outputs):
+                return False
+        return False
 
     def _as_written(self, cell: str, code: str) -> None:
         """In `--cells` mode the `%%step` line is stepstone's, not the user's: the kernel's

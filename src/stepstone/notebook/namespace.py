@@ -130,12 +130,14 @@ def calls_notebook_code(value: Any) -> bool:
 
 def later_reads(
     cells: Sequence[tuple[str | None, str | None, Sequence[str]]],
+    shapes: Sequence[Cell | None] | None = None,
 ) -> dict[str, frozenset[str] | None]:
     """For each step of a notebook, the names the cells after it (and its own `expr:`
     checks) may read; None when one of those cells may read any name. `cells`: each
     code cell as (its step name or None, its code as Python or None when it does not
-    parse, its checks)."""
-    shapes = [read_cell(code) if code is not None else None for _, code, _ in cells]
+    parse, its checks); `shapes`: the cells already read."""
+    if shapes is None:
+        shapes = [read_cell(code) if code is not None else None for _, code, _ in cells]
     # a function reads its globals when it is called, from any later cell
     deferred = set().union(*(s.deferred for s in shapes if s))
     result: dict[str, frozenset[str] | None] = {}

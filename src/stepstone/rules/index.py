@@ -96,6 +96,7 @@ class RecordTable:
         self._checked_files: set[str] = set()
         self._checked_upto = 0  # shapes before it are in `_checked_files`
         self._writers: dict[str, set[str]] | None = None  # built on first use
+        self._shared: set[str] = set()  # the paths of `_writers` with more than one writer
         self.at: dict[str | None, int] = dict(zip(self.names, range(len(self.names)), strict=True))
         self.at.pop(None, None)
 
@@ -151,7 +152,13 @@ class RecordTable:
                 if name is not None:
                     for path in self.shapes[self.kinds[at]][8]:
                         self._writers.setdefault(path, set()).add(name)
+            self._shared = {p for p, w in self._writers.items() if len(w) > 1}
         return self._writers
+
+    def shared_writes(self) -> set[str]:
+        """The files more than one step wrote (a header, then rows appended)."""
+        self.writers()
+        return self._shared
 
     def _wrote(self, name: str, wrote: tuple[str, ...]) -> None:
         """`name`'s record now says it wrote `wrote`."""
@@ -161,8 +168,12 @@ class RecordTable:
         before = self.shapes[self.kinds[at]][8] if at is not None else ()
         for path in set(before) - set(wrote):
             self._writers.get(path, set()).discard(name)
+            if len(self._writers.get(path, ())) < 2:
+                self._shared.discard(path)
         for path in wrote:
             self._writers.setdefault(path, set()).add(name)
+            if len(self._writers[path]) > 1:
+                self._shared.add(path)
 
     def plain_kinds(self) -> list[bool]:
         """For each shape: confirmed, recorded without checks, its evidence only

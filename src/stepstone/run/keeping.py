@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ..errors import InvalidInput, StepstoneError
 from ..model.models import Artifact, StepRecord
-from ..rules import checks
+from ..rules import checks, dependencies
 from ..store import StoredBlob
+from ..store.durable import write_atomic
 from ..values import artifacts, bigvalues
 from .state import RunState
 
@@ -227,3 +228,43 @@ def _write_from_store(target: Path, art: Artifact, state: RunState) -> None:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def cut_back_before(
+    state: RunState,
+    workdir: Path,
+    notes: list[str],
+    number: int,
+    verified: Callable[[str], bool],
+) -> None:
+    """Before step `number` runs (again): each file more than one step wrote that no
+    verified step from this one on answers for, and that is the content the last
+    writer before this step left with more after it (rows a later step appended, or
+    this one last time), is cut back to that content, so that nothing is appended
+    twice. A verified later writer whose rows go with it is stale by its own check."""
+    table = state.records.table
+    shared = table.shared_writes()
+    if not shared:
+        return
+    names, numbers = state.steps.names, state.numbers
+    for path in sorted(shared):
+        writers = table.writers().get(path, set())
+        after = [w for w in writers if (numbers.get(w) or 0) >= number]
+        if not after or any(verified(w) for w in after):
+            continue
+        earlier = max(
+            (w for w in writers if 0 < (numbers.get(w) or 0) < number),
+            key=lambda w: numbers.get(w) or 0,
+            default=None,
+        )
+        record = state.records.get(earlier) if earlier is not None else None
+        said = (record.inputs or {}).get(f"{dependencies.WROTE}{path}") if record else None
+        digest, _, size = (said or "").partition(" ")
+        target = workdir / path
+        if size and dependencies.grown_from(target, digest, int(size)):
+            with open(target, "rb") as handle:
+                write_atomic(target, handle.read(int(size)))
+            notes.append(
+                f"{path}: cut back to what step {earlier} left, before step "
+                f"{names[number - 1]} runs (a step after it had added to it)"
+            )

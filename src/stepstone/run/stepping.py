@@ -251,6 +251,13 @@ class Stepper:
                     problem = "it has outputs that were not saved"
             self.verdicts.stale_from(self.state.steps.names, planned.number, problem)
         reason = self.verdicts.reasons.get(name) or ("not run yet" if record is None else state)
+        keeping.cut_back_before(
+            self.state,
+            self.checker.workdir,
+            self.checker.notes,
+            planned.number,
+            lambda step: self.verdicts.state(step) == "verified",
+        )
         return StepStart(planned, False, reason, record, check_specs=specs, source=source)
 
     # -- confirm or fail --------------------------------------------------------
