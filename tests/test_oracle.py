@@ -440,3 +440,34 @@ def test_a_value_that_cannot_be_saved_is_made_again_when_a_later_cell_reads_it(t
     assert compare(case, ended, tmp_path) == []
     again = case.run()  # needed by no cell that runs: skipped (and not given back)
     assert again.code == 0 and "cell-1: skipped" in again.said, again.said
+
+
+def test_a_live_kernel_runs_a_cell_whose_cell_before_is_stale(tmp_path: Path, monkeypatch, capsys):
+    """Out of order, as Jupyter allows: cell 3 after cell 2 was edited and not run."""
+    import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    sources = ["x = 1", "y = x + 1", "print('third', x)"]
+    book = new_notebook(cells=[new_code_cell(s) for s in sources])
+    for n, cell in enumerate(book.cells):
+        cell["id"] = f"cell{n}"
+    path = tmp_path / "live.ipynb"
+    nbformat.write(book, str(path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STEPSTONE_NOTEBOOK", str(path))
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "stepstone")
+    try:
+        ip.run_line_magic("resume", "--cells")
+        for n, source in enumerate(sources):
+            ip.run_cell(source, store_history=True, cell_id=f"cell{n}")
+        book.cells[1].source = "y = x + 2"  # edited and saved, not run
+        nbformat.write(book, str(path))
+        ip.run_line_magic("resume", "--cells")
+        capsys.readouterr()
+        ip.run_cell(sources[2], store_history=True, cell_id="cell2")
+        said = capsys.readouterr()
+        assert "third 1" in said.out and "Error" not in said.out + said.err, said
+    finally:
+        ip.run_line_magic("unload_ext", "stepstone")

@@ -349,6 +349,8 @@ class KernelSession:
         ip, ns = self.ip, self.ip.user_ns
         forced = self._runs_again(run, spec)
         self.met.add(spec.name)
+        if self.cells:  # Jupyter runs cells in any order (`stepstone run` runs them in order)
+            spec = replace(spec, force=True)
         if forced is not None:
             run.rerun(spec.name, forced)
         elif spec.rerun is not None:
