@@ -471,3 +471,12 @@ def test_a_live_kernel_runs_a_cell_whose_cell_before_is_stale(tmp_path: Path, mo
         assert "third 1" in said.out and "Error" not in said.out + said.err, said
     finally:
         ip.run_line_magic("unload_ext", "stepstone")
+
+
+def test_history_variables_hold_the_values_after_a_skip(tmp_path: Path):
+    case = Case(tmp_path / "ours")
+    case.write(["[1, 2]", "{'a': 1}", KILL + "print(_ + [3] if isinstance(_, list) else _, __)"])
+    _killed_then_resumed(case)
+    ended = case.run()
+    assert ended.code == 0, ended.said
+    assert compare(case, ended, tmp_path) == []

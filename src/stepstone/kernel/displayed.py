@@ -225,8 +225,30 @@ def _redacted(out: Shown) -> Shown:
     return {"msg_type": out["msg_type"], "content": content}
 
 
-def show_again(ip: Any, outputs: list[Shown]) -> None:
-    """Show a skipped cell's kept outputs as it showed them."""
+def show_again(ip: Any, outputs: list[Shown], result: Any = _UNSET) -> None:
+    """Show a skipped cell's kept outputs as it showed them; `result`, the value its last
+    line evaluated to, is what the kernel's `_`, `_N` and `Out[N]` then hold (not the
+    stand-in that shows it)."""
+    before = ip.user_ns.get("_")
+    _show_again(ip, outputs)
+    shown = ip.user_ns.get("_")
+    if result is _UNSET or shown is before or not isinstance(shown, _Value):
+        return
+    for ns in (ip.user_ns, getattr(ip, "user_ns_hidden", {})):  # (IPython compares both)
+        for key in [k for k, v in ns.items() if v is shown and (k == "_" or k[1:].isdigit())]:
+            ns[key] = result
+    ns = ip.user_ns
+    out = ns.get("Out")
+    if isinstance(out, dict):
+        for key in [k for k, v in out.items() if v is shown]:
+            out[key] = result
+    hook = ip.displayhook  # keeps `_`, `__`, `___` itself, and moves them on only if the
+    for attr in ("_", "__", "___"):  # namespace still holds its own
+        if getattr(hook, attr, None) is shown:
+            setattr(hook, attr, result)
+
+
+def _show_again(ip: Any, outputs: list[Shown]) -> None:
     session = _session(ip)
     for out in outputs:
         kind, content = out.get("msg_type"), dict(out.get("content") or {})

@@ -120,6 +120,7 @@ def _relative(path: Path) -> str:
 
 FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
 EXITED = "exited"  # in the kernel's part of a step whose code called sys.exit(0)
+RESULT = "result"  # in the kernel's part: the value its last line evaluated to
 
 
 @dataclass
@@ -606,6 +607,7 @@ class KernelSession:
         names = self.names.of(ns)
         self.retries.began(ns, names, self._may_change(shape, ns, names))
         ran = Ran()
+        last = ns.get("_")
         with cell_code(), displayed.capturing(self.ip) as outputs:
             try:
                 yield ran
@@ -624,6 +626,8 @@ class KernelSession:
             ran.kernel[EXITED] = True
         if outputs:
             ran.kernel[displayed.KEY] = displayed.kept(outputs)
+            if ns.get("_") is not last and any(o["msg_type"] == "execute_result" for o in outputs):
+                ran.kernel[RESULT] = ns["_"]  # what `_` and `Out[N]` hold after a skip
         for name, value in plain.items():
             if ns.get(name) is value and before[name] not in (None, _state_print(value)):
                 ran.changed[name] = value
@@ -671,7 +675,11 @@ class KernelSession:
         definitions made again, and the process state it set."""
         ns = self.ip.user_ns
         values = dict(values)
-        displayed.show_again(self.ip, kernel.get(displayed.KEY) or [])
+        shown = kernel.get(displayed.KEY) or []
+        if RESULT in kernel:
+            displayed.show_again(self.ip, shown, kernel[RESULT])
+        else:
+            displayed.show_again(self.ip, shown)
         if kernel.get(EXITED):
             self.exited = SystemExit(0)
         links = kernel.get(sharing.KEY) or []

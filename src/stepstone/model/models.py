@@ -131,7 +131,7 @@ class Artifact(Record):
 # its code displayed (shown again when it is skipped), the process state it set, the
 # names that share objects, whether it called sys.exit(0). Records made before 2026-12
 # kept them among the outputs, named `__displayed__`... (`kernel_part`).
-KERNEL_KEYS = ("displayed", "process", "shared", "exited")
+KERNEL_KEYS = ("displayed", "process", "shared", "exited", "result")
 _KERNEL_BEFORE = {f"__{key}__": key for key in KERNEL_KEYS}
 
 
