@@ -106,6 +106,34 @@ KINDS = [
         lambda k: f"import matplotlib.pyplot as plt\nplt.plot([1, {k}, 2])\nplt.title('t{k}')",
     ),
     _kind("write", "df", "", lambda k: f"df.head({k % 3 + 1}).to_csv('out/df.csv', index=False)"),
+    _kind(
+        "names",
+        "",
+        "names_file",
+        lambda k: f"with open('out/names.txt', 'w') as f:\n    f.write('b{k}\\na\\nc\\n')",
+    ),
+    _kind("sort", "names_file", "", lambda k: "!sort -o out/names.txt out/names.txt"),
+    _kind(
+        "sqlite",
+        "",
+        "",
+        lambda k: (
+            "import sqlite3\nwith sqlite3.connect('data/db.sqlite') as c:\n"
+            f"    print(c.execute('select sum(v) * {k} from t').fetchone())"
+        ),
+    ),
+    _kind(
+        "counter",
+        "",
+        "counter",
+        lambda k: (
+            f"def make():\n    n = {k}\n    def count():\n        nonlocal n\n"
+            "        n += 1\n        return n\n    return count\ncounter = make()"
+        ),
+    ),
+    _kind("count", "counter", "", lambda k: "print(counter())"),
+    _kind("value", "", "value", lambda k: f"[{k}, {k + 1}]"),
+    _kind("underscore", "value", "", lambda k: "print(_)"),
 ]
 
 
@@ -159,6 +187,15 @@ def data(gen: Generated) -> None:
     target = gen.case.folder / "data" / "extra.parquet"
     pd.DataFrame({"w": [rng.randint(0, 9) for _ in range(3)]}).to_parquet(target)
     gen.case.took("data/extra.parquet")
+    import sqlite3
+
+    db = gen.case.folder / "data" / "db.sqlite"
+    db.unlink(missing_ok=True)
+    with sqlite3.connect(db) as c:
+        c.execute("create table t (v int)")
+        c.executemany("insert into t values (?)", [(rng.randint(0, 9),) for _ in range(3)])
+    c.close()
+    gen.case.took("data/db.sqlite")
 
 
 def generate(case: Case, seed: int) -> Generated:

@@ -13,7 +13,7 @@ from pathlib import Path
 import notebookgen
 import pytest
 from conftest import clean_env, run_python
-from oracle import Case, compare
+from oracle import Case, compare, outputs
 
 pytestmark = pytest.mark.kernel
 
@@ -480,3 +480,19 @@ def test_history_variables_hold_the_values_after_a_skip(tmp_path: Path):
     ended = case.run()
     assert ended.code == 0, ended.said
     assert compare(case, ended, tmp_path) == []
+
+
+def test_editing_one_parameter_runs_only_the_steps_that_read_it(tmp_path: Path):
+    case = Case(tmp_path / "ours")
+    setup, steps = (
+        "%load_ext stepstone\n%resume",
+        ["%%step A\nprint('a', a)", "%%step B\nprint('b', b)"],
+    )
+    case.write([setup, "a = 1\nb = 2", *steps])
+    assert case.run().code == 0
+    case.cells[1] = "a = 1\nb = 3"
+    ended = case.run()
+    assert ended.code == 0, ended.said
+    assert "A: skipped" in ended.said and "B: done" in ended.said, ended.said
+    shown, _ = outputs(case.folder / "out.ipynb")
+    assert [s for s in shown[3] if "stream" in s] == [{"stream": "stdout", "text": "b 3\n"}]

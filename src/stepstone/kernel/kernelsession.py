@@ -180,6 +180,7 @@ class KernelSession:
         self.met: set[str] = set()  # the steps met (run or skipped) since %resume
         # the notebook's code cells: (step name or None, names read or None: any, bound)
         self.cell_shapes: list[tuple[str | None, frozenset[str] | None, tuple[str, ...]]] = []
+        self.cell_at: dict[str, int] = {}  # a step's place among them
         self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
         self.names = usernames.UserNames(getattr(ip, "user_ns_hidden", None))
         self.events: str | None = None  # where `stepstone run` reads the events (%resume)
@@ -302,6 +303,7 @@ class KernelSession:
                 (n, s.reads if s else None, s.binds if s else ())
                 for (n, _, _), s in zip(cells, shapes, strict=True)
             ]
+            self.cell_at = {n: i for i, (n, _, _) in enumerate(self.cell_shapes) if n}
             moved = claim(run, notebook)
             if moved:
                 run.notes.append(moved)
@@ -337,7 +339,7 @@ class KernelSession:
         """A run opened (again): what later cells read, and what plain cells before each
         step make anew (`plaincells.made_anew`); nothing saved or failed yet."""
         self.later, self.kept, self.plain = later, set(), plain or {}
-        self.unsaved, self.met, self.cell_shapes = set(), set(), []
+        self.unsaved, self.met, self.cell_shapes, self.cell_at = set(), set(), [], {}
         self.retries = retrying.Retries(self.seen)
 
     async def step(self, spec: StepSpec, cell: str, *, awaits: bool, shown: Shown) -> CellOutcome:
@@ -422,7 +424,7 @@ class KernelSession:
         """Whether a cell after `step` that will run (a plain cell, a step not verified)
         reads `name` before a cell binds it again or a skipped step gives it back."""
         cells = self.cell_shapes
-        at = next((i for i, (n, _, _) in enumerate(cells) if n == step), None)
+        at = self.cell_at.get(step)
         if at is None:
             return False
         records, verdicts = run.records, run.stepper.verdicts

@@ -10,6 +10,7 @@ with this one function, so both agree on each step's context.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 
 from .namespace import Cell, read_cell
@@ -50,8 +51,43 @@ def contexts(cells: Sequence[tuple[str | None, str]]) -> dict[str, str]:
                 elif wanted is not None:
                     wanted |= cell.deferred | cell.reads
         used = [src for (src, _), picked in zip(plain, chosen, strict=True) if picked]
-        found[name] = "\n\0\n".join(used)
+        found[name] = "\n\0\n".join(_wanted_part(src, wanted) for src in used)
     return found
+
+
+def _wanted_part(source: str, wanted: set[str] | None) -> str:
+    """A plain cell's source less the assignments of a constant to names the step does
+    not read (`b = 2` beside `a = 1` in a parameters cell: editing b leaves the readers
+    of a as they are); every other statement stays (a call may do anything)."""
+    if wanted is None:
+        return source
+    try:
+        tree = ast.parse(_python(source))
+    except SyntaxError:
+        return source
+    kept = []
+    for statement in tree.body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if (
+                len(names) == len(targets)
+                and not set(names) & wanted
+                and _constant(statement.value)
+            ):
+                continue
+        kept.append(ast.get_source_segment(_python(source), statement) or "")
+    return "\n".join(kept)
+
+
+def _constant(value: ast.expr | None) -> bool:
+    if value is None:
+        return True
+    try:
+        ast.literal_eval(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 def made_anew(cells: Sequence[tuple[str | None, str | None]]) -> dict[str, frozenset[str]]:
