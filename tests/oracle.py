@@ -215,6 +215,23 @@ def outputs(executed: Path) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]
     return shown, names
 
 
+_NOT_RESTORED = re.compile(r"not restored (.*)$", re.M)
+
+
+def not_restored(executed: Path) -> set[str]:
+    """The names stepstone's cards in the executed notebook say it could not give back
+    (`not restored c (sqlite3.Connection)`): a value that cannot be saved comes back only
+    by running its cell again, which it does when a cell that runs reads it."""
+    if not executed.exists():
+        return set()
+    found: set[str] = set()
+    for cell in json.loads(executed.read_text())["cells"]:
+        for text in (cell.get("metadata", {}).get("stepstone") or {}).get("said", []):
+            for match in _NOT_RESTORED.finditer(text):
+                found.update(re.findall(r"(\w+) \(", match.group(1)))
+    return found
+
+
 def differences(ours: Path, ended: Ended, theirs: Path, fresh: Ended) -> list[str]:
     """What differs between stepstone's folder and the fresh run's, in words."""
     found = []
@@ -232,7 +249,10 @@ def differences(ours: Path, ended: Ended, theirs: Path, fresh: Ended) -> list[st
             found.append(f"outputs of code cell {n}: stepstone {a}, papermill {b}")
     if len(cells_a) != len(cells_b):
         found.append(f"code cells: stepstone {len(cells_a)}, papermill {len(cells_b)}")
+    said = not_restored(ours / EXECUTED)
     for name in sorted(set(names_a) | set(names_b)):
+        if name not in names_a and name in said:
+            continue  # a value that cannot be saved, which no cell that ran needed: said so
         if names_a.get(name) != names_b.get(name):
             ours_, theirs_ = names_a.get(name), names_b.get(name)
             found.append(f"name {name}: stepstone {ours_}, papermill {theirs_}")
