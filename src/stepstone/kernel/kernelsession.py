@@ -121,6 +121,9 @@ def _relative(path: Path) -> str:
 FROM_CELL = "_stepstone_from_cell"  # set on an error the cell's own code raised
 EXITED = "exited"  # in the kernel's part of a step whose code called sys.exit(0)
 RESULT = "result"  # in the kernel's part: the value its last line evaluated to
+# a notebook's code cell as read: (its step name or None, the names it reads or None for
+# any, the names it binds)
+CellShape = tuple[str | None, frozenset[str] | None, tuple[str, ...]]
 
 
 @dataclass
@@ -168,7 +171,6 @@ class KernelSession:
         self.ip = ip
         self.run: Run | None = None
         self.unrestored = namespace.Unrestored()  # names skipped steps could not give back
-        self.later: dict[str, frozenset[str] | None] = {}  # step -> what later cells read
         self.plain: dict[str, frozenset[str]] = {}  # step -> what plain cells make anew
         self.cells = False  # every code cell is a step (`%resume --cells`)
         self.cell_files: set[str] = set()  # the files step cells' code was compiled as
@@ -178,8 +180,7 @@ class KernelSession:
         self.kept: set[str] = set()  # the names the steps met so far saved
         self.unsaved: set[str] = set()  # the names they bound and could not save
         self.met: set[str] = set()  # the steps met (run or skipped) since %resume
-        # the notebook's code cells: (step name or None, names read or None: any, bound)
-        self.cell_shapes: list[tuple[str | None, frozenset[str] | None, tuple[str, ...]]] = []
+        self.cell_shapes: list[CellShape] = []  # the notebook's code cells, in order
         self.cell_at: dict[str, int] = {}  # a step's place among them
         self.retries = retrying.Retries(self.seen)  # what failed attempts left changed
         self.names = usernames.UserNames(getattr(ip, "user_ns_hidden", None))
@@ -292,18 +293,16 @@ class KernelSession:
         self, run: Run, notebook: Path | None, plan: list[PlannedStep] | None
     ) -> RunStatus:
         """Claim the run for the notebook and commit the notebook's plan; the status."""
-        self.fresh({})
+        self.fresh()
         if notebook is not None and plan is not None:
             every = self.cells
             cells = notebook_cells(notebook, self.ip.transform_cell, cells=every)
-            shapes = [namespace.read_cell(c) if c is not None else None for _, c, _ in cells]
-            later = namespace.later_reads(cells, shapes)
-            self.fresh(later, made_anew([(n, code) for n, code, _ in cells]))
-            self.cell_shapes = [
-                (n, s.reads if s else None, s.binds if s else ())
-                for (n, _, _), s in zip(cells, shapes, strict=True)
+            shapes = [
+                (name, shape.reads if shape else None, shape.binds if shape else ())
+                for name, code, _ in cells
+                for shape in [namespace.read_cell(code) if code is not None else None]
             ]
-            self.cell_at = {n: i for i, (n, _, _) in enumerate(self.cell_shapes) if n}
+            self.fresh(shapes, made_anew([(n, code) for n, code, _ in cells]))
             moved = claim(run, notebook)
             if moved:
                 run.notes.append(moved)
@@ -333,13 +332,16 @@ class KernelSession:
 
     def fresh(
         self,
-        later: dict[str, frozenset[str] | None],
+        shapes: list[CellShape] | None = None,
         plain: dict[str, frozenset[str]] | None = None,
     ) -> None:
-        """A run opened (again): what later cells read, and what plain cells before each
-        step make anew (`plaincells.made_anew`); nothing saved or failed yet."""
-        self.later, self.kept, self.plain = later, set(), plain or {}
-        self.unsaved, self.met, self.cell_shapes, self.cell_at = set(), set(), [], {}
+        """A run opened (again): the notebook's code cells as read (`cell_shapes`), and
+        what plain cells before each step make anew (`plaincells.made_anew`); nothing
+        saved or failed yet."""
+        self.cell_shapes = shapes or []
+        self.cell_at = {n: i for i, (n, _, _) in enumerate(self.cell_shapes) if n is not None}
+        self.kept, self.plain = set(), plain or {}
+        self.unsaved, self.met = set(), set()
         self.retries = retrying.Retries(self.seen)
 
     async def step(self, spec: StepSpec, cell: str, *, awaits: bool, shown: Shown) -> CellOutcome:

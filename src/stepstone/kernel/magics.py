@@ -145,8 +145,8 @@ class StepstoneMagics(Magics):
         run = self._require_run()
         spec = cellargs.parse_step_line(line)
         if (
-            self.session.later
-            and spec.name not in self.session.later
+            self.session.cell_at
+            and spec.name not in self.session.cell_at
             and spec.name not in run.steps.names
         ):
             raise UsageError(  # JupyterLab runs what you see; the plan is the saved file's

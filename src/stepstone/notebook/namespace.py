@@ -12,13 +12,12 @@ import ast
 import hashlib
 import pickle
 import types
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
 from ..errors import StepstoneError
-from ..rules.checks import names_read
 from ..rules.dependencies import DYNAMIC, may_bind, parsed, tree_reads
 from ..values import bigvalues
 
@@ -39,7 +38,6 @@ class Cell:
     others: frozenset[str]  # the names its other statements bind
     reads: frozenset[str] | None  # the kernel names it may read; None: any
     deferred: frozenset[str]  # the names its functions read when called, later
-    remade_reads: frozenset[str]  # the names its definitions read (class bodies, defaults)
 
 
 def read_cell(code: str) -> Cell | None:
@@ -62,7 +60,6 @@ def read_cell(code: str) -> Cell | None:
     return Cell(
         reads=reads,
         deferred=frozenset(_read_in_functions(nodes)),
-        remade_reads=frozenset(_names(definitions, ast.Load)),
         binds=tuple(may_bind(tree)),
         definitions=definitions,
         defined=frozenset(may_bind(definitions)),
@@ -126,34 +123,6 @@ def calls_notebook_code(value: Any) -> bool:
     value it reaches."""
     value = getattr(value, "__func__", value)
     return isinstance(value, (types.FunctionType, type)) and value.__module__ == "__main__"
-
-
-def later_reads(
-    cells: Sequence[tuple[str | None, str | None, Sequence[str]]],
-    shapes: Sequence[Cell | None] | None = None,
-) -> dict[str, frozenset[str] | None]:
-    """For each step of a notebook, the names the cells after it (and its own `expr:`
-    checks) may read; None when one of those cells may read any name. `cells`: each
-    code cell as (its step name or None, its code as Python or None when it does not
-    parse, its checks); `shapes`: the cells already read."""
-    if shapes is None:
-        shapes = [read_cell(code) if code is not None else None for _, code, _ in cells]
-    # a function reads its globals when it is called, from any later cell
-    deferred = set().union(*(s.deferred for s in shapes if s))
-    result: dict[str, frozenset[str] | None] = {}
-    later: set[str] | None = set()
-    for (name, _, checks), shape in zip(reversed(cells), reversed(shapes), strict=True):
-        own = names_read(checks)
-        if name is not None:
-            remade = shape.remade_reads if shape is not None else frozenset()
-            result[name] = (
-                None if later is None or own is None else frozenset(later | own | deferred | remade)
-            )
-        if shape is None or shape.reads is None or own is None:
-            later = None
-        elif later is not None:
-            later |= shape.reads | own
-    return result
 
 
 def _read_in_functions(nodes: list[ast.AST]) -> set[str]:

@@ -216,8 +216,8 @@ def _plan_of(path: Path, *, validate: bool, cells: bool) -> list[PlannedStep]:
 def notebook_cells(
     path: Path, transform: Callable[[str], str], *, cells: bool = False
 ) -> list[tuple[str | None, str | None, Sequence[str]]]:
-    """A notebook's code cells for `later_reads`, their IPython syntax turned into
-    Python by `transform`."""
+    """A notebook's code cells as the kernel reads them (what each step reads and binds,
+    what plain cells make anew), their IPython syntax turned into Python by `transform`."""
     found: list[tuple[str | None, str | None, Sequence[str]]] = []
     for _, parts, cell in step_cells(read_notebook(path, validate=False), cells=cells):
         try:

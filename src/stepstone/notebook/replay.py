@@ -10,7 +10,6 @@ A run with effects is not replayed: a fresh run would send them again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput
+from ..rules.dependencies import file_digest
 from ..settings import NOTEBOOK_ENV, child_environment
 from .notebook import CARD, hash_seed
 from .notebook_plan import read_notebook, step_cells
@@ -66,12 +66,6 @@ class Certificate:
             f"from a fresh run of {self.notebook}):"
         )
         return [head, *(f"  - {d}" for d in self.differences)]
-
-
-def _digest(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _shown(outputs: list[dict[str, Any]]) -> list[Any]:
@@ -179,7 +173,7 @@ def replay(view: Any, workdir: Path, *, timeout: float | None = None) -> Certifi
                     f"step {name} displayed {_said(ours)}; the fresh run {_said(fresh)}"
                 )
         for rel in sorted(written):
-            here, there = _digest(workdir / rel), _digest(scratch / rel)
+            here, there = file_digest(workdir / rel), file_digest(scratch / rel)
             if here is None and there is None:
                 continue
             cert.files += 1

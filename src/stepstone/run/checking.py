@@ -19,7 +19,6 @@ from ..rules import checks, dependencies
 from ..rules.status import RunStatus, StepStatus
 from ..rules.verdicts import Verdicts, plan_changed, step_states
 from ..settings import Settings
-from ..store.durable import write_atomic
 from ..values import artifacts, bigvalues, trust
 from . import keeping
 from .state import RunState
@@ -333,18 +332,17 @@ class Checker:
         that did not finish (a finished one answers for its writes): a driver cuts it
         back to what `step` left, before that step runs again (`rows.csv` would hold
         its rows twice); a reader counts on the next run to."""
-        if not dependencies.grown_from(self.workdir / path, seen, size):
-            return False
         if self.driving():
-            target = self.workdir / path
-            with open(target, "rb") as handle:
-                write_atomic(target, handle.read(size))
+            if not keeping.cut_back(self.workdir / path, seen, size):
+                return False
             note = (
                 f"{path}: cut back to what step {step} left "
                 f"(a step that did not finish added to it)"
             )
-        else:
+        elif dependencies.grown_from(self.workdir / path, seen, size):
             note = f"{path}: added to by a step that did not finish; the next run cuts it back"
+        else:
+            return False
         if note not in self.notes:
             self.notes.append(note)
         return True

@@ -111,31 +111,32 @@ def _hook(event: str, args: tuple[object, ...]) -> None:
     _note(path, writing=writing)
 
 
-def _note(path: object, *, writing: bool) -> None:
-    if isinstance(path, int):  # open(fd): opened before, by name
-        return
+def _absolute(path: object) -> str | None:
+    """An audited path as an absolute one; None for a file descriptor (opened before, by
+    name) or what is no path."""
+    if isinstance(path, int):
+        return None
     try:
-        name = os.path.abspath(os.fsdecode(path))  # type: ignore[arg-type]
+        return os.path.abspath(os.fsdecode(path))  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return
-    for trace in list(_active):
-        (trace.wrote if writing else trace.read).add(name)
+        return None
+
+
+def _note(path: object, *, writing: bool) -> None:
+    name = _absolute(path)
+    if name is not None:
+        for trace in list(_active):
+            (trace.wrote if writing else trace.read).add(name)
 
 
 def _listed(path: object) -> None:
     caller = sys._getframe(2).f_code.co_filename
     if caller.startswith("<frozen importlib"):  # the import system finding modules
         return
-    if path is None:
-        path = "."
-    if isinstance(path, int):
-        return
-    try:
-        name = os.path.abspath(os.fsdecode(path))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return
-    for trace in list(_active):
-        trace.listed.add(name)
+    name = _absolute("." if path is None else path)
+    if name is not None:
+        for trace in list(_active):
+            trace.listed.add(name)
 
 
 class Watch(Protocol):

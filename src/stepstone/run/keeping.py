@@ -230,6 +230,16 @@ def _write_from_store(target: Path, art: Artifact, state: RunState) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def cut_back(target: Path, seen: str, size: int) -> bool:
+    """Cut the file at `target` back to its first `size` bytes (atomically), if they
+    are still the ones with sha256 `seen` and more came after them; whether it was."""
+    if not dependencies.grown_from(target, seen, size):
+        return False
+    with open(target, "rb") as handle:
+        write_atomic(target, handle.read(size))
+    return True
+
+
 def cut_back_before(
     state: RunState,
     workdir: Path,
@@ -260,10 +270,7 @@ def cut_back_before(
         record = state.records.get(earlier) if earlier is not None else None
         said = (record.inputs or {}).get(f"{dependencies.WROTE}{path}") if record else None
         digest, _, size = (said or "").partition(" ")
-        target = workdir / path
-        if size and dependencies.grown_from(target, digest, int(size)):
-            with open(target, "rb") as handle:
-                write_atomic(target, handle.read(int(size)))
+        if size and cut_back(workdir / path, digest, int(size)):
             notes.append(
                 f"{path}: cut back to what step {earlier} left, before step "
                 f"{names[number - 1]} runs (a step after it had added to it)"
