@@ -226,40 +226,48 @@ def _comment(gen: Generated) -> str:
     return f"comment on {cell.kind.name}"
 
 
-def _insert(gen: Generated) -> str:
+def _first_that_fits(
+    gen: Generated, what: str, draw: Callable[[], tuple[list[Cell], str] | None]
+) -> str:
+    """Draw a new list of cells (and what it did) up to 20 times; take the first whose
+    names are bound before they are read."""
     for _ in range(20):
+        drawn = draw()
+        if drawn is not None and gen.valid(drawn[0]):
+            gen.cells = drawn[0]
+            return drawn[1]
+    return f"{what} (none fits)"
+
+
+def _insert(gen: Generated) -> str:
+    def draw() -> tuple[list[Cell], str]:
         at = gen.rng.randint(1, len(gen.cells))
-        cells = [
-            *gen.cells[:at],
-            Cell(gen.rng.choice(KINDS), gen.rng.randint(1, 9)),
-            *gen.cells[at:],
-        ]
-        if gen.valid(cells):
-            gen.cells = cells
-            return f"insert {cells[at].kind.name} at {at}"
-    return "insert (none fits)"
+        new = Cell(gen.rng.choice(KINDS), gen.rng.randint(1, 9))
+        return [*gen.cells[:at], new, *gen.cells[at:]], f"insert {new.kind.name} at {at}"
+
+    return _first_that_fits(gen, "insert", draw)
 
 
 def _delete(gen: Generated) -> str:
-    for _ in range(20):
+    def draw() -> tuple[list[Cell], str] | None:
         at = gen.rng.randint(1, len(gen.cells) - 1) if len(gen.cells) > 2 else 0
-        cells = gen.cells[:at] + gen.cells[at + 1 :]
-        if at and gen.valid(cells):
-            gone, gen.cells = gen.cells[at], cells
-            return f"delete {gone.kind.name} at {at}"
-    return "delete (none fits)"
+        if not at:
+            return None
+        return gen.cells[:at] + gen.cells[at + 1 :], f"delete {gen.cells[at].kind.name} at {at}"
+
+    return _first_that_fits(gen, "delete", draw)
 
 
 def _move(gen: Generated) -> str:
-    for _ in range(20):
+    def draw() -> tuple[list[Cell], str] | None:
         at = gen.rng.randint(1, len(gen.cells) - 2) if len(gen.cells) > 3 else 0
+        if not at:
+            return None
         cells = list(gen.cells)
-        if at:
-            cells[at], cells[at + 1] = cells[at + 1], cells[at]
-        if at and gen.valid(cells):
-            gen.cells = cells
-            return f"move {cells[at + 1].kind.name} after {cells[at].kind.name}"
-    return "move (none fits)"
+        cells[at], cells[at + 1] = cells[at + 1], cells[at]
+        return cells, f"move {cells[at + 1].kind.name} after {cells[at].kind.name}"
+
+    return _first_that_fits(gen, "move", draw)
 
 
 def _data(gen: Generated) -> str:

@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import nbformat
 import notebookgen
 import pytest
-from conftest import clean_env, run_python
-from oracle import Case, compare, outputs
+from conftest import run_python, stepstone_cli
+from nbformat.v4 import new_code_cell, new_notebook
+from oracle import Case, Ended, compare, outputs
 
 pytestmark = pytest.mark.kernel
 
@@ -23,6 +27,21 @@ KILL = (
     "    _os.remove('kill-here')\n"
     "    _os.kill(_os.getpid(), _signal.SIGKILL)\n"
 )
+
+
+INLINE = (  # papermill's kernels draw with it; the test process may have chosen another
+    "import matplotlib\nmatplotlib.use('module://matplotlib_inline.backend_inline')\n"
+    "import matplotlib.pyplot as plt"
+)
+
+
+def _ends_as_a_fresh_run(case: Case, tmp: Path) -> Ended:
+    """`stepstone run` of the case to its end: it exits 0 and its folder is the fresh
+    papermill run's."""
+    ended = case.run()
+    assert ended.code == 0, ended.said
+    assert compare(case, ended, tmp) == []
+    return ended
 
 
 def _killed_then_resumed(case: Case) -> None:
@@ -44,50 +63,40 @@ def test_a_cell_added_at_the_end_reads_what_the_cells_before_changed_in_place(tm
     )
     assert case.run().code == 0
     case.cells.append("print(lst, df.v.tolist())")
-    ended = case.run()
-    assert ended.code == 0, ended.said
-    assert compare(case, ended, tmp_path) == []
+    _ends_as_a_fresh_run(case, tmp_path)
 
 
 def test_a_name_no_cell_reads_comes_back_after_a_kill(tmp_path: Path):
     case = Case(tmp_path / "ours")
     case.write(["total = sum(range(10))\nlabel = 'sum'", KILL + "print('after')"])
     _killed_then_resumed(case)
-    ended = case.run()
-    assert ended.code == 0, ended.said
-    assert compare(case, ended, tmp_path) == []
+    _ends_as_a_fresh_run(case, tmp_path)
 
 
 def test_a_plot_the_inline_backend_draws_at_the_end_of_a_cell_is_kept_on_a_skip(tmp_path: Path):
     case = Case(tmp_path / "ours")
     case.write(
         [
-            "import matplotlib\nmatplotlib.use('module://matplotlib_inline.backend_inline')\n"
-            "import matplotlib.pyplot as plt",
+            INLINE,
             "plt.plot([1, 3, 2])",
             "print('next')",
         ]
     )
     assert case.run().code == 0
-    ended = case.run()
-    assert ended.code == 0, ended.said
+    ended = _ends_as_a_fresh_run(case, tmp_path)
     assert "cell-2: skipped" in ended.said
-    assert compare(case, ended, tmp_path) == []
 
 
 def test_a_figure_a_later_cell_reads_is_drawn_once(tmp_path: Path):
     case = Case(tmp_path / "ours")
     case.write(
         [
-            "import matplotlib\nmatplotlib.use('module://matplotlib_inline.backend_inline')\n"
-            "import matplotlib.pyplot as plt",
+            INLINE,
             "fig, ax = plt.subplots()\nax.plot([1, 2])",
             "ax.set_title('t')\nprint(ax.get_title())",
         ]
     )
-    ended = case.run()
-    assert ended.code == 0, ended.said
-    assert compare(case, ended, tmp_path) == []
+    _ends_as_a_fresh_run(case, tmp_path)
 
 
 def test_an_instance_whose_attribute_name_is_also_one_of_its_values_comes_back(tmp_path: Path):
@@ -101,10 +110,8 @@ def test_an_instance_whose_attribute_name_is_also_one_of_its_values_comes_back(t
         ]
     )
     _killed_then_resumed(case)
-    ended = case.run()
-    assert ended.code == 0, ended.said
+    ended = _ends_as_a_fresh_run(case, tmp_path)
     assert "will not survive" not in ended.said
-    assert compare(case, ended, tmp_path) == []
 
 
 def test_a_value_that_cannot_come_back_is_named_on_the_terminal(tmp_path: Path):
@@ -120,10 +127,8 @@ def test_a_comment_or_whitespace_edit_runs_nothing_again(tmp_path: Path):
     case.write(["x = 1", "y = x + 1\nprint(y)", "print('end')"])
     assert case.run().code == 0
     case.cells[1] = "# the next value\ny = x  +  1   # one more\n\nprint(y)\n"
-    ended = case.run()
-    assert ended.code == 0, ended.said
+    ended = _ends_as_a_fresh_run(case, tmp_path)
     assert "cell-2: skipped" in ended.said, ended.said
-    assert compare(case, ended, tmp_path) == []
 
 
 DATA_READERS = {
@@ -192,10 +197,8 @@ def test_data_changed_outside_makes_exactly_its_readers_run_again(tmp_path: Path
     change(case)
     if make is not None:
         case.took(make[0])
-    ended = case.run()
-    assert ended.code == 0, ended.said
+    ended = _ends_as_a_fresh_run(case, tmp_path)
     assert "cell-1: skipped" in ended.said and "cell-2: done" in ended.said, ended.said
-    assert compare(case, ended, tmp_path) == []
 
 
 def test_rows_appended_by_a_cell_killed_part_way_are_not_appended_twice(tmp_path: Path):
@@ -211,10 +214,8 @@ def test_rows_appended_by_a_cell_killed_part_way_are_not_appended_twice(tmp_path
     )
     _killed_then_resumed(case)
     assert (case.folder / "results.csv").read_text() == "name\nexp1\nexp2\n"
-    ended = case.run()
-    assert ended.code == 0, ended.said
+    ended = _ends_as_a_fresh_run(case, tmp_path)
     assert "cell-2: skipped" in ended.said, ended.said
-    assert compare(case, ended, tmp_path) == []
 
 
 WRITTEN_ACROSS_CELLS = {
@@ -240,10 +241,8 @@ def test_a_file_written_across_cells_lets_a_second_run_skip_everything(tmp_path:
     case.write([*WRITTEN_ACROSS_CELLS[kind], "print('end')"])
     first = case.run()
     assert first.code == 0, first.said
-    ended = case.run()
-    assert ended.code == 0, ended.said
+    ended = _ends_as_a_fresh_run(case, tmp_path)
     assert ended.said.count(": skipped") == 3, ended.said
-    assert compare(case, ended, tmp_path) == []
 
 
 MYLIB = "SETTINGS = {'scale': 1}\n\ndef scaled(x):\n    return x * SETTINGS['scale']\n"
@@ -283,9 +282,7 @@ def test_process_and_module_state_a_skipped_cell_set_comes_back(tmp_path: Path, 
     case.put("mylib.py", MYLIB)
     case.write(["x = 0", sets, KILL + reads])
     _killed_then_resumed(case)
-    ended = case.run()
-    assert ended.code == 0, ended.said
-    assert compare(case, ended, tmp_path) == []
+    _ends_as_a_fresh_run(case, tmp_path)
 
 
 # 131: a cell deleted above an appender, which then ran under another cell's name and
@@ -314,24 +311,10 @@ def test_a_generated_notebook_ends_as_a_fresh_run_of_it_after_edits_and_kills(
 def test_the_kernels_history_holds_each_cell_as_written(tmp_path: Path):
     case = Case(tmp_path / "ours")
     case.write(["x = 1", "print(In[1])\nprint(_i1)\nprint(len(In))"])
-    ended = case.run()
-    assert ended.code == 0, ended.said
-    assert compare(case, ended, tmp_path) == []
+    _ends_as_a_fresh_run(case, tmp_path)
 
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _stepstone(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stepstone", *args],
-        cwd=cwd,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(
@@ -343,8 +326,8 @@ def test_verify_replay_certifies_a_run_that_reproduces_and_records_it(
     tmp_path: Path, notebook: str
 ):
     shutil.copy(ROOT / notebook, tmp_path / "nb.ipynb")
-    assert _stepstone("run", "nb.ipynb", cwd=tmp_path).returncode == 0
-    replayed = _stepstone("verify", "--replay", cwd=tmp_path)
+    assert stepstone_cli("run", "nb.ipynb", cwd=tmp_path).returncode == 0
+    replayed = stepstone_cli("verify", "--replay", cwd=tmp_path)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "reproduces: a fresh run of nb.ipynb displayed what its" in replayed.stdout
     recorded = subprocess.run(
@@ -369,7 +352,7 @@ def test_verify_replay_names_a_data_file_changed_behind_the_runs_back(tmp_path: 
     )
     assert case.run().code == 0
     (tmp_path / "data" / "input.csv").write_text("v\n1\n2\n39\n")  # changed behind its back
-    replayed = _stepstone("verify", "--replay", "--json", cwd=tmp_path)
+    replayed = stepstone_cli("verify", "--replay", "--json", cwd=tmp_path)
     assert replayed.returncode == 1
     said = json.loads(replayed.stdout)["replay"]
     assert not said["equal"]
@@ -380,26 +363,36 @@ def test_verify_replay_names_a_data_file_changed_behind_the_runs_back(tmp_path: 
     )
 
 
-def test_a_live_kernel_keeps_jupyters_meaning(tmp_path: Path, monkeypatch, capsys):
-    """`%resume --cells`, as JupyterLab sends cells: a cell run again runs (with what the
-    kernel holds now), cells run in any order, and a scratch cell with a cell id the
-    notebook does not have is not taken for the notebook's cell with the same text."""
-    import nbformat
+@contextmanager
+def _live_kernel(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, sources: list[str]
+) -> Iterator[tuple[Any, Any]]:
+    """An IPython shell that ran `%resume --cells` on a saved notebook of these cells
+    (ids `cell0`, `cell1`...), as JupyterLab runs one: (the shell, the notebook)."""
     from IPython.core.interactiveshell import InteractiveShell
-    from nbformat.v4 import new_code_cell, new_notebook
 
-    sources = ["x = 1", "y = x + 1\nprint('y is', y)", "x = 100"]
     book = new_notebook(cells=[new_code_cell(s) for s in sources])
     for n, cell in enumerate(book.cells):
         cell["id"] = f"cell{n}"
-    path = tmp_path / "live.ipynb"
+    path = folder / "live.ipynb"
     nbformat.write(book, str(path))
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(folder)
     monkeypatch.setenv("STEPSTONE_NOTEBOOK", str(path))
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "stepstone")
     try:
         ip.run_line_magic("resume", "--cells")
+        yield ip, book
+    finally:
+        ip.run_line_magic("unload_ext", "stepstone")
+
+
+def test_a_live_kernel_keeps_jupyters_meaning(tmp_path: Path, monkeypatch, capsys):
+    """`%resume --cells`, as JupyterLab sends cells: a cell run again runs (with what the
+    kernel holds now), cells run in any order, and a scratch cell with a cell id the
+    notebook does not have is not taken for the notebook's cell with the same text."""
+    sources = ["x = 1", "y = x + 1\nprint('y is', y)", "x = 100"]
+    with _live_kernel(tmp_path, monkeypatch, sources) as (ip, _):
 
         def run(n: int, cell_id: str | None = None) -> str:
             capsys.readouterr()
@@ -420,8 +413,6 @@ def test_a_live_kernel_keeps_jupyters_meaning(tmp_path: Path, monkeypatch, capsy
         assert "Error" not in first, first
         second = run(1)
         assert "y is 101" in second, second
-    finally:
-        ip.run_line_magic("unload_ext", "stepstone")
 
 
 def test_a_value_that_cannot_be_saved_is_made_again_when_a_later_cell_reads_it(tmp_path: Path):
@@ -434,52 +425,32 @@ def test_a_value_that_cannot_be_saved_is_made_again_when_a_later_cell_reads_it(t
         ]
     )
     _killed_then_resumed(case)
-    ended = case.run()
-    assert ended.code == 0, ended.said
+    ended = _ends_as_a_fresh_run(case, tmp_path)
     assert "cell-1: done" in ended.said and "cell-2: done" in ended.said, ended.said
-    assert compare(case, ended, tmp_path) == []
     again = case.run()  # needed by no cell that runs: skipped (and not given back)
     assert again.code == 0 and "cell-1: skipped" in again.said, again.said
 
 
 def test_a_live_kernel_runs_a_cell_whose_cell_before_is_stale(tmp_path: Path, monkeypatch, capsys):
     """Out of order, as Jupyter allows: cell 3 after cell 2 was edited and not run."""
-    import nbformat
-    from IPython.core.interactiveshell import InteractiveShell
-    from nbformat.v4 import new_code_cell, new_notebook
-
     sources = ["x = 1", "y = x + 1", "print('third', x)"]
-    book = new_notebook(cells=[new_code_cell(s) for s in sources])
-    for n, cell in enumerate(book.cells):
-        cell["id"] = f"cell{n}"
-    path = tmp_path / "live.ipynb"
-    nbformat.write(book, str(path))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("STEPSTONE_NOTEBOOK", str(path))
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "stepstone")
-    try:
-        ip.run_line_magic("resume", "--cells")
+    with _live_kernel(tmp_path, monkeypatch, sources) as (ip, book):
         for n, source in enumerate(sources):
             ip.run_cell(source, store_history=True, cell_id=f"cell{n}")
         book.cells[1].source = "y = x + 2"  # edited and saved, not run
-        nbformat.write(book, str(path))
+        nbformat.write(book, str(tmp_path / "live.ipynb"))
         ip.run_line_magic("resume", "--cells")
         capsys.readouterr()
         ip.run_cell(sources[2], store_history=True, cell_id="cell2")
         said = capsys.readouterr()
         assert "third 1" in said.out and "Error" not in said.out + said.err, said
-    finally:
-        ip.run_line_magic("unload_ext", "stepstone")
 
 
 def test_history_variables_hold_the_values_after_a_skip(tmp_path: Path):
     case = Case(tmp_path / "ours")
     case.write(["[1, 2]", "{'a': 1}", KILL + "print(_ + [3] if isinstance(_, list) else _, __)"])
     _killed_then_resumed(case)
-    ended = case.run()
-    assert ended.code == 0, ended.said
-    assert compare(case, ended, tmp_path) == []
+    _ends_as_a_fresh_run(case, tmp_path)
 
 
 def test_editing_one_parameter_runs_only_the_steps_that_read_it(tmp_path: Path):
