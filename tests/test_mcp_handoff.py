@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOLS = {
     "status", "brief", "log", "show", "outputs", "get_output", "verify", "runs", "schema",
     "diff", "report", "show_cells", "answer", "ask", "decide", "resolve", "rerun", "fork",
-    "finish", "reopen", "edit_step", "run",
+    "finish", "reopen", "edit_step", "run", "edit_cell", "push", "pull", "clone", "handoff",
 }  # fmt: skip
 READING = {"status", "brief", "log", "show", "outputs", "verify", "runs", "schema", "diff"}
 READING |= {"report", "show_cells"}
@@ -228,6 +228,7 @@ def test_an_agent_finishes_a_received_run_through_mcp_tools_alone(
             "id": "U1",
             "question": "Are the prices in EUR or USD? The feed does not say.",
             "answer": "EUR",
+            "why": "vendor sheet",
         }
     ]
     assert brief["next_tool"] == {"tool": "finish", "arguments": {"run": "quickstart"}}
@@ -310,7 +311,8 @@ def test_every_tool_is_typed_and_annotated_and_a_bad_argument_changes_nothing(
             hints.open_world_hint,
         ), name
         assert hints.read_only_hint == (name in READING), name
-        assert hints.open_world_hint == (name == "run"), name  # only a run performs effects
+        # only a run performs effects; moving tools reach a remote
+        assert hints.open_world_hint == (name in {"run", "push", "pull", "clone", "handoff"}), name
         schema = tool.output_schema
         assert schema is not None and schema.get("type") == "object", name
         assert schema.get("additionalProperties") is not True, name  # typed, not any object

@@ -167,7 +167,7 @@ class StepOrderError(StepstoneError):
         self.predecessor = predecessor
         super().__init__(
             f"step {step!r} cannot run yet: its predecessor {predecessor!r} is not confirmed. "
-            f"Run {predecessor!r} first, or pass force=True (--force) to run out of order"
+            f"Run {predecessor!r} first, or pass --force to run out of order"
         )
 
 
@@ -193,7 +193,7 @@ class DecisionConflict(StepstoneError):
         self.new = new
         super().__init__(
             f"decision {key!r} was already made as {old!r} ({why}); not reopening it with "
-            f"{new!r}. To change it on purpose, pass revise=True (--revise)"
+            f"{new!r}. To change it on purpose, pass --revise"
         )
 
 

@@ -61,7 +61,11 @@ class Settings:
     run: str | None = None
     """The run's id (`STEPSTONE_RUN`); None: the store's only run, or the notebook's."""
     agent: str | None = None
-    """Who drives (`STEPSTONE_AGENT`); None: the login name."""
+    """Who drives (`STEPSTONE_AGENT`, else `GIT_AUTHOR_NAME`); None: Git's `user.name`,
+    else the login name."""
+    agent_email: str | None = None
+    """The email that signs the store's commits (`GIT_AUTHOR_EMAIL`); None: Git's
+    `user.email`, else `NAME@host`."""
     sync_each: bool = True
     """fsync each file a commit writes, all at once (the default), instead of one
     `syncfs` of the whole file system (`STEPSTONE_SYNC=syncfs`)."""
@@ -130,7 +134,8 @@ class Settings:
         found: dict[str, Any] = {
             "store": env.get(STORE_ENV) or None,
             "run": env.get(RUN_ENV) or None,
-            "agent": env.get(AGENT_ENV) or None,
+            "agent": env.get(AGENT_ENV) or env.get("GIT_AUTHOR_NAME") or None,
+            "agent_email": env.get("GIT_AUTHOR_EMAIL") or None,
             "sync_each": env.get(SYNC_ENV) != "syncfs",
             "steal": env.get(STEAL_ENV) or None,
             "diverge": env.get(DIVERGE_ENV) == "1",

@@ -155,6 +155,8 @@ def log_of(view: Run, step: str | None = None) -> list[dict[str, Any]]:
                 "step": named,
                 "evidence": commit.trailers.get(message.EVIDENCE, []),
                 "via": (commit.trailers.get(message.VIA) or [""])[0],
+                "why": next(iter(commit.trailers.get(message.WHY) or []), None),
+                "by": commit.author.partition(" <")[0],
             }
         )
     return entries
@@ -367,14 +369,50 @@ def edit_step(
     from ..notebook import editing
 
     view = maybe_reader(run, repo, home)
+    _refuse_finished(view)
+    path = notebook_of(view, notebook, home)
+    every = bool(view is not None and view.info.cells)
+    done = editing.edit(path, source, step=step, after=after, every=every)
+    return _edited(view, repo, home, path, done)
+
+
+def edit_cell(
+    run: str | None,
+    repo: str | None,
+    source: str,
+    *,
+    cell: int,
+    insert: bool = False,
+    notebook: str | None = None,
+    home: str | None = None,
+) -> dict[str, Any]:
+    """Replace the source of the notebook's cell number `cell` (from 1, as `show_cells`
+    numbers them: any cell, a plain cell, a `%decide` line, a step) with `source`, or
+    with `insert` add a code cell of `source` after it (0: at the top); written as
+    `edit_step` writes, with its refusals; says what the next run runs again."""
+    from ..notebook import editing
+
+    view = maybe_reader(run, repo, home)
+    _refuse_finished(view)
+    path = notebook_of(view, notebook, home)
+    every = bool(view is not None and view.info.cells)
+    done = editing.edit_cell(path, source, cell=cell, insert=insert, every=every)
+    return _edited(view, repo, home, path, done)
+
+
+def _refuse_finished(view: Run | None) -> None:
     if view is not None and view.info.finished:
         raise InvalidInput(
             f"run {view.id!r} is finished: reopen it first (reopen, `stepstone reopen --why "
             f"REASON`), then edit its notebook"
         )
-    path = notebook_of(view, notebook, home)
-    every = bool(view is not None and view.info.cells)
-    done = editing.edit(path, source, step=step, after=after, every=every)
+
+
+def _edited(
+    view: Run | None, repo: str | None, home: str | None, path: Path, done: dict[str, Any]
+) -> dict[str, Any]:
+    """An edit's result: what was done, how the notebook differs from the run's plan
+    now, and what its next run runs again."""
     again: list[str] = []
     changes: list[str] = []
     if view is not None:
@@ -456,7 +494,7 @@ def answer(
             said = f" ({old.why})" if old.why else ""
             raise InvalidInput(
                 f"unknown {unknown} is already answered: {old.answer!r}{said}. To change "
-                f"the answer, pass revise=True (--revise): the steps that rest on it run again"
+                f"the answer, pass --revise: the steps that rest on it run again"
             )
         again = held.answering(unknown, text) if old is not None else []
         read = dependencies.readers(held.records.values(), f"{dependencies.UNKNOWN}{unknown}")
@@ -511,7 +549,37 @@ def decide(
         was, readers = held.revising(key, value)
         made = held.decide(key, value, why, revise=revise)
         note = _decision_note(held, key)
-        return {**_data(made, held.id), "was": was, "runs_again": readers, "note": note}
+        line = _rewrite_line(held, made, home) if was is not None and was != made.value else None
+        return {
+            **_data(made, held.id),
+            "was": was,
+            "runs_again": readers,
+            "note": note,
+            "notebook_line": line,
+        }
+
+
+def _rewrite_line(view: Run, made: Decision, home: str | None) -> str | None:
+    """Make the run's notebook say what was just decided outside it: its `%decide` lines
+    of the key revise it to the new value. What was done, in words; None when the run
+    has no notebook, no line decides the key, or the run is a fork or a run with
+    parameters (the notebook says what its own run decided; another run's decision
+    stands over its line)."""
+    from ..notebook import editing
+
+    if not view.info.notebook or view.info.forked_from or view.info.parameters:
+        return None  # the notebook is its own run's: another run's stands over its line
+    try:
+        path = notebook_of(view, None, home)
+        cells = editing.revise_decision(
+            path, made.key, made.value, made.why, every=bool(view.info.cells)
+        )
+    except (InvalidInput, OSError) as exc:
+        return f"the notebook's %decide line of {made.key} still says the old value: {exc}"
+    if not cells:
+        return None
+    where = ", ".join(str(c) for c in cells)
+    return f"{path.name} cell {where} now says %decide {made.key}={made.value} --revise"
 
 
 def _decision_note(view: Run, key: str) -> str | None:

@@ -51,7 +51,7 @@ from ..present.report.page import html_report
 from ..run import Run
 from ..settings import VIA_ENV, Settings, child_environment
 from ..store import DEFAULT_STORE
-from . import actions
+from . import actions, moving, spelling
 from .warm import Warm, signature
 
 INSTRUCTIONS = """\
@@ -60,14 +60,16 @@ committed with its evidence, and a run of the notebook skips what still verifies
 Pick up a run: `brief` (or the prompt `pick_up`) -> `status` -> act -> `status`.
 Act with tools only: `answer` an open question and `decide` a value (each says which steps \
 read it and run again; a step reads an answer with `stepstone.answer("U1", default)` in its \
-cell, a decision with `stepstone.decided("KEY")`); `show_cells` and `edit_step` to read and \
-change the notebook's step cells; `run` to execute the notebook (it resumes; progress per \
-step; cancelling it stops the running cell, nothing is lost); `finish` once every step is \
-verified and no question is open. `resolve` settles an effect in doubt, `rerun` marks a \
-step to run again, `fork`/`diff` try an alternative, `report` gives a page for people.
-Every tool takes `run` (default: the store's only run) and `folder` (default: the folder \
-the server started in). Only moving a store between machines (push, pull, clone, handoff), \
-`repair` and `trust` are shell commands (`stepstone ...`)."""
+cell, a decision with `stepstone.decided("KEY")`); `show_cells`, `edit_step` and \
+`edit_cell` to read and change the notebook's cells; `run` to execute the notebook (it \
+resumes; progress per step; cancelling it stops the running cell, nothing is lost); \
+`finish` once every step is verified and no question is open. `resolve` settles an effect \
+in doubt, `rerun` marks a step to run again, `fork`/`diff` try an alternative, `report` \
+gives a page for people.
+Every tool takes `run` (default: the notebook's own run, else the store's only run) and \
+`folder` (default: the folder the server started in). `push`, `pull`, `clone` and \
+`handoff` move a run between machines (leases and fencing as the command line has them); \
+`edit_cell` edits any cell. Only `repair` and `trust` are shell commands (`stepstone ...`)."""
 
 READS = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -80,6 +82,9 @@ MARKS = ToolAnnotations(  # one commit to the run each time
 )
 WRITES = ToolAnnotations(  # a file in the work folder, replaced when named
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+SHARES = ToolAnnotations(  # the run's history to or from a remote: never over other work
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True
 )
 RUNS = ToolAnnotations(  # the notebook's code: its files, and its effects (sent once each)
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True
@@ -111,7 +116,8 @@ def _text(data: Any) -> list[Any]:
 
 def _refused(exc: StepstoneError) -> CallToolResult:
     """A tool error with the command line's message (what went wrong, what to do)."""
-    return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+    text = spelling.for_tools(str(exc))
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
 def _answered(data: Any, *, listed: bool = False) -> CallToolResult:
@@ -174,7 +180,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         (open and answered), effects, notes (how the notebook changed since its plan was
         committed) and the next action, as the next run of the notebook will see it."""
         store, home = place.at(folder)
-        return _told(lambda: warm.answer("status", run, store, home, actions.status_of))
+        return _told(lambda: warm.answer("status", run, store, home, _status))
 
     @server.tool(annotations=READS, title="Hand-off brief")
     def brief(
@@ -183,7 +189,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         """The hand-off brief: goal, done, not done and why, decisions, unknowns, effects
         in doubt, and the next tool to call (`next_tool`)."""
         store, home = place.at(folder)
-        return _told(lambda: warm.answer("brief", run, store, home, actions.brief_of))
+        return _told(lambda: warm.answer("brief", run, store, home, _brief))
 
     @server.tool(annotations=READS, title="History")
     def log(
@@ -462,6 +468,69 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
             )
         )
 
+    @server.tool(annotations=WRITES, title="Edit any cell")
+    def edit_cell(
+        cell: int,
+        source: str,
+        insert: bool = False,
+        run: str | None = None,
+        notebook: str | None = None,
+        folder: str | None = None,
+    ) -> Annotated[CallToolResult, shapes.CellEditShape]:
+        """Edit any cell of the run's notebook (or `notebook`) by its number from 1, as
+        `show_cells` lists them: a plain cell, a `%decide` or `%unknown` line, a step.
+        Replace cell `cell`'s source with `source`, or with `insert` add a code cell
+        `source` after it (0: at the top). Written in one go, only if the notebook stays
+        valid and its steps still read; says which steps the next `run` runs again."""
+        store, home = place.at(folder)
+        return _told(
+            lambda: actions.edit_cell(
+                run, store, source, cell=cell, insert=insert, notebook=notebook, home=home
+            )
+        )
+
+    # -- moving the run between machines ------------------------------------------
+
+    @server.tool(annotations=SHARES, title="Push the run to its remote")
+    def push(
+        run: str | None = None,
+        remote: str | None = None,
+        auto: bool | None = None,
+        folder: str | None = None,
+    ) -> Annotated[CallToolResult, shapes.PushShape]:
+        """Push the run's history to the store's remote (`remote`: set it to this URL
+        first), never over another copy's work; `auto` also pushes after every commit."""
+        store, home = place.at(folder)
+        return _told(lambda: moving.push(run, store, url=remote, auto=auto, home=home))
+
+    @server.tool(annotations=SHARES, title="Pull the run from its remote")
+    def pull(
+        run: str | None = None, keep: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.PullShape]:
+        """Bring the remote's history of the run here. When both copies advanced they are
+        shown, not merged: `keep` (`local` or `remote`) says which becomes the run; the
+        other history is kept on a ref."""
+        store, home = place.at(folder)
+        return _told(lambda: moving.pull(run, store, keep=keep, home=home))
+
+    @server.tool(annotations=SHARES, title="Clone a store")
+    def clone(
+        url: str, directory: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.CloneShape]:
+        """Clone a store from `url` into `directory` (default: `.stepstone` in the
+        folder): every run's plan, records and artifacts, ready to resume."""
+        _, home = place.at(folder)
+        return _told(lambda: moving.clone(url, directory, home=home))
+
+    @server.tool(annotations=SHARES, title="Hand the run off")
+    def handoff(
+        run: str | None = None, folder: str | None = None
+    ) -> Annotated[CallToolResult, shapes.HandoffShape]:
+        """Push the run, let go of its lease, and give the brief and the commands that
+        continue it on the next agent's machine."""
+        store, home = place.at(folder)
+        return _told(lambda: moving.handoff(run, store, via="mcp", home=home, tools=True))
+
     @server.tool(name="run", annotations=RUNS, title="Run the notebook")
     async def run_notebook(
         ctx: Context,
@@ -533,7 +602,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
     def run_status(run: str) -> str:
         """A run's status, as the `status` tool gives it."""
         store, home = place.at(None)
-        return json.dumps(read(lambda: warm.answer("status", run, store, home, actions.status_of)))
+        return json.dumps(read(lambda: warm.answer("status", run, store, home, _status)))
 
     @server.resource("stepstone://runs/{run}/cells", mime_type="application/json")
     def run_cells(run: str) -> str:
@@ -559,7 +628,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         """Pick up this run: the hand-off brief, and the tools that finish its task."""
         store, home = place.at(None)
         try:
-            said = actions.brief_text(run, store, home=home, tools=True)
+            said = spelling.for_tools(actions.brief_text(run, store, home=home, tools=True))
         except StepstoneError as exc:
             said = f"(no brief: {exc})"
         return PICK_UP.format(brief=said)
@@ -568,7 +637,15 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
 
 
 def _markdown_brief(view: Run) -> str:
-    return actions.brief_text_of(view, tools=True)
+    return spelling.for_tools(actions.brief_text_of(view, tools=True))
+
+
+def _status(view: Run) -> dict[str, Any]:
+    return spelling.status_for_tools(actions.status_of(view))
+
+
+def _brief(view: Run) -> dict[str, Any]:
+    return spelling.status_for_tools(actions.brief_of(view))
 
 
 PICK_UP = """\
@@ -585,7 +662,8 @@ default)`, `stepstone.decided("KEY")`) with `edit_step`.
 notification per step). A failed step: `show` it, fix its cell with `edit_step`, `run` again.
 4. When every step is verified and nothing is open, `finish` (the summary: `file`).
 Every change is a commit: `log` shows them (a cell edited with `edit_step` is recorded
-by the next `run`, in its plan commit). Do not reopen settled decisions without a reason.
+by the next `run`, in its plan commit). Revise a decision (`decide` with `revise=true` and \
+a reason) when the task asks for it: the brief says which steps each revision runs again.
 """
 
 

@@ -94,6 +94,8 @@ def decide(
         text = render.decision_text(key, value, why, done["was"], done["runs_again"])
     if done["note"]:
         text += f"\n{done['note']}"
+    if done.get("notebook_line"):
+        text += f"\n{done['notebook_line']}"
     _echo(as_json, done, f"run {done['run']}: {text}")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -13,8 +12,7 @@ from ..errors import NothingToRepair, StoreError
 from ..notebook import notebook_plan
 from ..present import render
 from ..run import holding, problems_at
-from ..settings import AUTOPUSH_KEY
-from ..store import DEFAULT_STORE, GitStore, holder_identity
+from ..store import DEFAULT_STORE, GitStore
 from .common import (
     errors_as_exit_codes,
     json_option,
@@ -336,35 +334,16 @@ def trust(repo: str | None) -> None:
 @click.option(
     "--auto/--no-auto", default=None, help="Also push after every commit, in the background."
 )
+@json_option
 @errors_as_exit_codes
-def push_command(run_id: str | None, repo: str | None, url: str | None, auto: bool | None) -> None:
+def push_command(
+    run_id: str | None, repo: str | None, url: str | None, auto: bool | None, as_json: bool
+) -> None:
     """Push the run's history to its remote (never over another copy's work)."""
-    from .. import remote
+    from ..agent import moving
 
-    store = GitStore(repo, create=False)
-    if url:
-        remote.set_remote(store, url)
-    if auto is not None:
-        store.set_config(AUTOPUSH_KEY, auto)
-    reader = open_reader(run_id, repo)
-    if not reader.info.shared:
-        _share(store, reader.id)
-    tip = remote.push(store, reader.id)
-    click.echo(f"pushed run {reader.id} at {tip[:10]}")
-
-
-def _share(store: GitStore, run_id: str) -> None:
-    """Record in the run, before its first push, that its drivers take turns by the
-    remote's lease: a plain `git clone` of the remote then takes it too. Driven here now,
-    the push goes on without it (that driver records it once it takes the lease)."""
-    from ..errors import RunLocked
-    from ..run import Run
-
-    try:
-        with Run(store, run_id, workdir=None, create=False, remote=False) as run:
-            run.share()
-    except RunLocked:
-        pass
+    done = moving.push(run_id, repo, url=url, auto=auto)
+    _said(as_json, done, f"pushed run {done['run']} at {done['tip'][:10]}")
 
 
 @main.command("pull")
@@ -375,58 +354,52 @@ def _share(store: GitStore, run_id: str) -> None:
     type=click.Choice(["local", "remote"]),
     help="When both copies advanced: which history becomes the run.",
 )
+@json_option
 @errors_as_exit_codes
-def pull_command(run_id: str | None, repo: str | None, keep: str | None) -> None:
+def pull_command(run_id: str | None, repo: str | None, keep: str | None, as_json: bool) -> None:
     """Bring the remote's history of the run here; diverged copies are shown, not merged."""
-    from .. import remote
-    from ..run import pulling
+    from ..agent import moving
 
-    store = GitStore(repo, create=False)
-    run_name = store.pick_run(run_id)
-    with holding(store, run_name):
-        # keeping the local history overwrites the remote's: not under a live driver
-        lease = remote.LeaseKeeper(store, run_name, holder_identity()) if keep == "local" else None
-        if lease is not None:
-            lease.take()
-        try:
-            result = pulling.pull(store, run_name, keep=keep, holder=holder_identity())
-        finally:
-            if lease is not None:
-                lease.release()
-    extra = f"; the other history is kept at {result.preserved}" if result.preserved else ""
-    if result.carried:
+    done = moving.pull(run_id, repo, keep=keep)
+    extra = f"; the other history is kept at {done['preserved']}" if done["preserved"] else ""
+    if done["carried"]:
         extra += (
-            f"; {len(result.carried)} effect(s) it performed were carried over, so they are "
+            f"; {done['carried']} effect(s) it performed were carried over, so they are "
             f"never performed again"
         )
-    click.echo(f"run {run_name}: {result.state}{extra}")
+    _said(as_json, done, f"run {done['run']}: {done['state']}{extra}")
 
 
 @main.command("clone")
 @click.argument("url")
 @click.argument("directory", required=False, default=DEFAULT_STORE)
+@json_option
 @errors_as_exit_codes
-def clone_command(url: str, directory: str) -> None:
+def clone_command(url: str, directory: str, as_json: bool) -> None:
     """Clone a store from URL: plan, records and artifacts of every run, ready to resume."""
-    from .. import remote
+    from ..agent import moving
 
-    store = remote.clone(url, Path(directory))
-    click.echo(f"cloned {url} into {store.path} (runs: {', '.join(store.refs.runs()) or 'none'})")
+    done = moving.clone(url, directory)
+    runs = ", ".join(done["runs"]) or "none"
+    _said(as_json, done, f"cloned {url} into {done['store']} (runs: {runs})")
 
 
 @main.command()
 @run_option
 @repo_option
+@json_option
 @errors_as_exit_codes
-def handoff(run_id: str | None, repo: str | None) -> None:
+def handoff(run_id: str | None, repo: str | None, as_json: bool) -> None:
     """Push the run, release its lease, and print the brief and the next agent's commands."""
-    from .. import remote
-    from ..present import brief as briefing
+    from ..agent import moving
 
-    with open_driver(run_id, repo) as run:
-        remote.push(run.store, run.id)
-        state = run.status()
-        url = remote.remote_url(run.store)
-        where = briefing.Context.of(run)
-    click.echo(render.brief(state, where), nl=False)
-    click.echo(render.next_agent(state, where, run=run.id, url=url))
+    done = moving.handoff(run_id, repo, via="cli")
+    if as_json:
+        click.echo(json.dumps(done, indent=2))
+        return
+    click.echo(done["brief"], nl=False)
+    click.echo(done["next_agent"])
+
+
+def _said(as_json: bool, data: Any, text: str) -> None:
+    click.echo(json.dumps(data, indent=2) if as_json else text)

@@ -183,6 +183,19 @@ class StepRecord(Record):
     reran_for: str | None = None  # the last such reason, after which it ran
 
 
+class DecisionChange(BaseModel):
+    """A value a decision had before it was revised (or reworded): what, why, when, how
+    it came and who gave it (a part of its decision's record)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: str
+    why: str
+    time: str
+    by: str | None = None
+    who: str | None = None
+
+
 class Decision(Record):
     """A decision with its reason, so that a resumed run does not reopen it."""
 
@@ -193,6 +206,14 @@ class Decision(Record):
     revised_from: str | None = None
     by: str | None = None  # made outside the notebook (cli, mcp, python); None: a %decide line
     over: str | None = None  # the value of the `%decide` line it stands over (made outside)
+    who: str | None = None  # the person or agent who decided it (`people.who`)
+    earlier: tuple[DecisionChange, ...] = ()  # what it was before, oldest first
+
+    def change(self) -> DecisionChange:
+        """This decision as an earlier value of the one that revises it."""
+        return DecisionChange(
+            value=self.value, why=self.why, time=self.time, by=self.by, who=self.who
+        )
 
 
 class Unknown(Record):
@@ -205,6 +226,7 @@ class Unknown(Record):
     answer: str | None = None
     resolved: str | None = None
     why: str | None = None  # how the one who answered knows
+    who: str | None = None  # who answered (`people.who`)
 
 
 class Resolution(Record):

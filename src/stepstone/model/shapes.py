@@ -56,6 +56,7 @@ class UnknownShape(_Shape):
     question: str
     state: Literal["open", "resolved"]
     answer: str | None
+    why: str | None = Field(default=None, description="how the one who answered knows")
 
 
 class EffectShape(_Shape):
@@ -143,6 +144,22 @@ class AnsweredUnknownShape(_Shape):
     id: str
     question: str
     answer: str | None
+    why: str | None = Field(default=None, description="how the one who answered knows")
+
+
+class RevisingShape(_Shape):
+    """How to revise a decision: the command (VALUE and REASON to fill in), the tool call
+    (value and why to add)."""
+
+    argv: list[str]
+    tool: ToolCallShape
+
+
+class BriefDecisionShape(DecisionShape):
+    runs_again: list[str] = Field(
+        description="the steps that revising it (to any other value) runs again, in plan order"
+    )
+    revise: RevisingShape
 
 
 class BriefShape(_Shape):
@@ -154,7 +171,7 @@ class BriefShape(_Shape):
     workdir: str
     done: list[DoneStepShape]
     not_done: list[NotDoneStepShape]
-    decisions: list[DecisionShape]
+    decisions: list[BriefDecisionShape]
     open_unknowns: list[OpenUnknownShape]
     answered_unknowns: list[AnsweredUnknownShape]
     unresolved_effects: list[EffectShape]
@@ -183,6 +200,10 @@ class LogEntryShape(_Shape):
         description="how it came: cli, mcp (a command's one change); cli run, mcp run, "
         "python run, notebook (a driver); empty: the Python API"
     )
+    why: str | None = Field(
+        default=None, description="the reason given (a decision, an answer, a rerun, a reopen)"
+    )
+    by: str = Field(default="", description="who made the commit, as Git names its author")
 
 
 class RecordedEvidenceShape(_Shape):
@@ -275,6 +296,7 @@ class UnknownRecordShape(_Shape):
     answer: str | None
     resolved: str | None
     why: str | None
+    who: str | None = None
 
 
 class AnswerShape(UnknownRecordShape):
@@ -285,6 +307,16 @@ class AnswerShape(UnknownRecordShape):
         "at the next run, in plan order"
     )
     note: str | None = Field(description="when no step reads it: how a step reads it")
+
+
+class DecisionChangeShape(_Shape):
+    """A value a decision had before it was revised."""
+
+    value: str
+    why: str
+    time: str
+    by: str | None = None
+    who: str | None = None
 
 
 class DecideShape(_Shape):
@@ -298,10 +330,18 @@ class DecideShape(_Shape):
     revised_from: str | None = None
     by: str | None = None
     over: str | None = None
+    who: str | None = Field(default=None, description="who decided it, as Git names people")
+    earlier: list[DecisionChangeShape] = Field(
+        default_factory=list, description="the values it had before, oldest first"
+    )
     was: str | None = Field(description="the value before (null: not decided)")
     runs_again: list[str] = Field(description="the steps that read it and run again")
     new_reason: str | None = Field(default=None, description="--dry-run: the reason it records")
     note: str | None = Field(description="when no step reads it: how a step reads it")
+    notebook_line: str | None = Field(
+        default=None,
+        description="the notebook's %decide line rewritten to the new value (null: none)",
+    )
 
 
 class ResolutionShape(_Shape):
@@ -459,6 +499,53 @@ class EditShape(_Shape):
     runs_again: list[str] = Field(description="the steps the next run runs (or runs again)")
 
 
+class CellEditShape(_Shape):
+    """The MCP tool `edit_cell`: what the edit did and what the next run runs again."""
+
+    run: str | None
+    notebook: str
+    action: Literal["replaced", "inserted", "unchanged"]
+    step: str | None = Field(description="the step the cell is (null: not a step)")
+    index: int = Field(description="the edited or inserted cell's number, from 1")
+    changes: list[str] = Field(description="how the notebook differs from the run's plan now")
+    runs_again: list[str] = Field(description="the steps the next run runs (or runs again)")
+
+
+class PushShape(_Shape):
+    """`stepstone push --json`: the run's tip as pushed, and where."""
+
+    run: str
+    tip: str
+    remote: str = Field(description="the remote's URL, without credentials")
+
+
+class PullShape(_Shape):
+    """`stepstone pull --json`: what the remote's history did to the run here."""
+
+    run: str
+    state: str = Field(description="up to date, fast-forwarded, pushed ahead, diverged...")
+    preserved: str | None = Field(description="the ref keeping the other history (diverged)")
+    carried: int = Field(description="effects the other history performed, carried over")
+
+
+class CloneShape(_Shape):
+    """`stepstone clone --json`: the store made, and its runs."""
+
+    store: str
+    remote: str = Field(description="the URL cloned, without credentials")
+    runs: list[str]
+
+
+class HandoffShape(_Shape):
+    """`stepstone handoff --json`: the run pushed and let go, and what the next agent needs."""
+
+    run: str
+    tip: str
+    remote: str
+    brief: str = Field(description="the hand-off brief (Markdown)")
+    next_agent: str = Field(description="the commands that continue the run elsewhere")
+
+
 class StepOutcomeShape(_Shape):
     number: int
     of: int
@@ -522,6 +609,10 @@ COMMANDS: dict[str, Any] = {
     "diff --json": DiffShape,
     "finish --json": FinishShape,
     "reopen --json": ReopenShape,
+    "push --json": PushShape,
+    "pull --json": PullShape,
+    "clone --json": CloneShape,
+    "handoff --json": HandoffShape,
 }
 """Each command's `--json` output, by the command."""
 
@@ -548,15 +639,21 @@ TOOLS: dict[str, Any] = {
     "report": ReportShape,
     "show_cells": CellsShape,
     "edit_step": EditShape,
+    "edit_cell": CellEditShape,
+    "push": PushShape,
+    "pull": PullShape,
+    "clone": CloneShape,
+    "handoff": HandoffShape,
 }
 """Each MCP tool's result (`structuredContent`): a command's shape, a list wrapped as
-`{"result": [...]}`; `run`, `report`, `show_cells` and `edit_step` are the server's own."""
+`{"result": [...]}`; `run`, `report`, `show_cells`, `edit_step` and `edit_cell` are the
+server's own."""
 
 
 def schemas() -> dict[str, Any]:
     """The JSON Schema of each documented output: by the command (`status --json`), and
     of the MCP tools that no command has (`mcp run`...)."""
     found = {name: TypeAdapter(shape).json_schema() for name, shape in COMMANDS.items()}
-    for tool in ("run", "report", "show_cells", "edit_step"):
+    for tool in ("run", "report", "show_cells", "edit_step", "edit_cell"):
         found[f"mcp {tool}"] = TypeAdapter(TOOLS[tool]).json_schema()
     return found

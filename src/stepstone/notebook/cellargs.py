@@ -346,6 +346,41 @@ def parse_decide_line(line: str) -> DecideLine:
     return DecideLine(key, value, args.why, args.revise, args.dry_run)
 
 
+_DECIDE = re.compile(r"^(\s*)%decide\s+(.*)$")
+
+
+def decide_lines(source: str) -> list[tuple[int, DecideLine]]:
+    """The `%decide` lines of a cell's source that read (a `--dry-run` records nothing,
+    so it is left out), with their line numbers from 0."""
+    found = []
+    for number, line in enumerate(source.split("\n")):
+        match = _DECIDE.match(line)
+        if match is None:
+            continue
+        try:
+            said = parse_decide_line(match.group(2))
+        except (InvalidInput, SystemExit):
+            continue
+        if not said.dry_run:
+            found.append((number, said))
+    return found
+
+
+def decide_line(key: str, value: str, why: str, indent: str = "") -> str:
+    """The `%decide` line that revises `key` to `value` for `why`."""
+    return f"{indent}%decide {shlex.quote(f'{key}={value}')} --revise --why {shlex.quote(why)}"
+
+
+def rewrite_decide_lines(source: str, key: str, value: str, why: str) -> str:
+    """`source` with each `%decide` line of `key` revising it to `value` for `why`."""
+    lines = source.split("\n")
+    for number, said in decide_lines(source):
+        if said.key == key and (said.value, said.why) != (value, why):
+            indent = _DECIDE.match(lines[number]).group(1)  # type: ignore[union-attr]
+            lines[number] = decide_line(key, value, why, indent)
+    return "\n".join(lines)
+
+
 def parse_unknown_line(line: str) -> tuple[str | None, str]:
     """`%unknown QUESTION` as (None, question); `%unknown --resolve ID ANSWER` as (id, answer)."""
     args = _parser("unknown").parse_args(split(line))

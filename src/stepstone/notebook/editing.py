@@ -1,6 +1,7 @@
 """A notebook's cells read, and its step cells edited, from outside a kernel, as a
-person edits them in Jupyter: one step cell's source replaced, or a step cell inserted
-after another. The edited notebook is written in one rename, and only once it is still
+person edits them in Jupyter: one step cell's source replaced, a step cell inserted
+after another, or the `%decide` lines of a decision revised outside the notebook.
+The edited notebook is written in one rename, and only once it is still
 a valid notebook (nbformat's schema) whose `%%step` cells still make a plan (the
 refusals the next run of the notebook would meet: a line the grammar refuses, two
 cells with one step name); else nothing is written.
@@ -17,7 +18,7 @@ from typing import Any
 from ..errors import InvalidInput
 from ..model import names
 from ..store.durable import write_atomic
-from .cellargs import parse_step_line, split_cell
+from .cellargs import parse_step_line, rewrite_decide_lines, split_cell
 from .notebook_plan import file_version, plan_from_notebook, read_notebook, step_cells
 
 
@@ -63,6 +64,74 @@ def edit(
         raise InvalidInput("the cell's source is empty: give its code")
     with _lock_for(path):  # two edits at once: the second reads what the first wrote
         return _edit(path, source, step=step, after=after, every=every)
+
+
+def edit_cell(
+    path: Path, source: str, *, cell: int, insert: bool = False, every: bool = False
+) -> dict[str, Any]:
+    """Replace the source of cell number `cell` (from 1, among all cells) with `source`,
+    or with `insert` add a code cell of `source` after it (0: before the first). Returns
+    `action`, the cell's number and the step it is (None: not a step). Raises
+    `InvalidInput` and writes nothing when there is no such cell, or the edited notebook
+    would not be valid or its plan would not read."""
+    with _lock_for(path):
+        read_as = file_version(path.stat())
+        nb = read_notebook(path)
+        top = len(nb.cells)
+        if not (0 if insert else 1) <= cell <= top:
+            first = 0 if insert else 1
+            raise InvalidInput(
+                f"{path.name} has no cell {cell} (its cells are numbered {first} to {top}, "
+                f"as show_cells lists them)"
+            )
+        if insert:
+            _upgrade_to_ids(nb)
+            import nbformat
+
+            nb.cells.insert(cell, nbformat.v4.new_code_cell(source))  # type: ignore[no-untyped-call]
+            action, index = "inserted", cell + 1
+        else:
+            if nb.cells[cell - 1].source == source:
+                return {"action": "unchanged", "step": None, "index": cell}
+            nb.cells[cell - 1].source = source
+            action, index = "replaced", cell
+        made = _write_checked(path, nb, every=every, read_as=read_as)
+        return {"action": action, "step": made[index - 1], "index": index}
+
+
+def _upgrade_to_ids(nb: Any) -> None:
+    """Give every cell an id, as Jupyter upgrades a notebook it saves (from nbformat 4.5
+    on, cells have ids)."""
+    if (nb.nbformat, nb.nbformat_minor) < (4, 5):
+        from nbformat.corpus.words import generate_corpus_id
+
+        nb.nbformat_minor = 5
+        for each in nb.cells:
+            each.setdefault("id", generate_corpus_id())  # type: ignore[no-untyped-call]
+
+
+def revise_decision(
+    path: Path, key: str, value: str, why: str, *, every: bool = False
+) -> list[int]:
+    """Rewrite each `%decide` line of `key` in the notebook at `path` to revise it to
+    `value` for `why` (`%decide KEY=VALUE --revise --why REASON`), so that the notebook
+    says what was decided outside it; written in one rename as `edit` writes. The
+    numbers of the cells rewritten (none: no line decides `key`, or each says it
+    already)."""
+    with _lock_for(path):
+        read_as = file_version(path.stat())
+        nb = read_notebook(path)
+        rewritten = []
+        for index, cell in enumerate(nb.cells, start=1):
+            if cell.cell_type != "code" or "%decide" not in cell.source:
+                continue
+            source = rewrite_decide_lines(cell.source, key, value, why)
+            if source != cell.source:
+                cell.source = source
+                rewritten.append(index)
+        if rewritten:
+            _write_checked(path, nb, every=every, read_as=read_as)
+        return rewritten
 
 
 _locks: dict[str, threading.Lock] = {}
@@ -119,12 +188,7 @@ def _edit(
                 "a step cell starts with its `%%step NAME` line (and its checks): "
                 "`%%step NAME --check file:PATH` then its code"
             )
-        if (nb.nbformat, nb.nbformat_minor) < (4, 5):  # cells have ids from 4.5 on
-            from nbformat.corpus.words import generate_corpus_id
-
-            nb.nbformat_minor = 5  # as Jupyter upgrades a notebook it saves
-            for cell in nb.cells:
-                cell.setdefault("id", generate_corpus_id())  # type: ignore[no-untyped-call]
+        _upgrade_to_ids(nb)
         new = nbformat.v4.new_code_cell(source)  # type: ignore[no-untyped-call]
         nb.cells.insert(at + 1, new)
         action, index = "inserted", at + 2

@@ -16,7 +16,7 @@ from ..model import names
 from ..model.models import PlannedStep
 from ..rules.status import RunStatus
 from ..run import Run, source_hash
-from .cellargs import INJECTED, cell_step, parse_step_line
+from .cellargs import INJECTED, DecideLine, cell_step, decide_lines, parse_step_line
 from .namespace import without_our_magics
 from .parameters import declared, defaults
 from .plaincells import contexts
@@ -284,7 +284,8 @@ def _unrun(run: Run, steps: list[PlannedStep]) -> tuple[dict[str, tuple[str, str
             name = step.renamed_from[-1]  # the run knows it by its old name until it runs
         record = run.records.get(name)
         if record is None:
-            added.append(step.name)
+            if name not in run.steps.names:  # planned and not run yet is pending, not added
+                added.append(step.name)
             continue
         why = plan_changed(step.checks, step.source_hash, record.checks, record.source_hash)
         if why is not None:
@@ -300,6 +301,7 @@ def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
     from ..rules.verdicts import runs_after
     from ..run.planning import changes_from
 
+    status = _seeing_decide_lines(run, status)
     steps = _notebook_steps(run)
     changes = [] if steps is None else changes_from(run.state, steps)
     if steps is None or not changes:
@@ -320,6 +322,67 @@ def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
         marked.append(step)
     notes = (*status.notes, note)
     return dataclasses.replace(status, steps=tuple(marked), notes=notes, added_cells=tuple(added))
+
+
+def _decide_lines(run: Run) -> dict[str, DecideLine]:
+    """The `%decide` lines of the run's notebook as it is on disk now, by key (the last
+    line of a key wins, as it does when the notebook runs); empty without one."""
+    if not run.info.notebook:
+        return {}
+    path = Path(run.info.notebook)
+    path = path if path.is_absolute() else run.workdir / path
+    try:
+        nb = read_notebook(path, validate=False)
+    except (InvalidInput, OSError):
+        return {}
+    found: dict[str, DecideLine] = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "%decide" in cell.source:
+            found.update((said.key, said) for _, said in decide_lines(cell.source))
+    return found
+
+
+def _seeing_decide_lines(run: Run, status: RunStatus) -> RunStatus:
+    """`status` as the next run of the notebook will see its edited `%decide` lines: a
+    line that revises a decision (`--revise`) shows the new value, its readers stale; a
+    line that changes one without `--revise` is noted (that run refuses it). A decision
+    made outside the notebook stands over the line it was made over."""
+    lines = _decide_lines(run)
+    if not lines:
+        return status
+    decisions = list(status.decisions)
+    stale: dict[str, str] = {}
+    notes = []
+    for at, decision in enumerate(decisions):
+        line = lines.get(decision.key)
+        if line is None or line.value == decision.value:
+            continue
+        if decision.by is not None and decision.over in (None, line.value):
+            continue  # decided outside over what this line says: it stands
+        if not line.revise:
+            notes.append(
+                f"the notebook's %decide line says {decision.key}={line.value} without "
+                f"--revise over {decision.value}: its next run refuses it (add --revise)"
+            )
+            continue
+        cause = (
+            f"the notebook's %decide line revises decision {decision.key}: "
+            f"{decision.value} → {line.value}"
+        )
+        notes.append(f"{cause} (recorded when the notebook runs)")
+        for name in run.revising(decision.key, line.value)[1]:
+            stale.setdefault(name, cause)
+        update = {"value": line.value, "why": line.why, "revised_from": decision.value}
+        decisions[at] = decision.model_copy(update={**update, "by": None})
+    steps = tuple(
+        s._replace(state="stale", reason=stale[s.name])
+        if s.name in stale and s.state == "verified"
+        else s
+        for s in status.steps
+    )
+    return dataclasses.replace(
+        status, steps=steps, decisions=tuple(decisions), notes=(*status.notes, *notes)
+    )
 
 
 def refuse_to_leave_out(run: Run) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +28,29 @@ class Context:
     program: str  # relative to `workdir`
     store: Path
     workdir: Path
+    revisions: Mapping[str, list[str]] = field(default_factory=dict)
+    """By decision: the steps that revising it (to any other value) runs again."""
 
     @classmethod
     def of(cls, run: Run) -> Context:
         """The context of an open run."""
-        return cls(run.info.goal, run.info.notebook, run.info.program, run.store.path, run.workdir)
+        other = "\0another value"  # no step read it: every reader runs again
+        revisions = {key: run.revising(key, other)[1] for key in run.decisions}
+        return cls(
+            run.info.goal,
+            run.info.notebook,
+            run.info.program,
+            run.store.path,
+            run.workdir,
+            revisions,
+        )
+
+    @property
+    def repo_args(self) -> list[str]:
+        """`--repo PATH` when the store is not the folder's default one."""
+        if self.store.resolve() == (self.workdir / ".stepstone").resolve():
+            return []
+        return ["--repo", os.path.relpath(self.store.resolve(), self.workdir.resolve())]
 
 
 @dataclass(frozen=True)
@@ -53,9 +72,7 @@ def command(status: RunStatus, where: Context) -> Command | None:
     the run's folder, so the command also works on a copy of the project."""
     if status.finished:
         return None
-    repo = []
-    if where.store.resolve() != (where.workdir / ".stepstone").resolve():
-        repo = ["--repo", os.path.relpath(where.store.resolve(), where.workdir.resolve())]
+    repo = where.repo_args
     grows = status.plan_mode == "incremental"  # its program may add steps: run it again
     if not grows and (next_tool(status, where) or {}).get("tool") == "finish":
         return Command(("stepstone", "finish", "--run", status.run, *repo), where.workdir)
@@ -87,6 +104,17 @@ def next_tool(status: RunStatus, where: Context) -> dict[str, Any] | None:
     return {"tool": "finish", "arguments": run}
 
 
+def revise_argv(key: str, run: str, where: Context) -> list[str]:
+    """The command that revises decision `key` (VALUE and REASON to fill in)."""
+    return ["stepstone", "decide", key, "VALUE", "--revise", "--why", "REASON", "--run", run,
+            *where.repo_args]  # fmt: skip
+
+
+def revise_tool(key: str, run: str) -> dict[str, Any]:
+    """The MCP tool call that revises decision `key` (value and why to add)."""
+    return {"tool": "decide", "arguments": {"key": key, "revise": True, "run": run}}
+
+
 def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
     """The brief's content as data (`stepstone brief --json`)."""
     found = command(status, where)
@@ -105,10 +133,22 @@ def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
             for s in status.steps
             if s.state != "verified"
         ],
-        "decisions": [{"key": d.key, "value": d.value, "why": d.why} for d in status.decisions],
+        "decisions": [
+            {
+                "key": d.key,
+                "value": d.value,
+                "why": d.why,
+                "runs_again": list(where.revisions.get(d.key, [])),
+                "revise": {
+                    "argv": revise_argv(d.key, status.run, where),
+                    "tool": revise_tool(d.key, status.run),
+                },
+            }
+            for d in status.decisions
+        ],
         "open_unknowns": [{"id": u.id, "question": u.question} for u in status.open_unknowns],
         "answered_unknowns": [
-            {"id": u.id, "question": u.question, "answer": u.answer}
+            {"id": u.id, "question": u.question, "answer": u.answer, "why": u.why}
             for u in status.unknowns
             if u.state == "resolved"
         ],

@@ -19,7 +19,7 @@ from . import brief as briefing
 from .render_cells import evidence_text
 
 if TYPE_CHECKING:
-    from ..model.models import Decision, Unknown
+    from ..model.models import Decision, DecisionChange, Unknown
     from ..rules.index import EvidenceRow
     from ..rules.status import RunStatus, StepStatus
     from .brief import Context
@@ -39,11 +39,11 @@ def _detail(step: StepStatus, status: RunStatus) -> str:
 
 def reads_text(inputs: Mapping[str, str | None]) -> str:
     """A step's recorded inputs in a few words: `decision threshold, clean.csv, step load`."""
-    words = []
+    words: dict[str, None] = {}  # a file declared (file:) and traced (read:) is one read
     for key in inputs:
         kind, _, name = key.partition(":")
         if kind != "wrote":  # what it made, not what it read
-            words.append(name if kind in ("file", "read") else f"{kind} {name}")
+            words[name if kind in ("file", "read") else f"{kind} {name}"] = None
     return ", ".join(words)
 
 
@@ -119,7 +119,8 @@ def answered(item: Unknown) -> str:
     """An unknown in one line: `unknown U1: QUESTION` while open, `answered U1: QUESTION
     → ANSWER` once answered."""
     if item.state == "resolved":
-        return f"answered {item.id}: {item.question} → {item.answer}"
+        why = f"  ({item.why})" if item.why else ""
+        return f"answered {item.id}: {item.question} → {item.answer}{why}"
     return f"unknown {item.id}: {item.question}"
 
 
@@ -230,8 +231,9 @@ def verify_lines(status: RunStatus) -> Iterator[str]:
 
 
 def summary(status: RunStatus) -> str:
-    """The final Markdown summary of a run: every step with its evidence, decisions
-    with reasons, unknowns."""
+    """The final Markdown summary of a run: every step with its evidence; each decision
+    with its history (value, reason, who, when); unknowns with their answers and
+    reasons; effects by state."""
     lines = [f"# Run {status.run}", ""]
     lines += ["| # | step | state | finished | evidence |", "| - | - | - | - | - |"]
     for step in status.steps:
@@ -241,13 +243,33 @@ def summary(status: RunStatus) -> str:
         )
     if status.decisions:
         lines += ["", "## Decisions", ""]
-        lines += [f"- **{d.key}** = `{d.value}`: {d.why}" for d in status.decisions]
+        for d in status.decisions:
+            changes: list[DecisionChange] = [*d.earlier, d.change()]
+            told = f" (history: {' → '.join(c.value for c in changes)})" if d.earlier else ""
+            lines.append(f"- **{d.key}** = `{d.value}`{told}")
+            lines += [f"  - {_change(c)}" for c in changes]
     if status.unknowns:
         lines += ["", "## Unknowns", ""]
         for u in status.unknowns:
             answer = f" — answered: {u.answer}" if u.answer else " — still open"
-            lines.append(f"- {u.id}: {u.question}{answer}")
+            how = ", ".join(x for x in (u.who or "", u.resolved or "") if x)
+            why = f" ({u.why})" if u.why else ""
+            lines.append(f"- {u.id}: {u.question}{answer}{why}" + (f" [{how}]" if how else ""))
+    if status.effects:
+        lines += ["", "## Effects", ""]
+        by_state: dict[str, list[str]] = {}
+        for e in status.effects:
+            by_state.setdefault(e["state"], []).append(f"{e['step']}/{e['name']}")
+        for state, which in by_state.items():
+            lines.append(f"- {len(which)} {state}: {', '.join(which)}")
     return "\n".join(lines) + "\n"
+
+
+def _change(value: DecisionChange) -> str:
+    """One value a decision had: `105`: why (decided in the notebook by Ann, when)."""
+    where = f"by {value.by}" if value.by else "in the notebook"
+    who = f" ({value.who})" if value.who else ""
+    return f"`{value.value}`: {value.why} [{where}{who}, {value.time}]"
 
 
 # -- the brief ------------------------------------------------------------------
@@ -313,15 +335,28 @@ def brief(status: RunStatus, where: Context, *, tools: bool = False) -> str:
         if pending:
             lines.append(f"- steps {_ranges(pending)}: pending")
     if status.decisions:
-        lines += ["", "## Decisions (settled: do not reopen)"]
-        lines += [f"- `{d.key}` = `{d.value}`: {d.why}" for d in status.decisions]
+        how = (
+            "the tool `decide(key=..., value=..., why=..., revise=True)`"
+            if tools
+            else "`stepstone decide KEY VALUE --revise --why REASON`"
+        )
+        lines += ["", f"## Decisions (each can be revised with {how})"]
+        for d in status.decisions:
+            again = where.revisions.get(d.key, [])
+            runs = f"runs again: {', '.join(again)}" if again else "runs no recorded step again"
+            lines.append(f"- `{d.key}` = `{d.value}`: {d.why}; revising it {runs}")
+            if not tools:
+                lines.append(f"  (`{shlex.join(briefing.revise_argv(d.key, status.run, where))}`)")
     if status.open_unknowns:
         lines += ["", "## Open unknowns (not settled)"]
         lines += [f"- {u.id}: {u.question}" for u in status.open_unknowns]
     settled = [u for u in status.unknowns if u.state == "resolved"]
     if settled:
         lines += ["", "## Answered unknowns (settled)"]
-        lines += [f"- {u.id}: {u.question} → **{u.answer}**" for u in settled]
+        lines += [
+            f"- {u.id}: {u.question} → **{u.answer}**" + (f" ({u.why})" if u.why else "")
+            for u in settled
+        ]
     if status.resting:
         lines += ["", "## Results resting on open unknowns (they run again once answered)"]
         lines += [f"- step {step} rests on {u}" for step, u in status.resting]
@@ -345,7 +380,8 @@ def brief(status: RunStatus, where: Context, *, tools: bool = False) -> str:
         lines += ["", "## Notes"] + [f"- {n}" for n in status.notes]
     lines += [
         "",
-        "## Next",
+        "## Next, as the run stands (a task you were given may ask for more: revise a "
+        "decision, edit a cell)",
         f"{status.next_action}.",
         "",
         _command_text(status, where, tools=tools),

@@ -127,7 +127,13 @@ class RunStatus:
             "next_action": self.next_action,
             "decisions": [{"key": d.key, "value": d.value, "why": d.why} for d in self.decisions],
             "unknowns": [
-                {"id": u.id, "question": u.question, "state": u.state, "answer": u.answer}
+                {
+                    "id": u.id,
+                    "question": u.question,
+                    "state": u.state,
+                    "answer": u.answer,
+                    "why": u.why,
+                }
                 for u in self.unknowns
             ],
             "effects": list(self.effects),

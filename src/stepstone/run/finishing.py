@@ -48,7 +48,7 @@ def finish(ledger: Ledger, status: RunStatus | None, *, force: bool) -> str:
         raise StepstoneError(
             f"run {state.id!r} cannot finish yet: "
             + "; ".join(blockers)
-            + ". Settle these, or finish anyway with force=True (--force)"
+            + ". Settle these, or finish anyway with --force"
         )
     assert _summary is not None, "stepstone's package hands the summary's writer down"
     text = _summary(status)

@@ -167,20 +167,24 @@ def _active() -> Run:
 
 
 def _default_run(store: GitStore) -> str:
-    """The store's only run; of several, the only one that is not a fork (forks are
-    named with --run); else `pick_run`'s error, which lists them."""
+    """The store's only run; of several, the only one that is neither a fork nor made
+    with parameters (forks and parameter runs are named with --run: the notebook's own
+    run is the default, as `stepstone run NOTEBOOK` picks it); else `pick_run`'s error,
+    which lists them."""
     runs = store.refs.runs()
     if len(runs) > 1:
-        originals = [r for r in runs if not _forked(store, r)]
+        originals = [r for r in runs if not _derived(store, r)]
         if len(originals) == 1:
             return originals[0]
     return store.pick_run(None)
 
 
-def _forked(store: GitStore, run: str) -> bool:
+def _derived(store: GitStore, run: str) -> bool:
+    """Whether `run` is a fork of another run or a run of a notebook with parameters."""
     head = store.reader.head(run)
     data = store.blob(head.tree, RUN_INFO) if head.tree else None
     try:
-        return bool(data and json.loads(data).get("forked_from"))
+        info = json.loads(data) if data else {}
+        return bool(info.get("forked_from") or info.get("parameters"))
     except (ValueError, AttributeError):
         return False

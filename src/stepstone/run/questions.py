@@ -10,6 +10,7 @@ from ..errors import DecisionConflict, InvalidInput
 from ..model import names
 from ..model.models import Decision, Unknown, now
 from ..rules import dependencies
+from ..store.opening import who
 from .ledger import Ledger
 from .state import RunState
 
@@ -103,6 +104,9 @@ def decide(
                 "why": why,
                 "by": outside,
                 "over": None if line else (old.over if old.by else old.value),
+                "who": who(ledger.holder),
+                "time": now(),
+                "earlier": (*old.earlier, old.change()),
             }
         )
         return _commit(ledger, reworded)
@@ -114,6 +118,8 @@ def decide(
         revised_from=old.value if old else None,
         by=outside,
         over=None if line or old is None else (old.over if old.by else old.value),
+        who=who(ledger.holder),
+        earlier=() if old is None else (*old.earlier, old.change()),
     )
     return _commit(ledger, decision)
 
@@ -148,7 +154,13 @@ def answer(ledger: Ledger, unknown_id: str, text: str, why: str | None = None) -
     if item.state == "resolved" and item.answer == text:
         return item
     closed = item.model_copy(
-        update={"state": "resolved", "answer": text, "resolved": now(), "why": why or None}
+        update={
+            "state": "resolved",
+            "answer": text,
+            "resolved": now(),
+            "why": why or None,
+            "who": who(ledger.holder),
+        }
     )
     ledger.append(closed)
     return closed

@@ -204,7 +204,7 @@ def driver_of(path: Path) -> str | None:
         return None
     if info.get("released"):
         return None
-    host, _, pid = holder.partition("@")[2].partition(" pid ")
+    host, _, pid = holder.rpartition("@")[2].partition(" pid ")
     if host.split(" ")[0] == socket.gethostname() and pid.isdigit():
         try:
             os.kill(int(pid), 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import getpass
 import os
 import shutil
@@ -10,6 +11,7 @@ import socket
 from pathlib import Path
 
 import pygit2
+from pygit2 import Config
 
 from ..errors import StoreError
 from ..settings import Settings
@@ -31,15 +33,56 @@ def resolve_store_path(
 
 
 def holder_identity(settings: Settings | None = None) -> str:
-    """Who drives: `user@host pid N`, used in locks, commits and records; the user is
-    the settings' agent (`STEPSTONE_AGENT`), else the login name."""
-    agent = (settings or Settings.from_env()).agent
-    if not agent:
+    """Who drives: `NAME@host pid N`, used in locks, commits and records. The name is
+    named as Git names people: the settings' agent (`STEPSTONE_AGENT`), else
+    `GIT_AUTHOR_NAME`, else Git's `user.name`, else the login name."""
+    name, _ = person(settings)
+    return f"{name}@{socket.gethostname()} pid {os.getpid()}"
+
+
+def person(settings: Settings | None = None) -> tuple[str, str | None]:
+    """(name, email) of whoever acts here, as Git would sign their commit (the email is
+    None when Git knows none)."""
+    config = _git_config()
+    settings = settings or Settings.from_env()
+    name = settings.agent or config.get("user.name")
+    if not name:
         try:
-            agent = getpass.getuser()
+            name = getpass.getuser()
         except (KeyError, OSError):
-            agent = "unknown"
-    return f"{agent}@{socket.gethostname()} pid {os.getpid()}"
+            name = "unknown"
+    email = settings.agent_email or config.get("user.email")
+    return name.replace("\n", " ").strip() or "unknown", email
+
+
+def who(holder: str) -> str:
+    """The person's name in a holder's `NAME@host pid N`."""
+    return holder.rpartition("@")[0] or holder
+
+
+def signature(holder: str, settings: Settings | None = None) -> tuple[str, str]:
+    """(name, email) that sign a commit made by `holder`: Git's email of whoever acts
+    here, else `NAME@host`."""
+    name, email = who(holder), person(settings)[1]
+    if not email:
+        host = holder.rpartition("@")[2].split(" ")[0]
+        email = f"{name.replace(' ', '.')}@{host}"
+    return name, email
+
+
+@functools.cache
+def _git_config() -> dict[str, str]:
+    """`user.name` and `user.email` of the user's Git configuration (global and system)."""
+    found: dict[str, str] = {}
+    for level in (Config.get_global_config, Config.get_xdg_config, Config.get_system_config):
+        try:
+            config = level()
+        except (pygit2.GitError, OSError):
+            continue  # no such file
+        for key in ("user.name", "user.email"):
+            if key not in found and key in config:
+                found[key] = str(config[key])
+    return found
 
 
 def enable_fsync(settings: Settings) -> None:

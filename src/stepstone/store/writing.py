@@ -23,6 +23,7 @@ from .durable import batch_sync
 from .errors import COMMIT_ERRORS, commit_failed, translated
 from .maintenance import Upkeep
 from .objects import Objects
+from .opening import signature
 from .reading import Snapshot
 from .refs import Refs
 
@@ -86,13 +87,9 @@ class Writer:
                     updates[parts] = None if data is None else writer.write(b"blob", data)
             base = bytes.fromhex(parent.tree) if parent.tree else None
             tree = writer.apply(base, updates) or writer.write_tree(gitobjects.Tree())
-            user, _, rest = author.partition("@")
+            name, email = signature(author, self._settings())
             content = gitobjects.format_commit(
-                tree.hex(),
-                [parent.commit] if parent.commit else [],
-                user or "stepstone",
-                f"{user}@{rest.split(' ')[0]}",
-                message,
+                tree.hex(), [parent.commit] if parent.commit else [], name, email, message
             )
             commit_id = writer.write(b"commit", content).hex()
             writer.finish()

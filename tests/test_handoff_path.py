@@ -1,0 +1,365 @@
+"""Issue 50: the hand-off in the fewest steps. A fresh agent picks up a received run,
+revises a decision, finishes and hands back, by the command line or by MCP alone; each
+observation of the issue is pinned here as the agent met it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from conftest import clean_env, git
+from conftest import stepstone_cli as cli
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[1]
+REVISE = ["stepstone", "decide", "threshold", "VALUE", "--revise", "--why", "REASON"]
+
+
+def _quickstart(workdir: Path, **env: str) -> Path:
+    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", workdir)
+    nb = workdir / "quickstart.ipynb"
+    done = cli("run", str(nb), cwd=workdir, **env)
+    assert done.returncode == 0, done.stderr
+    return nb
+
+
+def _notebook(path: Path, *sources: str, parameters: str | None = None) -> Path:
+    book = nbformat.v4.new_notebook()
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    cells = []
+    if parameters is not None:
+        cell = nbformat.v4.new_code_cell(parameters)
+        cell.metadata["tags"] = ["parameters"]
+        cells.append(cell)
+    cells.append(nbformat.v4.new_code_cell("%load_ext stepstone\n%resume"))
+    cells += [nbformat.v4.new_code_cell(source) for source in sources]
+    book.cells = cells
+    nbformat.write(book, str(path))
+    return path
+
+
+def _mcp(workdir: Path, script: Any, **env: str) -> Any:
+    """Run `script(call)` against `stepstone mcp` started in `workdir`; a refused call
+    gives `{"error": TEXT}`."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "stepstone", "mcp"],
+        cwd=str(workdir),
+        env=clean_env(**env),
+    )
+
+    async def main() -> Any:
+        async with Client(params, read_timeout_seconds=120) as client:
+
+            async def call(tool: str, **arguments: Any) -> Any:
+                result = await client.call_tool(tool, arguments)
+                if result.is_error:
+                    return {"error": result.content[0].text}
+                found = result.structured_content
+                return found["result"] if set(found) == {"result"} else found
+
+            return await script(call)
+
+    return asyncio.run(main())
+
+
+# -- 1. the brief says what can be done -------------------------------------------
+
+
+@pytest.mark.kernel
+def test_the_brief_offers_to_revise_each_decision_and_says_what_it_runs_again(workdir: Path):
+    _quickstart(workdir)
+    text = cli("brief", cwd=workdir).stdout
+    assert "do not reopen" not in text
+    assert "stepstone decide threshold VALUE --revise --why REASON --run quickstart" in text
+    assert "revising it runs again: report" in text
+    data = json.loads(cli("brief", "--json", cwd=workdir).stdout)
+    (decision,) = data["decisions"]
+    assert decision["runs_again"] == ["report"]
+    assert decision["revise"] == {
+        "argv": [*REVISE, "--run", "quickstart"],
+        "tool": {
+            "tool": "decide",
+            "arguments": {"key": "threshold", "revise": True, "run": "quickstart"},
+        },
+    }
+
+    async def agent(call: Any) -> Any:
+        return await call("brief")
+
+    briefed = _mcp(workdir, agent)
+    assert briefed["decisions"][0]["runs_again"] == ["report"]
+
+
+# -- 5. each surface's spelling ----------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_refusals_and_the_next_action_are_spelled_for_the_surface_that_asked(workdir: Path):
+    _quickstart(workdir)
+    refused = cli("decide", "threshold", "110", "--why", "fewer flags", cwd=workdir)
+    assert refused.returncode == 2
+    assert "--revise" in refused.stderr and "revise=True" not in refused.stderr
+    early = cli("finish", cwd=workdir)  # U1 is open
+    assert early.returncode != 0
+    assert "--force" in early.stderr and "force=True" not in early.stderr
+    assert cli("answer", "U1", "EUR", "--why", "the sheet", cwd=workdir).returncode == 0
+    said = json.loads(cli("status", "--json", cwd=workdir).stdout)["next_action"]
+    assert "stepstone finish" in said
+
+    async def agent(call: Any) -> dict[str, Any]:
+        return {
+            "refused": await call("decide", key="threshold", value="110", why="fewer flags"),
+            "status": await call("status"),
+            "brief": await call("brief"),
+        }
+
+    seen = _mcp(workdir, agent)
+    assert "revise=true" in seen["refused"]["error"], seen["refused"]
+    assert "--revise" not in seen["refused"]["error"]
+    for said in (seen["status"]["next_action"], seen["brief"]["next_action"]):
+        assert "`finish`" in said and "stepstone finish" not in said and "%finish" not in said
+
+
+# -- 6. the notebook's own run is the default -------------------------------------
+
+
+@pytest.mark.kernel
+def test_a_run_with_parameters_leaves_the_notebooks_own_run_the_default(workdir: Path):
+    nb = _notebook(workdir / "p.ipynb", "%%step double\nx = n * 2\nprint(x)", parameters="n = 3")
+    assert cli("run", str(nb), cwd=workdir).returncode == 0
+    assert cli("run", str(nb), "-p", "n", "4", cwd=workdir).returncode == 0
+    status = cli("status", "--json", cwd=workdir)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["run"] == "p"
+    assert cli("brief", cwd=workdir).returncode == 0
+
+    async def agent(call: Any) -> dict[str, Any]:
+        return {"status": await call("status"), "brief": await call("brief")}
+
+    seen = _mcp(workdir, agent)
+    assert seen["status"]["run"] == "p" and seen["brief"]["run"] == "p", seen
+
+
+# -- 7. a read listed once --------------------------------------------------------
+
+
+def test_a_file_declared_and_traced_is_listed_once():
+    from stepstone.present.render import reads_text
+
+    both = {"decision:threshold": "105", "file:orders.csv": "ab12", "read:orders.csv": "ab12"}
+    assert reads_text(both) == "decision threshold, orders.csv"
+
+
+# -- 9. pending is not edited ------------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_finishing_a_received_interrupted_run_names_its_pending_steps_as_not_run(
+    workdir: Path,
+):
+    origin = workdir / "a"
+    origin.mkdir()
+    nb = _notebook(
+        origin / "job.ipynb",
+        "%%step A\nx = 1",
+        "%%step B\nimport os\nif not os.path.exists('go'): raise SystemExit('stopped')\ny = 2",
+        "%%step C\nz = 3",
+    )
+    assert cli("run", str(nb), cwd=origin).returncode != 0
+    shutil.copytree(origin, workdir / "b")
+    refused = cli("finish", cwd=workdir / "b")
+    assert refused.returncode != 0
+    assert "edited or added" not in refused.stderr, refused.stderr
+    assert "step 3 C is pending" in refused.stderr, refused.stderr
+    status = json.loads(cli("status", "--json", cwd=workdir / "b").stdout)
+    assert "were added" not in status["next_action"]
+
+
+# -- 11. an answer's reason --------------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_an_answers_reason_is_shown_where_a_decisions_is(workdir: Path):
+    _quickstart(workdir)
+    why = "the vendor's sheet says EUR"
+    assert cli("answer", "U1", "EUR", "--why", why, cwd=workdir).returncode == 0
+    assert why in cli("status", cwd=workdir).stdout
+    (unknown,) = json.loads(cli("status", "--json", cwd=workdir).stdout)["unknowns"]
+    assert unknown["why"] == why
+    assert why in cli("brief", cwd=workdir).stdout
+    (answered,) = json.loads(cli("brief", "--json", cwd=workdir).stdout)["answered_unknowns"]
+    assert answered["why"] == why
+    log = json.loads(cli("log", "--json", cwd=workdir).stdout)
+    assert log[0]["subject"] == "answer U1: EUR" and log[0]["why"] == why
+    assert cli("finish", cwd=workdir).returncode == 0
+    assert why in (workdir / "quickstart.summary.md").read_text()
+
+
+# -- 4. the summary tells the story -------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_the_summary_and_the_log_tell_a_decisions_history(workdir: Path):
+    nb = _quickstart(workdir)
+    assert cli("answer", "U1", "EUR", cwd=workdir).returncode == 0
+    revised = cli(
+        "decide", "threshold", "110", "--revise", "--why", "105 flagged too many", cwd=workdir
+    )
+    assert revised.returncode == 0, revised.stderr
+    assert cli("run", str(nb), cwd=workdir).returncode == 0
+    log = json.loads(cli("log", "--json", cwd=workdir).stdout)
+    (entry,) = [e for e in log if e["subject"].startswith("revise threshold")]
+    assert entry["why"] == "105 flagged too many"
+    assert cli("finish", cwd=workdir).returncode == 0
+    text = (workdir / "quickstart.summary.md").read_text()
+    assert "105 → 110" in text
+    assert "105 flagged too many" in text
+    assert "mean of the feed is about 104" in text  # the first value's reason stays
+
+
+# -- 12. who acted -------------------------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_who_acted_is_named_as_git_names_people(workdir: Path):
+    home = workdir / "home"
+    home.mkdir()
+    git("config", "--file", str(home / ".gitconfig"), "user.name", "Ann Example", cwd=workdir)
+    git("config", "--file", str(home / ".gitconfig"), "user.email", "ann@example.org", cwd=workdir)
+    _quickstart(workdir, HOME=str(home))
+    done = cli("answer", "U1", "EUR", cwd=workdir, HOME=str(home), GIT_AUTHOR_NAME="Bob Other")
+    assert done.returncode == 0, done.stderr
+    people = git("log", "--format=%an <%ae>", "quickstart", cwd=workdir / ".stepstone")
+    first, *rest = people.splitlines()
+    assert first.startswith("Bob Other <")
+    assert set(rest) == {"Ann Example <ann@example.org>"}
+    shown = cli("show", "report", cwd=workdir, HOME=str(home)).stdout
+    assert "by Ann Example@" in shown
+
+
+# -- 2. one truth for a decision ------------------------------------------------------
+
+
+def _decide_cell(nb: Path) -> str:
+    book = nbformat.read(str(nb), as_version=4)
+    (cell,) = [c for c in book.cells if c.source.startswith("%decide")]
+    return str(cell.source)
+
+
+@pytest.mark.kernel
+def test_a_revision_from_outside_rewrites_the_notebooks_decide_line(workdir: Path):
+    nb = _quickstart(workdir)
+    done = cli(
+        "decide", "threshold", "110", "--revise", "--why", "105 flagged too many", cwd=workdir
+    )
+    assert done.returncode == 0, done.stderr
+    assert "quickstart.ipynb cell 5 now says %decide threshold=110 --revise" in done.stdout
+    assert _decide_cell(nb) == "%decide threshold=110 --revise --why '105 flagged too many'"
+    ran = cli("run", str(nb), cwd=workdir)
+    assert ran.returncode == 0, ran.stderr
+    assert "[3/3] report: done" in ran.stderr and "[2/3] summarise: skipped" in ran.stderr
+    assert "threshold: 110.0" in (workdir / "out" / "report.md").read_text()
+    again = cli("run", str(nb), cwd=workdir)
+    assert again.returncode == 0 and "[3/3] report: skipped" in again.stderr, again.stderr
+
+    async def agent(call: Any) -> Any:
+        return await call("decide", key="threshold", value="104", why="flag more", revise=True)
+
+    made = _mcp(workdir, agent)
+    assert made["notebook_line"].startswith("quickstart.ipynb cell 5 now says"), made
+    assert _decide_cell(nb) == "%decide threshold=104 --revise --why 'flag more'"
+
+
+@pytest.mark.kernel
+def test_an_edited_decide_line_is_seen_by_status_before_the_notebook_runs(workdir: Path):
+    nb = _quickstart(workdir)
+    book = nbformat.read(str(nb), as_version=4)
+    (cell,) = [c for c in book.cells if c.source.startswith("%decide")]
+    cell.source = '%decide threshold=500 --why "fewer flags"'  # no --revise: refused
+    nbformat.write(book, str(nb))
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert status["decisions"][0]["value"] == "105"
+    assert any("without --revise" in n for n in status["notes"]), status["notes"]
+    assert [s["state"] for s in status["steps"]] == ["verified"] * 3
+
+    cell.source = '%decide threshold=500 --revise --why "fewer flags"'
+    nbformat.write(book, str(nb))
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert status["decisions"] == [{"key": "threshold", "value": "500", "why": "fewer flags"}]
+    report = status["steps"][2]
+    assert report["state"] == "stale", report
+    assert "%decide line revises decision threshold: 105 → 500" in report["reason"]
+    assert [s["state"] for s in status["steps"][:2]] == ["verified"] * 2
+    assert "`threshold` = `500`" in cli("brief", cwd=workdir).stdout
+    ran = cli("run", str(nb), cwd=workdir)
+    assert ran.returncode == 0 and "[3/3] report: done" in ran.stderr, ran.stderr
+    after = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert after["decisions"] == status["decisions"]
+    assert [s["state"] for s in after["steps"]] == ["verified"] * 3
+
+
+# -- 3. MCP complete for a hand-off ----------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_an_mcp_only_agent_receives_revises_finishes_and_hands_back(tmp_path: Path):
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    sender = tmp_path / "a"
+    sender.mkdir()
+    nb = _quickstart(sender)
+    assert cli("answer", "U1", "EUR", "--why", "the sheet", cwd=sender).returncode == 0
+    pushed = cli("handoff", cwd=sender)
+    assert pushed.returncode != 0 and "push --remote URL" in pushed.stderr  # no remote yet
+    assert cli("push", "--remote", str(remote), cwd=sender).returncode == 0
+
+    receiver = tmp_path / "b"  # the notebook travels by its own means; the store by Git
+    receiver.mkdir()
+    shutil.copy(nb, receiver / nb.name)
+    shutil.copytree(sender / "data", receiver / "data")
+
+    async def agent(call: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {"clone": await call("clone", url=str(remote))}
+        seen["brief"] = await call("brief")
+        seen["decide"] = await call(
+            "decide", key="threshold", value="110", why="105 flagged too many", revise=True
+        )
+        seen["cells"] = await call("show_cells")
+        seen["ran"] = await call("run")
+        seen["finish"] = await call("finish")
+        seen["handoff"] = await call("handoff")
+        return seen
+
+    seen = _mcp(receiver, agent)
+    assert seen["clone"]["runs"] == ["quickstart"], seen["clone"]
+    assert seen["brief"]["decisions"][0]["runs_again"] == ["report"]
+    assert seen["decide"]["runs_again"] == ["report"], seen["decide"]
+    assert seen["ran"]["exit_code"] == 0, seen["ran"]
+    assert "threshold: 110.0" in (receiver / "out" / "report.md").read_text()
+    assert "error" not in seen["finish"], seen["finish"]
+    assert "error" not in seen["handoff"], seen["handoff"]
+    assert seen["handoff"]["remote"] == str(remote)
+
+    # the sender sees the finished run the receiver handed back
+    pulled = cli("pull", "--json", cwd=sender)
+    assert pulled.returncode == 0, pulled.stderr
+    status = json.loads(cli("status", "--json", cwd=sender).stdout)
+    assert status["finished"] and status["decisions"][0]["value"] == "110"
+
+
+def test_a_remotes_credentials_never_reach_a_result():
+    from stepstone.agent.moving import shown_url
+
+    assert (
+        shown_url("https://ann:s3cret@git.example.org/x.git") == "https://***@git.example.org/x.git"
+    )
+    assert shown_url("https://git.example.org/x.git") == "https://git.example.org/x.git"
+    assert shown_url("/srv/remote.git") == "/srv/remote.git"
