@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -363,3 +364,162 @@ def test_a_remotes_credentials_never_reach_a_result():
     )
     assert shown_url("https://git.example.org/x.git") == "https://git.example.org/x.git"
     assert shown_url("/srv/remote.git") == "/srv/remote.git"
+
+
+# -- 10. a kernel killed mid-step leaves a trace ------------------------------------------
+
+DIES_ONCE = """%%step B --check file:b.txt
+import os, pathlib
+pathlib.Path('b.part').write_text('half')
+if not pathlib.Path('died-once').exists():
+    pathlib.Path('died-once').write_text('')
+    os.kill(os.getpid(), 9)
+pathlib.Path('b.txt').write_text('done')"""
+
+
+@pytest.mark.kernel
+def test_an_attempt_killed_with_its_kernel_is_recorded_as_interrupted(workdir: Path):
+    nb = _notebook(workdir / "job.ipynb", "%%step A\nx = 1", DIES_ONCE, "%%step C\nz = 3")
+    died = cli("run", str(nb), cwd=workdir)
+    assert died.returncode != 0
+    assert "the kernel died during step B (recorded as interrupted)" in died.stderr, died.stderr
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    (b,) = [s for s in status["steps"] if s["name"] == "B"]
+    assert b["state"] == "failed" and "the kernel died" in b["reason"], b
+    assert "the kernel died" in cli("brief", cwd=workdir).stdout
+    log = json.loads(cli("log", "--json", cwd=workdir).stdout)
+    assert log[0]["subject"] == "step 2 B: failed", log[0]
+    again = cli("run", str(nb), cwd=workdir)
+    assert again.returncode == 0, again.stderr
+    assert "[1/3] A: skipped" in again.stderr and "[2/3] B: done" in again.stderr
+
+
+# -- 13. withheld values, named only when a cell that runs reads them ----------------------
+
+
+@pytest.mark.kernel
+def test_values_withheld_from_another_user_are_named_only_when_a_cell_that_runs_reads_them(
+    tmp_path: Path,
+):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    made = "%%step A\nfrom fractions import Fraction\nimport random\nrng = random.Random(1)\n"
+    made += "v = Fraction(1, 3)"
+    again = "%%step B\nimport pathlib, random\nrng = random.Random(2)\nv = 5\n"
+    again += "if not pathlib.Path('go').exists():\n    raise SystemExit('not yet')"
+    nb = _notebook(a / "job.ipynb", made, again, "%%step C\nw = v + rng.random()")
+    assert cli("run", str(nb), cwd=a).returncode != 0  # B stops: A's pickles are saved
+    shutil.copytree(a, b)
+    other = {"STEPSTONE_CONFIG": str(tmp_path / "someone-else")}
+    status = json.loads(cli("status", "--json", cwd=b, **other).stdout)
+    assert not [n for n in status["notes"] if "pickles" in n], status["notes"]
+
+    book = nbformat.read(str(b / "job.ipynb"), as_version=4)  # B now reads A's v
+    book.cells[2].source = book.cells[2].source.replace("v = 5", "u = v * 2")
+    nbformat.write(book, str(b / "job.ipynb"))
+    status = json.loads(cli("status", "--json", cwd=b, **other).stdout)
+    (note,) = [n for n in status["notes"] if "pickles" in n]
+    assert "(A: v)" in note, note  # rng is bound again before any cell reads it
+
+    (b / "go").write_text("")
+    assert cli("run", "job.ipynb", cwd=b, **other).returncode != 0  # B needs A's v: it fails
+    assert cli("trust", cwd=b, **other).returncode == 0
+    assert cli("run", "job.ipynb", cwd=b, **other).returncode == 0
+    assert cli("finish", cwd=b, **other).returncode == 0
+    status = json.loads(cli("status", "--json", cwd=b, **other).stdout)
+    assert not [n for n in status["notes"] if "pickles" in n]
+
+
+# -- 15. a copy whose origin is gone takes over -------------------------------------------
+
+
+@pytest.mark.kernel
+def test_a_tarball_whose_idle_origin_was_moved_away_takes_over_without_diverge(
+    tmp_path: Path,
+):
+    import tarfile
+
+    a = tmp_path / "a"
+    a.mkdir()
+    nb = _quickstart(a)
+    with tarfile.open(tmp_path / "handoff.tar", "w") as tar:
+        tar.add(a, arcname="project")
+    shutil.move(a, tmp_path / "archived")  # the sender moved its folder away
+    with tarfile.open(tmp_path / "handoff.tar") as tar:
+        tar.extractall(tmp_path / "b", filter="data")
+    b = tmp_path / "b" / "project"
+    answered = cli("answer", "U1", "EUR", "--why", "the sheet", cwd=b)
+    assert answered.returncode == 0, answered.stderr
+    ran = cli("run", nb.name, cwd=b)
+    assert ran.returncode == 0, ran.stderr
+    assert "--diverge" not in ran.stderr
+    assert all(f"{name}: skipped" in ran.stderr for name in ("make-data", "summarise", "report"))
+    assert cli("finish", cwd=b).returncode == 0
+    assert not list((tmp_path / "archived" / ".stepstone").rglob("*.copies"))  # not written
+
+
+# -- 8. reads sized for an agent ------------------------------------------------------------
+
+
+def test_mcp_reads_of_a_long_run_list_what_an_agent_acts_on_and_every_step_when_asked(
+    workdir: Path,
+):
+    import stepstone
+
+    with stepstone.open_run("long") as run:
+        for i in range(40):
+            Path(f"s{i}.txt").write_text(str(i))
+            run.step(f"s{i}", lambda: None, checks=[f"file:s{i}.txt"])
+    Path("s37.txt").write_text("changed")
+
+    async def agent(call: Any) -> dict[str, Any]:
+        return {
+            "status": await call("status"),
+            "every": await call("status", every=True),
+            "verify": await call("verify"),
+            "brief": await call("brief"),
+            "log": await call("log", limit=5),
+        }
+
+    seen = _mcp(workdir, agent)
+    status = seen["status"]
+    assert [s["name"] for s in status["steps"]] == ["s34", "s35", "s36", "s37", "s38", "s39"]
+    assert status["left_out"] == {
+        "count": 34,
+        "by_state": {"verified": 34},
+        "how": "status(every=true) lists every step",
+    }
+    assert len(seen["every"]["steps"]) == 40 and "left_out" not in seen["every"]
+    assert [s["state"] for s in status["steps"]][3:] == ["stale"] * 3
+    assert len(seen["verify"]["steps"]) == 6 and seen["verify"]["left_out"]["count"] == 34
+    assert seen["brief"]["left_out"]["count"] == 34 and len(seen["log"]) == 5
+
+
+def test_mcp_output_schemas_are_flat_for_a_quick_check():
+    from stepstone.agent.mcpserver import make_server
+
+    tools = asyncio.run(make_server().list_tools())
+    for tool in tools:
+        text = json.dumps(tool.output_schema)
+        assert "$ref" not in text, tool.name
+        assert not re.search(r'"anyOf": \[\{[^{}]*\}, \{"type": "null"\}\]', text), tool.name
+
+
+@pytest.mark.kernel
+def test_a_brief_for_a_task_puts_what_the_task_names_first(workdir: Path):
+    _quickstart(workdir)
+    task = "A colleague asks: raise the threshold to 110 (105 flags too many), then finish"
+    text = cli("brief", "--task", task, cwd=workdir).stdout
+    assert f"**Your task:** {task}" in text
+    offered = text.split("## For your task")[1].split("##")[0]
+    assert "revise `threshold` (now `105`)" in offered and "runs again: report" in offered
+    assert "`stepstone finish --run quickstart`" in offered and "stepstone handoff" in offered
+
+    async def agent(call: Any) -> Any:
+        return await call("brief", task=task)
+
+    briefed = _mcp(workdir, agent)
+    assert briefed["task"] == task
+    first = briefed["for_task"][0]
+    assert "`decide(key='threshold', value=..., why=..., revise=true)`" in first, first
+    assert "`finish`" in briefed["for_task"][-1] and "`handoff`" in briefed["for_task"][-1]

@@ -713,12 +713,21 @@ def test_a_git_clone_of_a_store_that_shares_its_run_takes_turns_with_it(tmp_path
 
 @pytest.mark.kernel
 def test_diverge_says_on_the_console_what_it_sends_anew(tmp_path: Path, receiver):
-    a, b = tmp_path / "a", tmp_path / "b"
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     a.mkdir()
     _write(a, _steps("%%step load\nx = 1", "%%step send\nfx.blind('notify')"))
     assert _run(a, receiver, "run", "job.ipynb").returncode == 0
     shutil.copytree(a, b)
-    shutil.rmtree(a)  # the original is gone before the copy met it
+    shutil.copytree(a, c)
+    shutil.rmtree(a)  # the original is gone before the copies met it
+    # nobody drove it when it was copied (issue 50): the copy takes the run over
+    taken = _run(c, receiver, "run", "job.ipynb")
+    assert taken.returncode == 0 and "takes the run over" in taken.stderr, taken.stderr
+    assert _sent(receiver) == [("notify", None)]
+    lock = b / ".stepstone" / "stepstone" / "locks" / "job.lock"  # as a live driver left it:
+    held = json.loads(lock.read_text())  # copied while driven, what it did since is unknown
+    del held["released"]
+    lock.write_text(json.dumps(held))
     refused = _run(b, receiver, "run", "job.ipynb")
     assert refused.returncode == 2 and "Diverged" in refused.stderr, refused.stderr
     done = _run(b, receiver, "run", "job.ipynb", "--diverge")

@@ -73,26 +73,32 @@ def brief(run: str | None, repo: str | None, *, home: str | None = None) -> dict
     return brief_of(reader(run, repo, home=home))
 
 
-def brief_of(view: Run) -> dict[str, Any]:
-    """`brief` of an open run."""
+def brief_of(view: Run, task: str = "") -> dict[str, Any]:
+    """`brief` of an open run (for a reader asked to do `task`)."""
     from ..present import brief as briefing
 
-    return briefing.to_json(seen(view), briefing.Context.of(view))
+    return briefing.to_json(seen(view), briefing.Context.of(view, task))
 
 
 def brief_text(
-    run: str | None, repo: str | None, *, home: str | None = None, tools: bool = False
+    run: str | None,
+    repo: str | None,
+    *,
+    home: str | None = None,
+    tools: bool = False,
+    task: str = "",
 ) -> str:
-    """The hand-off brief in Markdown (with `tools`: ending with the MCP tool to call)."""
-    return brief_text_of(reader(run, repo, home=home), tools=tools)
+    """The hand-off brief in Markdown (with `tools`: ending with the MCP tool to call;
+    with `task`: what the run offers for it)."""
+    return brief_text_of(reader(run, repo, home=home), tools=tools, task=task)
 
 
-def brief_text_of(view: Run, *, tools: bool = False) -> str:
+def brief_text_of(view: Run, *, tools: bool = False, task: str = "") -> str:
     """`brief_text` of an open run."""
     from ..present import brief as briefing
     from ..present import render
 
-    return render.brief(seen(view), briefing.Context.of(view), tools=tools)
+    return render.brief(seen(view), briefing.Context.of(view, task), tools=tools)
 
 
 def summary_text(run: str | None, repo: str | None, *, home: str | None = None) -> str:

@@ -51,7 +51,7 @@ from ..present.report.page import html_report
 from ..run import Run
 from ..settings import VIA_ENV, Settings, child_environment
 from ..store import DEFAULT_STORE
-from . import actions, moving, spelling
+from . import actions, compact, flatschema, moving, spelling
 from .warm import Warm, signature
 
 INSTRUCTIONS = """\
@@ -174,32 +174,53 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
 
     @server.tool(annotations=READS, title="Where the run stands")
     def status(
-        run: str | None = None, folder: str | None = None
+        run: str | None = None, folder: str | None = None, every: bool = False
     ) -> Annotated[CallToolResult, shapes.StatusShape]:
         """Steps (verified, stale and why, pending, failed), evidence, decisions, unknowns
         (open and answered), effects, notes (how the notebook changed since its plan was
-        committed) and the next action, as the next run of the notebook will see it."""
+        committed) and the next action, as the next run of the notebook will see it. Of
+        a long run, the steps not verified and the last verified ones (`left_out` says
+        what else; `every=true` lists every step)."""
         store, home = place.at(folder)
-        return _told(lambda: warm.answer("status", run, store, home, _status))
+        return _told(
+            lambda: compact.steps(
+                warm.answer("status", run, store, home, _status), "status", every=every
+            )
+        )
 
     @server.tool(annotations=READS, title="Hand-off brief")
     def brief(
-        run: str | None = None, folder: str | None = None
+        run: str | None = None, folder: str | None = None, every: bool = False, task: str = ""
     ) -> Annotated[CallToolResult, shapes.BriefShape]:
-        """The hand-off brief: goal, done, not done and why, decisions, unknowns, effects
-        in doubt, and the next tool to call (`next_tool`)."""
+        """The hand-off brief: goal, done, not done and why, decisions (with what revising
+        each runs again), unknowns, effects in doubt, and the next tool to call
+        (`next_tool`); with `task` (what you were asked to do), what the run offers for
+        it (`for_task`). Of a long run, its last steps done and first not done (`left_out`
+        says what else; `every=true` lists them all)."""
         store, home = place.at(folder)
-        return _told(lambda: warm.answer("brief", run, store, home, _brief))
+        return _told(
+            lambda: compact.brief(
+                warm.answer("brief", run, store, home, lambda v: _brief(v, task), task),
+                every=every,
+            )
+        )
 
     @server.tool(annotations=READS, title="History")
     def log(
-        run: str | None = None, step: str | None = None, folder: str | None = None
+        run: str | None = None,
+        step: str | None = None,
+        folder: str | None = None,
+        limit: int = compact.LOG,
     ) -> Annotated[CallToolResult, shapes.LogShape]:
         """The run's commits, newest first (only one step's with `step`), each with how it
-        came (`via`)."""
+        came (`via`), its reason (`why`) and who made it (`by`); the newest `limit` of
+        them (0: all)."""
         store, home = place.at(folder)
         return _told(
-            lambda: warm.answer("log", run, store, home, lambda v: actions.log_of(v, step), step),
+            lambda: compact.log(
+                warm.answer("log", run, store, home, lambda v: actions.log_of(v, step), step),
+                limit,
+            ),
             listed=True,
         )
 
@@ -247,19 +268,24 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
 
     @server.tool(annotations=READS, title="Check the evidence again")
     def verify(
-        run: str | None = None, folder: str | None = None
+        run: str | None = None, folder: str | None = None, every: bool = False
     ) -> Annotated[CallToolResult, shapes.VerifyShape]:
         """Every recorded step's evidence checked again now, read from Git (cmd: and
-        call: checks are not run again: reading runs no code)."""
+        call: checks are not run again: reading runs no code). Of a long run, the steps
+        not verified and the last verified ones (`every=true` lists every step)."""
         store, home = place.at(folder)
         return _told(
-            lambda: warm.answer(
+            lambda: compact.steps(
+                warm.answer(
+                    "verify",
+                    run,
+                    store,
+                    home,
+                    lambda view: actions.verify_of(view, recheck=False),
+                    cached=False,
+                ),
                 "verify",
-                run,
-                store,
-                home,
-                lambda view: actions.verify_of(view, recheck=False),
-                cached=False,
+                every=every,
             )
         )
 
@@ -624,16 +650,29 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
     # -- the prompt ----------------------------------------------------------
 
     @server.prompt(name="pick_up", title="Pick up this run")
-    def pick_up(run: str | None = None) -> str:
-        """Pick up this run: the hand-off brief, and the tools that finish its task."""
+    def pick_up(run: str | None = None, task: str | None = None) -> str:
+        """Pick up this run: the hand-off brief (with `task`, what you were asked to do:
+        what the run offers for it), and the tools that finish its task."""
         store, home = place.at(None)
         try:
-            said = spelling.for_tools(actions.brief_text(run, store, home=home, tools=True))
+            told = actions.brief_text(run, store, home=home, tools=True, task=task or "")
+            said = spelling.for_tools(told)
         except StepstoneError as exc:
             said = f"(no brief: {exc})"
         return PICK_UP.format(brief=said)
 
+    _flatten_output_schemas(server)
     return server
+
+
+def _flatten_output_schemas(server: MCPServer) -> None:
+    """Give each tool's `outputSchema` flat (`flatschema`): a client validates a long
+    run's answer in half the time. The SDK keeps a tool's schema as a cached property;
+    where it does not, the schemas stay as pydantic made them."""
+    for tool in server._tool_manager.list_tools():
+        schema = tool.output_schema
+        if schema is not None and "output_schema" in vars(tool):
+            vars(tool)["output_schema"] = flatschema.flat(schema)
 
 
 def _markdown_brief(view: Run) -> str:
@@ -644,8 +683,10 @@ def _status(view: Run) -> dict[str, Any]:
     return spelling.status_for_tools(actions.status_of(view))
 
 
-def _brief(view: Run) -> dict[str, Any]:
-    return spelling.status_for_tools(actions.brief_of(view))
+def _brief(view: Run, task: str = "") -> dict[str, Any]:
+    data = spelling.status_for_tools(actions.brief_of(view, task))
+    data["for_task"] = [spelling.for_tools(line) for line in data["for_task"]]
+    return data
 
 
 PICK_UP = """\

@@ -260,14 +260,17 @@ def resolve(
 @repo_option
 @json_option
 @recheck_option
+@click.option("--task", default="", help="What you were asked to do: the brief says how.")
 @errors_as_exit_codes
-def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool) -> None:
-    """A short Markdown hand-off brief for a person or an agent whose context was reset."""
+def brief(run_id: str | None, repo: str | None, as_json: bool, recheck: bool, task: str) -> None:
+    """A short Markdown hand-off brief for a person or an agent whose context was reset
+    (with --task, what the run offers for that task: the decisions it names, with the
+    command that revises each and what it runs again)."""
     from ..present import brief as briefing
 
     reader = open_reader(run_id, repo)
     state = notebook_plan.seeing_the_notebook(reader, reader.status(recheck=recheck))
-    where = briefing.Context.of(reader)
+    where = briefing.Context.of(reader, task)
     if as_json:
         click.echo(json.dumps(briefing.to_json(state, where), indent=2))
     else:

@@ -81,6 +81,14 @@ class RestingShape(_Shape):
     unknown: str
 
 
+class LeftOutShape(_Shape):
+    """The steps an MCP answer about a long run left out (`every=true` lists them)."""
+
+    count: int
+    by_state: dict[str, int]
+    how: str
+
+
 class StatusShape(_Shape):
     """`stepstone status --json`: a run's whole state and the next thing to do."""
 
@@ -96,6 +104,9 @@ class StatusShape(_Shape):
         description="confirmed steps whose result rests on a question still open"
     )
     steps: list[StepShape]
+    left_out: LeftOutShape | None = Field(
+        default=None, description="MCP, a long run: the steps not listed (every=true lists them)"
+    )
 
 
 class VerifyShape(_Shape):
@@ -104,6 +115,9 @@ class VerifyShape(_Shape):
     run: str
     ok: bool = Field(description="no step is stale or failed")
     steps: list[StepShape]
+    left_out: LeftOutShape | None = Field(
+        default=None, description="MCP, a long run: the steps not listed (every=true lists them)"
+    )
 
 
 class CommandShape(_Shape):
@@ -185,6 +199,14 @@ class BriefShape(_Shape):
         "run's own Python code can go on"
     )
     notes: list[str]
+    task: str | None = Field(default=None, description="the task the brief was asked for")
+    for_task: list[str] = Field(
+        default_factory=list,
+        description="what the run offers for the task: the commands that revise what it names",
+    )
+    left_out: LeftOutShape | None = Field(
+        default=None, description="MCP, a long run: the steps not listed (every=true lists them)"
+    )
 
 
 class LogEntryShape(_Shape):

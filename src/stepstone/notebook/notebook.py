@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import InvalidInput, StepstoneError
 from ..model import names
 from ..model.events import Refused, RunOpened, StepEnded, Tail, unsaved_line
-from ..model.models import PlannedStep
+from ..model.models import PlannedStep, now
 from ..run import Run, open_run
 from ..settings import (
     CELLS_ENV,
@@ -41,6 +41,7 @@ from ..settings import (
     STEAL_ENV,
     STORE_ENV,
     VIA_ENV,
+    Settings,
     child_environment,
 )
 from ..store import DEFAULT_STORE, GitStore
@@ -264,6 +265,7 @@ class _Stopper:
         self.client: Any = None  # the NotebookClient, once running
         self.signum: int | None = None
         self.step: str | None = None  # the step whose cell the kernel is running
+        self.started = ""  # when its cell started
         self.where = "between steps"
         self.deadline = math.inf
         self.killed = False
@@ -437,6 +439,7 @@ def execute(
         heard()
         ended.clear()
         stopper.step = steps[cell_index][1] if cell_index in steps else None
+        stopper.started = now()
         stopper.check()
 
     def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
@@ -517,7 +520,10 @@ def execute(
     shutil.rmtree(scratch, ignore_errors=True)
     opened_run = (opened[-1].run, Path(opened[-1].store)) if opened else None
     if stopper.signum is not None:
-        message = f"interrupted {stopper.where}; {_RESUME_HINT}"
+        said = ""  # a kernel killed at the second signal recorded nothing itself
+        if stopper.killed and _record_died(opened_run, stopper.step, stopper.started, via):
+            said = " (the kernel was killed: recorded as interrupted)"
+        message = f"interrupted {stopper.where}{said}; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, stopper.signum, unwritten, opened_run)
     if isinstance(error, CellExecutionError) and failed is None:  # it called sys.exit(0)
         message = "the notebook stopped itself (sys.exit(0)); the cells after it did not run"
@@ -537,9 +543,30 @@ def execute(
             False, message, output, note=unwritten, opened=opened_run, failed=failed
         )
     if isinstance(error, DeadKernelError):
-        message = f"the kernel died; {_RESUME_HINT}"
+        said = f" during step {stopper.step}" if stopper.step is not None else ""
+        if _record_died(opened_run, stopper.step, stopper.started, via):
+            said += " (recorded as interrupted)"
+        message = f"the kernel died{said}; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, note=unwritten, opened=opened_run)
     return NotebookOutcome(True, "ok", output, note=unwritten, opened=opened_run)
+
+
+def _record_died(
+    opened: tuple[str, Path] | None, step: str | None, started: str, via: str | None
+) -> bool:
+    """Record that step `step`'s attempt ended with its kernel (killed, out of memory), as
+    Ctrl-C's is recorded, so that status, the log and the report say so. Whether it was
+    recorded (not when no step was running, or another driver holds the run now)."""
+    if opened is None or step is None:
+        return False
+    run_id, store = opened
+    why = "interrupted: the kernel died while it ran (killed, or out of memory)"
+    try:
+        settings = Settings.from_env(origin=via) if via else None
+        with open_run(run_id, repo=store, create=False, settings=settings) as run:
+            return run.record_interrupted(step, why, started) is not None
+    except StepstoneError:
+        return False
 
 
 def hash_seed(run_id: str) -> str:

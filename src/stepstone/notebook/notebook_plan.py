@@ -302,6 +302,7 @@ def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
     from ..run.planning import changes_from
 
     status = _seeing_decide_lines(run, status)
+    status = _seeing_withheld(run, status)
     steps = _notebook_steps(run)
     changes = [] if steps is None else changes_from(run.state, steps)
     if steps is None or not changes:
@@ -383,6 +384,79 @@ def _seeing_decide_lines(run: Run, status: RunStatus) -> RunStatus:
     return dataclasses.replace(
         status, steps=steps, decisions=tuple(decisions), notes=(*status.notes, *notes)
     )
+
+
+def _seeing_withheld(run: Run, status: RunStatus) -> RunStatus:
+    """`status` whose note of saved values not given back here (pickles of a store this
+    user does not trust) names only those a cell that runs next would read: none once
+    the run is finished, none that the cells after their step bind again first."""
+    from ..run.checking import WITHHELD, withheld_note
+
+    withheld = run.withheld
+    if not withheld:
+        return status
+    notes = tuple(n for n in status.notes if not n.startswith(WITHHELD))
+    if not status.finished:
+        needed = _needed_withheld(run, withheld, {s.name: s.state for s in status.steps})
+        if needed:
+            notes += (withheld_note(needed, run.store.path),)
+    return dataclasses.replace(status, notes=notes)
+
+
+def _needed_withheld(
+    run: Run, withheld: dict[str, list[str]], states: dict[str, str]
+) -> dict[str, list[str]]:
+    """Of `withheld` (saved names by step), those a cell of the notebook that runs next
+    (a plain cell, a step not verified) reads before a cell binds it again; all of them
+    when the notebook cannot be read."""
+    if not run.info.notebook:
+        return withheld
+    path = Path(run.info.notebook)
+    path = path if path.is_absolute() else run.workdir / path
+    try:
+        found = step_cells(read_notebook(path, validate=False), cells=run.info.cells)
+    except (InvalidInput, OSError):
+        return withheld
+    cells: list[tuple[str | None, str]] = []
+    for _, parts, cell in found:
+        try:
+            name = parse_step_line(parts[0]).name if parts is not None else None
+        except InvalidInput:
+            name = None
+        cells.append((name, parts[1] if parts is not None else without_our_magics(cell.source)))
+    order = [name for name, _ in cells]
+    needed: dict[str, list[str]] = {}
+    for step, saved in withheld.items():
+        if step not in order:
+            needed[step] = list(saved)
+            continue
+        after = cells[order.index(step) + 1 :]
+        read = [var for var in saved if _read_before_bound(var, after, states)]
+        if read:
+            needed[step] = read
+    return needed
+
+
+def _read_before_bound(
+    var: str, cells: list[tuple[str | None, str]], states: dict[str, str]
+) -> bool:
+    """Whether a cell of `cells` that runs (a plain cell, a step not verified) reads
+    `var` before one binds it."""
+    from ..rules.dependencies import DYNAMIC, cell_names
+
+    for name, source in cells:
+        runs = name is None or states.get(name) != "verified"
+        found = cell_names(source)
+        if found is None:  # not plain Python: it may read anything
+            if runs:
+                return True
+            continue
+        reads, binds = found
+        if runs and (var in reads or DYNAMIC in reads):
+            return True
+        if var in binds:
+            return False
+    return False
 
 
 def refuse_to_leave_out(run: Run) -> None:

@@ -6,6 +6,7 @@ What the brief says, as data (its context, the command that continues the run, t
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,10 +31,12 @@ class Context:
     workdir: Path
     revisions: Mapping[str, list[str]] = field(default_factory=dict)
     """By decision: the steps that revising it (to any other value) runs again."""
+    task: str = ""
+    """What the reader of the brief was asked to do (a colleague's request), if said."""
 
     @classmethod
-    def of(cls, run: Run) -> Context:
-        """The context of an open run."""
+    def of(cls, run: Run, task: str = "") -> Context:
+        """The context of an open run (for a reader asked to do `task`)."""
         other = "\0another value"  # no step read it: every reader runs again
         revisions = {key: run.revising(key, other)[1] for key in run.decisions}
         return cls(
@@ -43,6 +46,7 @@ class Context:
             run.store.path,
             run.workdir,
             revisions,
+            task.strip(),
         )
 
     @property
@@ -115,6 +119,36 @@ def revise_tool(key: str, run: str) -> dict[str, Any]:
     return {"tool": "decide", "arguments": {"key": key, "revise": True, "run": run}}
 
 
+def for_task(status: RunStatus, where: Context) -> list[str]:
+    """What the run offers for the reader's task: each decision and open question the
+    task names, with the command that changes it and what that runs again; then the
+    rest of the path (run the notebook, finish, hand back). Empty without a task."""
+    if not where.task:
+        return []
+    words = {w.lower() for w in re.findall(r"[\w.-]+", where.task)}
+    lines = []
+    for d in status.decisions:
+        if d.key.lower() in words:
+            again = ", ".join(where.revisions.get(d.key, [])) or "no recorded step"
+            lines.append(
+                f"revise `{d.key}` (now `{d.value}`): "
+                f"`{shlex.join(revise_argv(d.key, status.run, where))}`; runs again: {again}"
+            )
+    for u in status.unknowns:
+        if u.id.lower() in words:
+            lines.append(
+                f"answer `{u.id}` ({u.question}): `stepstone answer {u.id} ANSWER --why "
+                f"REASON --run {status.run}`" + (" --revise" if u.state == "resolved" else "")
+            )
+    path = ["stepstone", "run", where.notebook] if where.notebook else None
+    then = f"`{shlex.join(path)}`, " if path else ""
+    lines.append(
+        f"then {then}`stepstone finish --run {status.run}`, and `stepstone handoff --run "
+        f"{status.run}` to hand it back"
+    )
+    return lines
+
+
 def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
     """The brief's content as data (`stepstone brief --json`)."""
     found = command(status, where)
@@ -162,4 +196,6 @@ def to_json(status: RunStatus, where: Context) -> dict[str, Any]:
         ),
         "next_tool": next_tool(status, where),
         "notes": list(status.notes),
+        "task": where.task or None,
+        "for_task": for_task(status, where),
     }

@@ -320,6 +320,8 @@ def brief(status: RunStatus, where: Context, *, tools: bool = False) -> str:
         else (f"script `{where.program}`" if where.program else f"{status.plan_mode} plan")
     )
     lines.append(f"**Store:** `{store}` · {source} · {len(status.steps)} steps")
+    if where.task:
+        lines.append(f"**Your task:** {where.task}")
     if status.finished:
         lines.append(f"**Finished:** {status.finished}")
     lines += ["", f"## Done ({len(done)} of {len(status.steps)} verified now)"]
@@ -378,6 +380,9 @@ def brief(status: RunStatus, where: Context, *, tools: bool = False) -> str:
         ]
     if status.notes:
         lines += ["", "## Notes"] + [f"- {n}" for n in status.notes]
+    asked = briefing.for_task(status, where)
+    if asked:
+        lines += ["", "## For your task"] + [f"- {line}" for line in asked]
     lines += [
         "",
         "## Next, as the run stands (a task you were given may ask for more: revise a "

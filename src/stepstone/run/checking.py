@@ -262,13 +262,7 @@ class Checker:
         )
 
     def _withheld_note(self) -> str:
-        said = [f"{step}: {', '.join(vars_)}" for step, vars_ in self.withheld.items()]
-        return (
-            f"saved values that are pickles written by someone else are not given back "
-            f"here ({names.listing(said, 5)}); a cell that reads one fails. If you trust "
-            f"who wrote this store, `stepstone trust --repo "
-            f"{shlex.quote(str(self.state.store.path))}` (once) loads them"
-        )
+        return withheld_note(self.withheld, self.state.store.path)
 
     def untrusted(self, var: str) -> str:
         """Why saved output `var` is not loaded here, and how to trust its store."""
@@ -403,3 +397,16 @@ def written_after(state: RunState, path: str, number: int) -> bool:
     """Whether the code of a step after step `number` wrote the file at `path`."""
     writers = state.records.table.writers().get(path, ())
     return any((state.numbers.get(name) or 0) > number for name in writers)
+
+
+WITHHELD = "saved values that are pickles written by someone else are not given back here"
+
+
+def withheld_note(withheld: Mapping[str, Sequence[str]], store: Path) -> str:
+    """What status notes of the saved values (by step) not given back here."""
+    said = [f"{step}: {', '.join(vars_)}" for step, vars_ in withheld.items()]
+    return (
+        f"{WITHHELD} ({names.listing(said, 5)}); a cell that reads one fails. If you trust "
+        f"who wrote this store, `stepstone trust --repo {shlex.quote(str(store))}` (once) "
+        f"loads them"
+    )

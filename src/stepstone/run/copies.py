@@ -89,11 +89,26 @@ def _left(lock: Path) -> set[str]:
     return {str(path) for path in left} if isinstance(left, list) else set()
 
 
-def _save_known(lock: Path, known: dict[str, str | None], left: set[str] | None = None) -> None:
+def _idle(lock: Path) -> set[str]:
+    """The copies a store was copied from while nobody drove the run there: when one is
+    gone before this store met it again, this store takes the run over."""
+    idle = _read_known(lock).get("idle")
+    return {str(path) for path in idle} if isinstance(idle, list) else set()
+
+
+def _save_known(
+    lock: Path,
+    known: dict[str, str | None],
+    left: set[str] | None = None,
+    idle: set[str] | None = None,
+) -> None:
     kept = _left(lock) if left is None else left
+    idle = _idle(lock) if idle is None else idle
     body: dict[str, object] = {"copies": dict(sorted(known.items()))}
     if kept:
         body["left"] = sorted(kept)
+    if idle & set(known):
+        body["idle"] = sorted(idle & set(known))
     data = json.dumps(body, indent=1).encode()
     with contextlib.suppress(OSError):  # a read-only copy learns of us when it is driven
         write_atomic(_known_path(lock), data)
@@ -166,7 +181,10 @@ def _copies_of(store: GitStore, run: str, lock: RunLock) -> dict[str, str | None
     new = [str(f) for f in found if str(f) not in (str(lock.path), *known, *left)]
     if new:  # kept at once: the lock file names the original only until this acquire
         known.update(dict.fromkeys(new))
-        _save_known(lock.path, known)
+        idle = _idle(lock.path)
+        if lock.copied_from is not None and lock.copied_idle:
+            idle.add(str(lock.copied_from))
+        _save_known(lock.path, known, idle=idle)
     return known
 
 
@@ -209,6 +227,7 @@ def _reach(
     copies: list[_Copy] = []
     queue = list(known)
     visited = {str(lock.path)}
+    idle = _idle(lock.path)
     while queue:
         path = queue.pop(0)
         if path in visited:
@@ -222,6 +241,13 @@ def _reach(
         except StepstoneError:
             there, tip = None, None
         if there is None or (tip is None and known.get(path)):
+            if path in known and known[path] is None and there is None and path in idle:
+                notes.append(
+                    f"this store is a copy of {folder}, which is gone (moved, archived, or "
+                    f"on another machine); nobody drove the run there when the copy was "
+                    f"taken, so this store takes the run over"
+                )
+                continue
             if path in known and known[path] is None:
                 raise Diverged(
                     run,

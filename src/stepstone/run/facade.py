@@ -249,6 +249,15 @@ class Run(RunView):
         self._require_lock()
         return self.stepper.fail(start, error)
 
+    def record_interrupted(
+        self, name: str, why: str, started: str | None = None
+    ) -> StepRecord | None:
+        """Record that step `name`'s attempt ended with the process that made it (a
+        kernel killed mid-step): a failed attempt, so that status, the log and the
+        report say so; None when the run has no such step."""
+        self._require_lock()
+        return self.stepper.interrupted(name, why, started)
+
     def running(self, start: StepStart) -> AbstractContextManager[None]:
         """Mark `start`'s step as the one running (effects belong to it)."""
         return self.stepper.running(self, start)

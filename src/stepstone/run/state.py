@@ -31,6 +31,9 @@ from ..rules.index import PlanExtra, PlanSteps, RecordBook, read_index
 from ..store import GitStore, Snapshot
 from .layout import RUN_INFO, plan_path, step_path
 
+_LOADED: dict[tuple[type, bytes], models.Record] = {}  # records read, by their bytes
+_LOADED_MOST = 12_000
+
 
 class RunState:
     """A run as read from a commit (`snap`). A reader (`tolerant`) notes a corrupt
@@ -100,14 +103,23 @@ class RunState:
         return f"{path} in commit {commit} of {self.store.path}"
 
     def load(self, cls: type[models.R], path: str, data: bytes) -> models.R | None:
-        """Load one record (None when it is corrupt and this is a reader)."""
+        """Load one record (None when it is corrupt and this is a reader). A record read
+        before in this process, byte for byte, is the same (frozen) object: a long-lived
+        reader opening the run anew after each commit validates only what changed."""
+        kept = _LOADED.get((cls, data))
+        if kept is not None:
+            return kept  # type: ignore[return-value]
         try:
-            return load(cls, data, path, where=self.where)
+            found = load(cls, data, path, where=self.where)
         except SchemaTooNew:
             raise
         except RecordError as exc:
             self.problem(exc)
             return None
+        if len(_LOADED) >= _LOADED_MOST:
+            _LOADED.clear()
+        _LOADED[(cls, data)] = found
+        return found
 
     def load_all(self, cls: type[models.R], files: dict[str, bytes]) -> list[models.R]:
         """Load a folder's records in one pass; file by file when one of them is bad."""

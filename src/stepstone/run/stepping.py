@@ -368,6 +368,23 @@ class Stepper:
         self.verdicts.failed(self.state.steps.names, planned.number, text)
         return record
 
+    def interrupted(self, name: str, why: str, started: str | None = None) -> StepRecord | None:
+        """Commit the attempt of step `name` that another process was making, and that
+        ended with it (a kernel killed mid-step), as failed for `why`; None when the run
+        has no such step."""
+        if name not in self.state.steps.names:
+            return None
+        planned = self.state.steps[self.state.steps.names.index(name)]
+        with self.ledger.guard:
+            self._take(name)
+            try:
+                start = StepStart(planned, False, "interrupted", self.state.records.get(name))
+                if started is not None:
+                    start.started = started
+                return self._fail(start, why)
+            finally:
+                self._end(name)
+
     def _record(self, start: StepStart, status: models.RecordStatus, **fields: Any) -> StepRecord:
         previous = start.record
         fields = {k: v for k, v in fields.items() if v is not None}

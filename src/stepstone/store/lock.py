@@ -31,6 +31,9 @@ class RunLock:
         self.holder = holder
         self.copied_from: Path | None = None
         """The lock file of the store this one is a copy of, as the last acquire found."""
+        self.copied_idle = False
+        """Whether nobody drove the run there when the copy was taken (its lock file was
+        released then)."""
         self._fd: int | None = None
         self._others: list[int] = []  # the locks of this store's copies, held with it
 
@@ -56,7 +59,7 @@ class RunLock:
                     f"that run (run.close(), or use `with`) before opening it again"
                 )
             raise RunLocked(self.run, holder) from None
-        self.copied_from = _copied_from(fd, self.path)
+        self.copied_from, self.copied_idle = _copied_from(fd, self.path)
         _write_holder(fd, self.holder, self.path)
         self._fd = fd
 
@@ -129,17 +132,18 @@ def _identity(fd: int) -> list[int]:
     return [stat.st_dev, stat.st_ino]
 
 
-def _copied_from(fd: int, path: Path) -> Path | None:
+def _copied_from(fd: int, path: Path) -> tuple[Path | None, bool]:
     """The lock file a store's lock file was copied from: the one its content names,
-    when that is another file (a moved store keeps the very file: no copy)."""
+    when that is another file (a moved store keeps the very file: no copy); and whether
+    it was released when copied (nobody drove the run there then)."""
     try:
         info = json.loads(os.pread(fd, 4096, 0))
         named = Path(info["lock"])
     except (ValueError, KeyError, TypeError):
-        return None
+        return None, False
     if named == path.resolve() or info.get("file") == _identity(fd):
-        return None
-    return named
+        return None, False
+    return named, bool(info.get("released"))
 
 
 def _write_holder(fd: int, holder: str, lock: Path) -> None:
