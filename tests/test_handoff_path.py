@@ -523,3 +523,128 @@ def test_a_brief_for_a_task_puts_what_the_task_names_first(workdir: Path):
     first = briefed["for_task"][0]
     assert "`decide(key='threshold', value=..., why=..., revise=true)`" in first, first
     assert "`finish`" in briefed["for_task"][-1] and "`handoff`" in briefed["for_task"][-1]
+
+
+# -- found by fresh agents on the hand-offs of benchmarks/handoff_trial.py -----------------
+
+DIES_SENDING = """%%step send
+import json, os, pathlib, stepstone
+def do(key):
+    with open('outbox.log', 'a') as f:
+        f.write(key + '\\n')
+    if not pathlib.Path('died-once').exists():
+        pathlib.Path('died-once').write_text('')
+        os.kill(os.getpid(), 9)  # the laptop dies after the write, before the receipt
+    return {'sent': key}
+stepstone.effect('notify', do)"""
+
+
+def _in_doubt(folder: Path) -> str:
+    nb = _notebook(folder / "job.ipynb", "%%step load\nx = 1", DIES_SENDING)
+    assert cli("run", str(nb), cwd=folder).returncode != 0
+    status = json.loads(cli("status", "--json", cwd=folder).stdout)
+    (effect,) = status["effects"]
+    assert effect["state"] == "submitted" and effect["next_action"].startswith("in doubt")
+    return str(effect["key"])
+
+
+@pytest.mark.kernel
+def test_an_effect_sent_blind_and_in_doubt_is_offered_for_settling_first(workdir: Path):
+    key = _in_doubt(workdir)
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert status["next_action"].startswith(f"settle the in doubt effect {key} (send/notify)")
+    assert json.loads(cli("brief", "--json", cwd=workdir).stdout)["next_tool"] == {
+        "tool": "resolve",
+        "arguments": {"key": key, "run": "job"},
+    }
+
+    async def agent(call: Any) -> Any:
+        return await call(
+            "resolve", key=key, happened=True, receipt="line 1", why="outbox.log has its key"
+        )
+
+    settled = _mcp(workdir, agent)
+    assert settled["state"] == "confirmed" and settled["resolution"]["happened"], settled
+    log = json.loads(cli("log", "--json", cwd=workdir).stdout)
+    assert log[0]["why"] == "outbox.log has its key"
+    assert cli("run", "job.ipynb", cwd=workdir).returncode == 0
+    assert (workdir / "outbox.log").read_text().splitlines() == [key]  # never sent again
+
+
+def _as_if_copied_while_driven(store: Path, run: str = "job") -> None:
+    lock = store / "stepstone" / "locks" / f"{run}.lock"
+    held = json.loads(lock.read_text())
+    held.pop("released", None)  # as the lock file of a driver that died holding it
+    lock.write_text(json.dumps(held))
+
+
+@pytest.mark.kernel
+def test_each_command_that_changes_a_copy_takes_diverge_when_its_original_is_gone(
+    tmp_path: Path,
+):
+    a = tmp_path / "a"
+    a.mkdir()
+    key = _in_doubt(a)
+    for copy in ("b", "c"):
+        shutil.copytree(a, tmp_path / copy)
+        _as_if_copied_while_driven(tmp_path / copy / ".stepstone")
+    shutil.rmtree(a)
+    b, c = tmp_path / "b", tmp_path / "c"
+    refused = cli("resolve", key, "--not-happened", cwd=b)
+    assert refused.returncode == 2 and "Diverged" in refused.stderr
+    assert "`stepstone resolve KEY ... --diverge`" in refused.stderr
+    done = cli("resolve", key, "--happened", "--why", "outbox has it", "--diverge", cwd=b)
+    assert done.returncode == 0, done.stderr
+    assert cli("run", "job.ipynb", cwd=b).returncode == 0
+
+    async def agent(call: Any) -> dict[str, Any]:
+        return {
+            "refused": await call("resolve", key=key, happened=True),
+            "done": await call("resolve", key=key, happened=True, diverge=True),
+            "ran": await call("run"),
+        }
+
+    seen = _mcp(c, agent)
+    assert "diverge=true" in seen["refused"]["error"], seen["refused"]
+    assert seen["done"]["state"] == "confirmed" and seen["ran"]["exit_code"] == 0, seen
+    assert (tmp_path / "b" / "outbox.log").read_text().splitlines() == [key]
+    assert (tmp_path / "c" / "outbox.log").read_text().splitlines() == [key]
+
+
+@pytest.mark.kernel
+def test_a_finished_run_is_pushed_and_handed_off_and_a_refused_push_sets_nothing(
+    tmp_path: Path,
+):
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    a = tmp_path / "a"
+    a.mkdir()
+    nb = _quickstart(a)
+    git("init", "-q", cwd=a)
+    git("add", nb.name, cwd=a)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "nb", cwd=a)
+    assert cli("answer", "U1", "EUR", cwd=a).returncode == 0
+    assert cli("decide", "threshold", "110", "--revise", "--why", "fewer", cwd=a).returncode == 0
+    assert cli("run", nb.name, cwd=a).returncode == 0
+    assert cli("finish", cwd=a).returncode == 0
+    pushed = cli("push", "--remote", str(remote), cwd=a)
+    assert pushed.returncode == 0, pushed.stderr
+    assert "refs/tags/stepstone/quickstart" in git("show-ref", cwd=remote)
+    handed = cli("handoff", cwd=a)
+    assert handed.returncode == 0, handed.stderr
+    assert "note: quickstart.ipynb has changes its project's Git repository" in handed.stdout
+
+
+@pytest.mark.kernel
+def test_a_refused_push_sets_no_remote(tmp_path: Path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    _quickstart(a)
+    shutil.copytree(a, b)
+    _as_if_copied_while_driven(b / ".stepstone", "quickstart")
+    shutil.rmtree(a)  # driven when copied, and gone: what it did since is unknown
+    other = tmp_path / "other.git"
+    git("init", "-q", "--bare", str(other), cwd=tmp_path)
+    refused = cli("push", "--remote", str(other), cwd=b)
+    assert refused.returncode == 2 and "Diverged" in refused.stderr, refused.stderr
+    assert str(other) not in (b / ".stepstone" / "config").read_text()

@@ -543,5 +543,6 @@ def test_status_of_a_run_with_many_effects_counts_them(workdir: Path):
     assert len(text.splitlines()) < 12
     assert "40 confirmed" in text and "late" in text
     every = cli("status", "--all", cwd=workdir).stdout
-    assert every.count("effect ss-") == 41
+    assert every.count("\n  effect ss-") == 41
+    assert "next: settle the in doubt effect" in every  # sent blind, and it raised
     assert len(json.loads(cli("status", "--json", cwd=workdir).stdout)["effects"]) == 41

@@ -54,5 +54,6 @@ def test_a_copied_stores_command_settings_are_refused_until_it_is_trusted(
     status = stepstone_cli("status", cwd=receiver)  # reading runs nothing and still works
     assert status.returncode == 0 and not marker.exists()
     assert stepstone_cli("trust", cwd=receiver).returncode == 0
-    trusted = stepstone_cli("push", cwd=receiver)  # now git may use the setting
+    # now git may use the setting (the refused push set nothing: the same command again)
+    trusted = stepstone_cli("push", "--remote", "ssh://example.invalid/x.git", cwd=receiver)
     assert marker.exists(), trusted.stderr

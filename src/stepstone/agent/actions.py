@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,13 +39,41 @@ def reader(
     return open_run(run, repo=repo, drive=False, create=False, cached=cached, home=home)
 
 
+_diverging: ContextVar[bool] = ContextVar("diverging", default=False)
+
+
+@contextmanager
+def diverging(on: bool = True) -> Iterator[None]:
+    """The changes made meanwhile drive a copy of a store as a new lineage when it cannot
+    take turns with its copies (`--diverge`: its original is gone, or they went apart)."""
+    token = _diverging.set(on)
+    try:
+        yield
+    finally:
+        _diverging.reset(token)
+
+
 def driver(run: str | None, repo: str | None, via: str, *, home: str | None = None) -> Run:
-    """The run, held as its driver for one change; its commits say `Stepstone-Via: via`."""
-    return open_run(run, repo=repo, create=False, settings=Settings.from_env(via=via), home=home)
+    """The run, held as its driver for one change; its commits say `Stepstone-Via: via`
+    (within `diverging`, a copy that went apart is driven as a new lineage)."""
+    settings = Settings.from_env(via=via)
+    return open_run(
+        run, repo=repo, create=False, settings=settings, home=home, diverge=_diverging.get()
+    )
 
 
 def _data(record: Record, run: str) -> dict[str, Any]:
-    return {"run": run, **record.model_dump(mode="json", exclude={"schema_version"})}
+    return {"run": run, **_without_versions(record.model_dump(mode="json"))}
+
+
+def _without_versions(data: Any) -> Any:
+    """A record's JSON without the `schema_version` of it and of the records inside it
+    (a resolution in an effect's): what a file needs, not what a command prints."""
+    if isinstance(data, dict):
+        return {k: _without_versions(v) for k, v in data.items() if k != "schema_version"}
+    if isinstance(data, list):
+        return [_without_versions(item) for item in data]
+    return data
 
 
 def seen(view: Run, *, recheck: bool = False) -> RunStatus:

@@ -125,6 +125,12 @@ def _answered(data: Any, *, listed: bool = False) -> CallToolResult:
     return CallToolResult(content=_text(data), structured_content=structured)
 
 
+def _diverged(diverge: bool, call: Callable[[], Any]) -> Any:
+    """`call()`, driving a copy that cannot take turns as a new lineage if `diverge`."""
+    with actions.diverging(diverge):
+        return call()
+
+
 def _told(call: Callable[[], Any], *, listed: bool = False) -> CallToolResult:
     """The result of `call` (the JSON its command prints), or its refusal."""
     try:
@@ -370,6 +376,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         revise: bool = False,
         run: str | None = None,
         folder: str | None = None,
+        diverge: bool = False,
     ) -> Annotated[CallToolResult, shapes.AnswerShape]:
         """Close the open unknown `unknown` (U1...) with `answer`; the notebook's
         `%unknown` line that asked it is then not asked again. Says which steps read it
@@ -377,8 +384,11 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         answer to an answered unknown needs `revise`."""
         store, home = place.at(folder)
         return _told(
-            lambda: actions.answer(
-                run, store, unknown, answer, why, revise=revise, via="mcp", home=home
+            lambda: _diverged(
+                diverge,
+                lambda: actions.answer(
+                    run, store, unknown, answer, why, revise=revise, via="mcp", home=home
+                ),
             )
         )
 
@@ -399,14 +409,26 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         dry_run: bool = False,
         run: str | None = None,
         folder: str | None = None,
+        diverge: bool = False,
     ) -> Annotated[CallToolResult, shapes.DecideShape]:
         """Decide `key`=`value` with its reason (`revise` to change one already made: it
         stands over the notebook's `%decide` line until that line is edited). Says which
         steps read it and run again; `dry_run` records nothing."""
         store, home = place.at(folder)
         return _told(
-            lambda: actions.decide(
-                run, store, key, value, why, revise=revise, dry_run=dry_run, via="mcp", home=home
+            lambda: _diverged(
+                diverge,
+                lambda: actions.decide(
+                    run,
+                    store,
+                    key,
+                    value,
+                    why,
+                    revise=revise,
+                    dry_run=dry_run,
+                    via="mcp",
+                    home=home,
+                ),
             )
         )
 
@@ -418,13 +440,24 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         why: str = "",
         run: str | None = None,
         folder: str | None = None,
+        diverge: bool = False,
     ) -> Annotated[CallToolResult, shapes.ResolvedEffectShape]:
         """Settle an effect whose outcome was unknown: it did happen (give its
         `receipt`) or it did not (the next run performs it)."""
         store, home = place.at(folder)
         return _told(
-            lambda: actions.resolve(
-                run, store, key, happened=happened, receipt=receipt, why=why, via="mcp", home=home
+            lambda: _diverged(
+                diverge,
+                lambda: actions.resolve(
+                    run,
+                    store,
+                    key,
+                    happened=happened,
+                    receipt=receipt,
+                    why=why,
+                    via="mcp",
+                    home=home,
+                ),
             )
         )
 
@@ -435,13 +468,17 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         downstream: bool = False,
         run: str | None = None,
         folder: str | None = None,
+        diverge: bool = False,
     ) -> Annotated[CallToolResult, shapes.RerunShape]:
         """Mark a step (and with `downstream` what depends on it) to run again at the
         next run of the notebook; its confirmed effects are not repeated."""
         store, home = place.at(folder)
         return _told(
-            lambda: actions.rerun(
-                run, store, step, why, downstream=downstream, via="mcp", home=home
+            lambda: _diverged(
+                diverge,
+                lambda: actions.rerun(
+                    run, store, step, why, downstream=downstream, via="mcp", home=home
+                ),
             )
         )
 
@@ -456,21 +493,32 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
 
     @server.tool(annotations=RECORDS, title="Finish the run")
     def finish(
-        force: bool = False, run: str | None = None, folder: str | None = None
+        force: bool = False,
+        run: str | None = None,
+        folder: str | None = None,
+        diverge: bool = False,
     ) -> Annotated[CallToolResult, shapes.FinishShape]:
         """Finish the run once every step is verified and no question or effect is open
         (`force` to finish anyway): its summary is committed, written to
         `<run>.summary.md` in its work folder (`file`), and the run tagged."""
         store, home = place.at(folder)
-        return _told(lambda: actions.finish(run, store, force=force, via="mcp", home=home))
+        return _told(
+            lambda: _diverged(
+                diverge, lambda: actions.finish(run, store, force=force, via="mcp", home=home)
+            )
+        )
 
     @server.tool(annotations=RECORDS, title="Reopen a finished run")
     def reopen(
-        why: str, run: str | None = None, folder: str | None = None
+        why: str, run: str | None = None, folder: str | None = None, diverge: bool = False
     ) -> Annotated[CallToolResult, shapes.ReopenShape]:
         """Reopen a finished run so that it can change again (the reason is recorded)."""
         store, home = place.at(folder)
-        return _told(lambda: actions.reopen(run, store, why, via="mcp", home=home))
+        return _told(
+            lambda: _diverged(
+                diverge, lambda: actions.reopen(run, store, why, via="mcp", home=home)
+            )
+        )
 
     @server.tool(annotations=WRITES, title="Edit a step cell")
     def edit_step(
@@ -566,15 +614,19 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         cells: bool | None = None,
         timeout: int | None = None,
         folder: str | None = None,
+        diverge: bool = False,
     ) -> Annotated[CallToolResult, shapes.RanShape]:
         """Run the notebook headlessly, as `stepstone run` does: verified steps are
         skipped, the rest run; a progress notification per step. Cancelling the call stops
         the running cell as Ctrl-C does (it is recorded as failed and runs again next
         time; nothing done is lost). `parameters` as papermill's (a run of their own),
-        `cells` runs every code cell as a step, `timeout` bounds a cell (seconds)."""
+        `cells` runs every code cell as a step, `timeout` bounds a cell (seconds);
+        `diverge` drives a copy whose original is gone (or went apart) as a new lineage."""
         store, home = place.at(folder)
         async with one_run:
-            return await _run_once(ctx, run, notebook, parameters, cells, timeout, store, home)
+            return await _run_once(
+                ctx, run, notebook, parameters, cells, timeout, store, home, diverge
+            )
 
     async def _run_once(
         ctx: Context,
@@ -585,6 +637,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         timeout: int | None,
         store: str,
         home: str,
+        diverge: bool = False,
     ) -> CallToolResult:
         try:
             argv, path = await anyio.to_thread.run_sync(
@@ -594,6 +647,8 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
             )
         except StepstoneError as exc:
             return _refused(exc)
+        if diverge:
+            argv.append("--diverge")
         return await _running(ctx, argv, path, store, home)
 
     # -- resources -----------------------------------------------------------
@@ -658,7 +713,8 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
             told = actions.brief_text(run, store, home=home, tools=True, task=task or "")
             said = spelling.for_tools(told)
         except StepstoneError as exc:
-            said = f"(no brief: {exc})"
+            said = f"(no brief: {exc}. A store is brought here with the tool `clone(url=...)`;"
+            said += " the notebook's project goes in the same folder.)"
         return PICK_UP.format(brief=said)
 
     _flatten_output_schemas(server)

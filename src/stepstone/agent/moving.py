@@ -5,6 +5,7 @@ the JSON `--json` prints. A remote's URL is shown without its credentials."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -43,13 +44,13 @@ def push(
     from .. import remote
 
     store = _store(repo, home)
+    view = reader(run, str(store.path), home=home)
+    if not view.info.shared and not view.info.finished:
+        _share(store, view.id)  # refused (a copy that went apart): nothing is set
     if url:
         remote.set_remote(store, url)
     if auto is not None:
         store.set_config(AUTOPUSH_KEY, auto)
-    view = reader(run, str(store.path), home=home)
-    if not view.info.shared:
-        _share(store, view.id)
     tip = remote.push(store, view.id)
     return {"run": view.id, "tip": tip, "remote": shown_url(remote.remote_url(store))}
 
@@ -66,6 +67,28 @@ def _share(store: GitStore, run_id: str) -> None:
             run.share()
     except RunLocked:
         pass
+
+
+def _unsaved_notebook(workdir: Path, notebook: str) -> str | None:
+    """A note when the run's notebook has changes its project's Git repository does not
+    have (a `%decide` line rewritten by a revision, an edited cell): the next agent gets
+    the notebook from there."""
+    if not notebook:
+        return None
+    done = subprocess.run(
+        ["git", "status", "--porcelain", "--", notebook],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0 or not done.stdout.strip():
+        return None  # not in a Git work tree, or committed
+    return (
+        f"{notebook} has changes its project's Git repository does not have: commit and "
+        f"push it too (git commit {notebook}; git push), so that the next agent's notebook "
+        f"says what this run did"
+    )
 
 
 def pull(
@@ -118,12 +141,18 @@ def handoff(
     from ..present import brief as briefing
     from ..present import render
 
-    with driver(run, repo, via, home=home) as held:
-        tip = remote.push(held.store, held.id)
-        state = held.status()
-        url = remote.remote_url(held.store)
-        where = briefing.Context.of(held)
-        run_id = held.id
+    view = reader(run, repo, home=home)
+    if view.info.finished:  # nobody drives a finished run: no lease to let go
+        tip = remote.push(view.store, view.id)
+        state, where, run_id = view.status(), briefing.Context.of(view), view.id
+    else:
+        with driver(view.id, repo, via, home=home) as held:
+            tip = remote.push(held.store, held.id)
+            state = held.status()
+            where = briefing.Context.of(held)
+            run_id = held.id
+    url = remote.remote_url(view.store)
+    note = _unsaved_notebook(where.workdir, where.notebook)
     return {
         "run": run_id,
         "tip": tip,
@@ -132,4 +161,5 @@ def handoff(
         "next_agent": render.next_agent(
             state, where, run=run_id, url=shown_url(url) if tools else url
         ),
+        "note": note,
     }

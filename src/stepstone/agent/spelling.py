@@ -16,6 +16,10 @@ _RULES: list[_Rule] = [
         r"`resolve(key='\1', run='\2', happened=true)` or `happened=false`",
     ),
     (
+        re.compile(r"`stepstone resolve (\S+) --happened` or `--not-happened`"),
+        r"`resolve(key='\1', happened=true)` or `happened=false`",
+    ),
+    (
         re.compile(
             r"\(`stepstone answer (\S+) ANSWER`, or `%unknown --resolve \S+ ANSWER` in the "
             r"notebook\), then finish the run"
@@ -35,7 +39,7 @@ _RULES: list[_Rule] = [
     (re.compile(r"pick one with --run ID"), "pick one with the `run` argument"),
     (re.compile(r"\(--run ID, or STEPSTONE_RUN\)"), "(the `run` argument)"),
     (re.compile(r"--why REASON"), "why=..."),
-    (re.compile(r"--(revise|force|downstream)\b"), r"\1=true"),
+    (re.compile(r"--(revise|force|downstream|diverge)\b"), r"\1=true"),
     (re.compile(r"--dry-run\b"), "dry_run=true"),
 ]
 

@@ -13,7 +13,14 @@ import click
 
 from ..agent import actions
 from ..errors import InvalidInput
-from .common import errors_as_exit_codes, json_option, main, open_reader, repo_option
+from .common import (
+    diverge_option,
+    errors_as_exit_codes,
+    json_option,
+    main,
+    open_reader,
+    repo_option,
+)
 from .common import run_option as run_option
 
 
@@ -29,6 +36,7 @@ def _echo(as_json: bool, data: Any, text: str) -> None:
 @run_option
 @repo_option
 @json_option
+@diverge_option
 @errors_as_exit_codes
 def answer(
     unknown_id: str,
@@ -70,6 +78,7 @@ def ask(question: str, run_id: str | None, repo: str | None, as_json: bool) -> N
 @run_option
 @repo_option
 @json_option
+@diverge_option
 @errors_as_exit_codes
 def decide(
     key: str,

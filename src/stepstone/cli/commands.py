@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,6 +15,7 @@ from ..present import render
 from ..run import holding, problems_at
 from ..store import DEFAULT_STORE, GitStore
 from .common import (
+    diverge_option,
     errors_as_exit_codes,
     json_option,
     main,
@@ -153,6 +155,7 @@ def runs(repo: str | None, as_json: bool) -> None:
 @repo_option
 @click.option("--force", is_flag=True, help="Finish although steps, unknowns or effects are open.")
 @json_option
+@diverge_option
 @errors_as_exit_codes
 def finish(run_id: str | None, repo: str | None, force: bool, as_json: bool) -> None:
     """Write the run's summary from its records (RUN.summary.md in its work folder, and
@@ -172,6 +175,7 @@ def finish(run_id: str | None, repo: str | None, force: bool, as_json: bool) -> 
 @repo_option
 @click.option("--why", required=True, help="Why the finished run changes again.")
 @json_option
+@diverge_option
 @errors_as_exit_codes
 def reopen(run_id: str | None, repo: str | None, why: str, as_json: bool) -> None:
     """Reopen a finished run so that it can change again (the reason is recorded)."""
@@ -190,6 +194,7 @@ def reopen(run_id: str | None, repo: str | None, why: str, as_json: bool) -> Non
     "--downstream", is_flag=True, help="Also every step that depends on it, directly or not."
 )
 @json_option
+@diverge_option
 @errors_as_exit_codes
 def rerun(
     run_id: str | None, repo: str | None, step: str, why: str, downstream: bool, as_json: bool
@@ -227,6 +232,7 @@ def rerun(
 @click.option("--receipt", help="The receiver's receipt (JSON or text).")
 @click.option("--why", default="", help="How you know.")
 @json_option
+@diverge_option
 @errors_as_exit_codes
 def resolve(
     key: str,
@@ -384,7 +390,13 @@ def clone_command(url: str, directory: str, as_json: bool) -> None:
 
     done = moving.clone(url, directory)
     runs = ", ".join(done["runs"]) or "none"
-    _said(as_json, done, f"cloned {url} into {done['store']} (runs: {runs})")
+    said = f"cloned {url} into {done['store']} (runs: {runs})"
+    if Path(directory).name != DEFAULT_STORE:
+        said += (
+            f"\nstepstone reads the store beside the notebook as {DEFAULT_STORE}: keep it in "
+            f"the notebook's project folder under that name, or pass --repo {directory}"
+        )
+    _said(as_json, done, said)
 
 
 @main.command()
@@ -402,6 +414,8 @@ def handoff(run_id: str | None, repo: str | None, as_json: bool) -> None:
         return
     click.echo(done["brief"], nl=False)
     click.echo(done["next_agent"])
+    if done["note"]:
+        click.echo(f"note: {done['note']}")
 
 
 def _said(as_json: bool, data: Any, text: str) -> None:

@@ -30,6 +30,25 @@ recheck_option = click.option(
 )
 
 
+def diverge_option(fn: F) -> F:
+    """A command that changes the run, given `--diverge`: on a copy of a store that
+    cannot take turns with its copies (its original is gone, or they went apart), the
+    change drives this copy as a new lineage, as `stepstone run --diverge` does."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, diverge: bool = False, **kwargs: Any) -> Any:
+        from ..agent.actions import diverging
+
+        with diverging(diverge):
+            return fn(*args, **kwargs)
+
+    return click.option(  # type: ignore[return-value]
+        "--diverge",
+        is_flag=True,
+        help="On a copy whose original is gone or went apart: drive it as a new lineage.",
+    )(wrapper)
+
+
 def refusal(exc: StepstoneError) -> str:
     """A refusal as a command prints it: its error's name (`RunLocked: ...`), so that a
     script or an agent can tell one from another, then what it says."""

@@ -640,7 +640,7 @@ def as_status(record: EffectRecord, retention: float, at: datetime.datetime) -> 
         out["error"] = record.error
     if record.state == "submitted":
         out["next_action"] = (
-            "the next try is unresolved (blind receiver)"
+            IN_DOUBT.format(key=record.key)
             if record.receiver == "blind"
             else f"the next try asks the receiver ({record.receiver}) with the same key"
         )
@@ -651,6 +651,11 @@ def as_status(record: EffectRecord, retention: float, at: datetime.datetime) -> 
     return out
 
 
+IN_DOUBT = (
+    "in doubt: it was sent without a key the receiver checks, and whether it arrived is "
+    "unknown; look at the receiver, then `stepstone resolve {key} --happened` or "
+    "`--not-happened` (the next run stops here until it is settled; it never sends it blind)"
+)
 NEXT_ACTION = {
     "planned": "performed by the next run",
     "confirmed": "none: never performed again",

@@ -190,11 +190,14 @@ def entry(
         ]
     assert isinstance(first, EffectRecord)
     subject = f"effect {first.name}: {first.state}" + (f", {detail}" if detail else "")
+    settled = first.resolution
+    why = [(WHY, settled.why)] if detail and settled is not None and settled.why else []
     return subject, [
         (STEP, label(first.step)),
         (STATUS, first.state),
         (KEY, first.key),
         (EFFECT, first.name),
+        *why,
     ]
 
 

@@ -390,6 +390,7 @@ class ResolvedEffectShape(_Shape):
     receipt: Any
     confirmed: str | None
     resolution: ResolutionShape | None
+    basis: str | None = Field(default=None, description="what the asking step had read")
 
 
 class RerunShape(_Shape):
@@ -566,6 +567,9 @@ class HandoffShape(_Shape):
     remote: str
     brief: str = Field(description="the hand-off brief (Markdown)")
     next_agent: str = Field(description="the commands that continue the run elsewhere")
+    note: str | None = Field(
+        default=None, description="what else to hand over (a notebook changed since its commit)"
+    )
 
 
 class StepOutcomeShape(_Shape):

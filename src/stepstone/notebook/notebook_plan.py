@@ -303,6 +303,7 @@ def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
 
     status = _seeing_decide_lines(run, status)
     status = _seeing_withheld(run, status)
+    status = _seeing_elsewhere(run, status)
     steps = _notebook_steps(run)
     changes = [] if steps is None else changes_from(run.state, steps)
     if steps is None or not changes:
@@ -384,6 +385,20 @@ def _seeing_decide_lines(run: Run, status: RunStatus) -> RunStatus:
     return dataclasses.replace(
         status, steps=steps, decisions=tuple(decisions), notes=(*status.notes, *notes)
     )
+
+
+def _seeing_elsewhere(run: Run, status: RunStatus) -> RunStatus:
+    """`status` with a note when the run's notebook is not in the folder its files are
+    checked in: a store read away from its project sees every file as gone."""
+    notebook = run.info.notebook
+    if not notebook or Path(notebook).is_absolute() or (run.workdir / notebook).exists():
+        return status
+    note = (
+        f"the run's notebook {notebook} is not in {run.workdir}, where its steps' files are "
+        f"checked: put the store in the notebook's project folder (as .stepstone), or run "
+        f"from there with --repo"
+    )
+    return dataclasses.replace(status, notes=(*status.notes, note))
 
 
 def _seeing_withheld(run: Run, status: RunStatus) -> RunStatus:

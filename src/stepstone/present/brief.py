@@ -97,8 +97,8 @@ def next_tool(status: RunStatus, where: Context) -> dict[str, Any] | None:
     drives = bool(where.notebook)  # the `run` tool runs notebooks only
     if status.finished:
         return None
-    if status.unresolved_effects:
-        return {"tool": "resolve", "arguments": {"key": status.unresolved_effects[0]["key"], **run}}
+    if status.to_settle:
+        return {"tool": "resolve", "arguments": {"key": status.to_settle[0]["key"], **run}}
     if status.next_step is not None or status.added_cells or not status.steps:
         return {"tool": "run", "arguments": run} if drives else None
     if status.open_unknowns:

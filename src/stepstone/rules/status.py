@@ -76,13 +76,27 @@ class RunStatus:
         return tuple(e for e in self.effects if e.get("state") == "unresolved")
 
     @property
+    def to_settle(self) -> tuple[dict[str, Any], ...]:
+        """Effects only a person can settle: unresolved ones, and those sent blind whose
+        outcome is in doubt (the next run stops at them without sending)."""
+        return tuple(
+            e
+            for e in self.effects
+            if e.get("state") == "unresolved"
+            or (e.get("state") == "submitted" and str(e.get("next_action")).startswith("in doubt"))
+        )
+
+    @property
     def next_action(self) -> str:
         """What to do next, in one sentence."""
-        if self.unresolved_effects:
-            key = self.unresolved_effects[0]["key"]
+        if self.to_settle:
+            effect = self.to_settle[0]
+            key = effect["key"]
+            said = "unresolved" if effect["state"] == "unresolved" else "in doubt"
             return (
-                f"settle the unresolved effect {key}: check the receiver, then `stepstone "
-                f"resolve {key} --run {self.run} --happened` or `--not-happened`"
+                f"settle the {said} effect {key} ({effect['step']}/{effect['name']}): check the "
+                f"receiver, then `stepstone resolve {key} --run {self.run} --happened` or "
+                f"`--not-happened`"
             )
         step = self.next_step
         if step is not None:

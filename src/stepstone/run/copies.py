@@ -299,8 +299,10 @@ def _newest(store: GitStore, run: str, here: str | None, copies: list[_Copy]) ->
 
 _WAY_ON = (
     "Drive the copy that holds the newest history, or drive this one as a new lineage on "
-    "purpose with --diverge (`stepstone run NOTEBOOK --diverge`, `%resume --diverge`, "
-    "open_run(..., diverge=True)), which may send again what the others sent"
+    "purpose with --diverge (on the command that changes the run: `stepstone run NOTEBOOK "
+    "--diverge`, `stepstone resolve KEY ... --diverge`, `%resume --diverge`, "
+    "open_run(..., diverge=True)): what this copy records as done or sent is never done "
+    "again, but what the others did after the copy is not here and may be done again"
 )
 
 
@@ -391,9 +393,9 @@ def diverge(state: RunState, ledger: Ledger, lock: RunLock) -> list[str]:
     grows = state.info.plan_mode == "incremental"
     again = [*left, "any step its plan does not have yet"] if grows else left
     return [
-        f"--diverge: this store drives run {state.id!r} as a new lineage; the effects of "
-        f"the steps it knows nothing of ({', '.join(again) or 'none'}) are sent anew, even "
-        f"where a copy of it sent them"
+        f"--diverge: this store drives run {state.id!r} as a new lineage; the steps it has "
+        f"no record of ({', '.join(again) or 'none'}) run here anew, and an effect one of "
+        f"them asks for is sent anew, even where a copy of it sent it"
     ]
 
 
