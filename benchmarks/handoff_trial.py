@@ -116,8 +116,8 @@ MCP_TOOLS = """\
 You have no shell for stepstone itself: use only its MCP tools, through
 `python {caller} --folder {agent} TOOL '{{"arg": "value"}}'` (one tool call per command;
 `python {caller} --folder {agent} --list` lists the tools and their arguments, and
-`--prompt pick_up` gives the prompt of that name). You may use `git` to get the
-notebook project (`git clone`), and nothing else."""
+`--prompt pick_up` gives the prompt of that name). You may use `git` and `tar` to get
+the notebook project and the folder, and nothing else."""
 
 
 def sh(*args: str, cwd: Path) -> str:

@@ -47,15 +47,18 @@ def step_name(n: int) -> str:
     return f"s{n:04d}"
 
 
-def calls(steps: int) -> dict[str, dict[str, Any]]:
-    """Each reading tool timed, with its arguments (`show`: the middle step)."""
+def calls(steps: int) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each reading tool timed, by its label, with its arguments (`show`: the middle
+    step); `every=true` and `limit=0` are the whole answers an agent may ask for."""
     return {
-        "status": {},
-        "verify": {},
-        "brief": {},
-        "log": {},
-        "show": {"step": step_name(max(1, steps // 2))},
-        "runs": {},
+        "status": ("status", {}),
+        "status every=true": ("status", {"every": True}),
+        "verify": ("verify", {}),
+        "brief": ("brief", {}),
+        "log": ("log", {}),
+        "log limit=0": ("log", {"limit": 0}),
+        "show": ("show", {"step": step_name(max(1, steps // 2))}),
+        "runs": ("runs", {}),
     }
 
 
@@ -86,7 +89,17 @@ def _write(path: Path, text: str) -> None:
 def commit_from_elsewhere(folder: Path, n: int) -> None:
     """A new commit to the run by another process: a decision by the command line."""
     done = subprocess.run(
-        [sys.executable, "-m", "stepstone", "decide", f"bench-k{n}", f"v{n}", "--why", "bench"],
+        # a key of its own each time: deciding a value already decided commits nothing
+        [
+            sys.executable,
+            "-m",
+            "stepstone",
+            "decide",
+            f"bench-k{n}-{time.time_ns()}",
+            "v",
+            "--why",
+            "bench",
+        ],
         cwd=folder,
         env=clean_env(),
         capture_output=True,
@@ -113,23 +126,23 @@ async def measure(
     after_commit: list[float] = []
     async with Client(params, read_timeout_seconds=600) as client:
 
-        async def call(name: str, arguments: dict[str, Any]) -> float:
+        async def call(label: str, name: str, arguments: dict[str, Any]) -> float:
             start = time.perf_counter()
             result = await client.call_tool(name, arguments)
             taken = (time.perf_counter() - start) * 1000
             if result.is_error:
                 sys.exit(f"{name}: {getattr(result.content[0], 'text', result.content)}")
-            sizes[name] = len(json.dumps(result.structured_content, separators=(",", ":")))
+            sizes[label] = len(json.dumps(result.structured_content, separators=(",", ":")))
             return taken
 
-        for name, arguments in timed.items():  # warm: imports, caches, the schemas
-            await call(name, arguments)
+        for label, (name, arguments) in timed.items():  # warm: imports, caches, schemas
+            await call(label, name, arguments)
         for _ in range(repeat):
-            for name, arguments in timed.items():
-                warm[name].append(await call(name, arguments))
+            for label, (name, arguments) in timed.items():
+                warm[label].append(await call(label, name, arguments))
         for n in range(repeat):
             await asyncio.to_thread(commit_from_elsewhere, folder, n)
-            after_commit.append(await call("status", {}))
+            after_commit.append(await call("status", "status", {}))
     return warm, sizes, after_commit
 
 

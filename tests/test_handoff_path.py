@@ -571,6 +571,41 @@ def test_an_effect_sent_blind_and_in_doubt_is_offered_for_settling_first(workdir
     assert (workdir / "outbox.log").read_text().splitlines() == [key]  # never sent again
 
 
+SENDS_SLOWLY = """%%step send
+import stepstone, time
+def do(key):
+    with open('outbox.log', 'a') as f:
+        f.write(key + '\\n')
+    time.sleep(60)
+stepstone.effect('notify', do)"""
+
+
+def _killed_while_sending(folder: Path) -> None:
+    """Run a notebook and kill it, `stepstone run` and its kernel at once, while its
+    effect is being sent (as a machine that dies)."""
+    import subprocess
+    import time
+
+    import psutil
+
+    nb = _notebook(folder / "job.ipynb", "%%step load\nx = 1", SENDS_SLOWLY)
+    started = subprocess.Popen(
+        [sys.executable, "-m", "stepstone", "run", str(nb)],
+        cwd=folder,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (folder / "outbox.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    family = psutil.Process(started.pid)
+    for process in [family, *family.children(recursive=True)]:
+        process.kill()
+    started.wait()
+
+
 def _as_if_copied_while_driven(store: Path, run: str = "job") -> None:
     lock = store / "stepstone" / "locks" / f"{run}.lock"
     held = json.loads(lock.read_text())
@@ -648,3 +683,24 @@ def test_a_refused_push_sets_no_remote(tmp_path: Path):
     refused = cli("push", "--remote", str(other), cwd=b)
     assert refused.returncode == 2 and "Diverged" in refused.stderr, refused.stderr
     assert str(other) not in (b / ".stepstone" / "config").read_text()
+
+
+@pytest.mark.kernel
+def test_handoff_takes_the_remote_and_show_says_a_step_was_interrupted_after_its_effects(
+    tmp_path: Path,
+):
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    a = tmp_path / "a"
+    a.mkdir()
+    _killed_while_sending(a)  # the machine dies: nobody records the attempt
+    shown = cli("show", "send", cwd=a).stdout
+    assert "no record: it was interrupted partway, after asking for effects" in shown
+    assert "effect notify (ss-" in shown
+    handed = cli("handoff", "--remote", str(remote), cwd=a)
+    assert handed.returncode == 0, handed.stderr
+    assert "refs/heads/job" in git("show-ref", cwd=remote)
+    clone = tmp_path / "clone.git"
+    git("clone", "-q", "--bare", str(remote), str(clone), cwd=tmp_path)
+    info = json.loads(git("show", "job:run.json", cwd=clone))
+    assert info["shared"] is True  # a plain clone of the remote takes the lease

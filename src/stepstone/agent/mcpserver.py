@@ -598,12 +598,15 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
 
     @server.tool(annotations=SHARES, title="Hand the run off")
     def handoff(
-        run: str | None = None, folder: str | None = None
+        run: str | None = None, folder: str | None = None, remote: str | None = None
     ) -> Annotated[CallToolResult, shapes.HandoffShape]:
-        """Push the run, let go of its lease, and give the brief and the commands that
-        continue it on the next agent's machine."""
+        """Push the run (to `remote`, set as the store's remote first, when given), let go
+        of its lease, and give the brief and the commands that continue it on the next
+        agent's machine."""
         store, home = place.at(folder)
-        return _told(lambda: moving.handoff(run, store, via="mcp", home=home, tools=True))
+        return _told(
+            lambda: moving.handoff(run, store, via="mcp", home=home, tools=True, url=remote)
+        )
 
     @server.tool(name="run", annotations=RUNS, title="Run the notebook")
     async def run_notebook(

@@ -132,21 +132,33 @@ def clone(url: str, directory: str | None = None, *, home: str | None = None) ->
 
 
 def handoff(
-    run: str | None, repo: str | None, *, via: str, home: str | None = None, tools: bool = False
+    run: str | None,
+    repo: str | None,
+    *,
+    via: str,
+    home: str | None = None,
+    tools: bool = False,
+    url: str | None = None,
 ) -> dict[str, Any]:
     """Push the run, release its lease, and give the brief and the next agent's commands
     (with `tools`, for an agent with MCP tools: the brief ends with the tool that goes
-    on, and the remote's URL is shown without credentials everywhere)."""
+    on, and the remote's URL is shown without credentials everywhere). `url` sets the
+    store's remote first, as `push` does."""
     from .. import remote
     from ..present import brief as briefing
     from ..present import render
 
     view = reader(run, repo, home=home)
     if view.info.finished:  # nobody drives a finished run: no lease to let go
+        if url:
+            remote.set_remote(view.store, url)
         tip = remote.push(view.store, view.id)
         state, where, run_id = view.status(), briefing.Context.of(view), view.id
     else:
-        with driver(view.id, repo, via, home=home) as held:
+        with driver(view.id, repo, via, home=home) as held:  # refused: nothing is set
+            if url:
+                remote.set_remote(held.store, url)
+                held.share()
             tip = remote.push(held.store, held.id)
             state = held.status()
             where = briefing.Context.of(held)

@@ -402,13 +402,14 @@ def clone_command(url: str, directory: str, as_json: bool) -> None:
 @main.command()
 @run_option
 @repo_option
+@click.option("--remote", "url", help="Set the remote (any URL git accepts) before pushing.")
 @json_option
 @errors_as_exit_codes
-def handoff(run_id: str | None, repo: str | None, as_json: bool) -> None:
+def handoff(run_id: str | None, repo: str | None, url: str | None, as_json: bool) -> None:
     """Push the run, release its lease, and print the brief and the next agent's commands."""
     from ..agent import moving
 
-    done = moving.handoff(run_id, repo, via="cli")
+    done = moving.handoff(run_id, repo, via="cli", url=url)
     if as_json:
         click.echo(json.dumps(done, indent=2))
         return

@@ -17,7 +17,13 @@ def shown_step(shown: Mapping[str, Any]) -> str:
     ]
     record = shown.get("record")
     if record is None:
-        return lines[0] + "\n  no record: it has not run\n"
+        effects = shown.get("effects") or []
+        if not effects:
+            return lines[0] + "\n  no record: it has not run\n"
+        lines.append("  no record: it was interrupted partway, after asking for effects")
+        for effect in effects:
+            lines.append(f"  effect {effect['name']} ({effect['key']}): {effect['state']}")
+        return "\n".join(lines) + "\n"
     lines.append(
         f"  {record['status']}, attempt {record['attempt']}, {record['started']} → "
         f"{record['finished']} by {record['holder']}"

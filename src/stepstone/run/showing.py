@@ -55,8 +55,13 @@ def show(view: RunView, step: str) -> dict[str, Any]:
         "state": state.state,
         "reason": state.reason,
     }
-    if record is None:
-        return {**shown, "record": None, "outputs": [], "effects": [], "commit": None}
+    effects = [
+        {"key": e.key, "name": e.name, "state": e.state, "receipt": e.receipt}
+        for e in view.effects.values()
+        if e.step == view.identity_of(step)  # keyed by its first name, across renames
+    ]
+    if record is None:  # effects too when an attempt that asked for some died unrecorded
+        return {**shown, "record": None, "outputs": [], "effects": effects, "commit": None}
     return {
         **shown,
         "record": {
@@ -78,11 +83,7 @@ def show(view: RunView, step: str) -> dict[str, Any]:
         "unsaved": record.unsaved,
         "kept": {path: art.sha256 for path, art in record.kept.items()},
         "commit": recording_commit(view, record),
-        "effects": [
-            {"key": e.key, "name": e.name, "state": e.state, "receipt": e.receipt}
-            for e in view.effects.values()
-            if e.step == view.identity_of(step)  # keyed by its first name, across renames
-        ],
+        "effects": effects,
     }
 
 

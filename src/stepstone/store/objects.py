@@ -33,6 +33,11 @@ class CommitInfo:
     trailers: dict[str, list[str]]
 
 
+_SMALL = 16 * 1024  # bytes: a record, not a saved value
+_SMALL_KEPT = 16 * 1024 * 1024  # bytes kept in all, then forgotten at once
+_SMALL_BLOBS: dict[bytes, bytes] = {}  # by their 20-byte id
+_small_size = 0
+
 class Objects:
     """The objects of one repository, read by id (hex strings outside, Oids inside).
 
@@ -70,11 +75,26 @@ class Objects:
 
     def blob_data(self, oid: pygit2.Oid | str) -> bytes:
         """The content of blob `oid` (KeyError when the object is something else;
-        `TooBig` over `MAX_BLOB`, found from its header before it is inflated)."""
+        `TooBig` over `MAX_BLOB`, found from its header before it is inflated). A small
+        blob read before in this process is given again: its id is its content's hash,
+        so a long-lived reader opening a run anew after a commit inflates only what the
+        commit added."""
+        key = oid.raw if isinstance(oid, pygit2.Oid) else bytes.fromhex(oid)
+        kept = _SMALL_BLOBS.get(key)
+        if kept is not None:
+            return kept
         kind, data = self._repo.odb.read(self._bounded(oid))
         if kind != pygit2.enums.ObjectType.BLOB:
             raise KeyError(f"{oid} is not a blob")
-        return bytes(data)
+        found = bytes(data)
+        if len(found) <= _SMALL:
+            global _small_size
+            if _small_size + len(found) > _SMALL_KEPT:
+                _SMALL_BLOBS.clear()
+                _small_size = 0
+            _SMALL_BLOBS[key] = found
+            _small_size += len(found)
+        return found
 
     def holds(self, oid: bytes) -> bool:
         """Whether the store has the object `oid` (20 bytes)."""
