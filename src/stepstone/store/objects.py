@@ -38,6 +38,7 @@ _SMALL_KEPT = 16 * 1024 * 1024  # bytes kept in all, then forgotten at once
 _SMALL_BLOBS: dict[bytes, bytes] = {}  # by their 20-byte id
 _small_size = 0
 
+
 class Objects:
     """The objects of one repository, read by id (hex strings outside, Oids inside).
 
