@@ -16,6 +16,8 @@ import nbformat
 import pytest
 from conftest import clean_env, git
 from conftest import stepstone_cli as cli
+from hypothesis import given
+from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -704,3 +706,14 @@ def test_handoff_takes_the_remote_and_show_says_a_step_was_interrupted_after_its
     git("clone", "-q", "--bare", str(remote), str(clone), cwd=tmp_path)
     info = json.loads(git("show", "job:run.json", cwd=clone))
     assert info["shared"] is True  # a plain clone of the remote takes the lease
+
+
+@given(
+    st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1).filter(str.strip),
+    st.text("abc 012.'\"$", min_size=1),
+)
+def test_a_rewritten_decide_line_reads_back_as_the_value_and_reason_given(why: str, value: str):
+    from stepstone.notebook.cellargs import decide_line, parse_decide_line
+
+    said = parse_decide_line(decide_line("k", value, why).removeprefix("%decide "))
+    assert (said.key, said.value, said.why, said.revise) == ("k", value, why, True)

@@ -108,7 +108,18 @@ class _Commands(click.Group):
         return super().list_commands(ctx)
 
 
-@click.group(cls=_Commands)
+HAND_OFF = """\b
+Picking up a run someone else started, in six commands:
+  stepstone clone URL .stepstone        the store, beside the notebook's project
+  stepstone brief --task "what you were asked"   where it stands, and how to do it
+  stepstone decide KEY VALUE --revise --why "..."   a revised rule (or answer, resolve)
+  stepstone run NOTEBOOK.ipynb          runs what changed; nothing is sent twice
+  stepstone finish                      the summary, once every step is verified
+  stepstone handoff [--remote URL]      push it back, let go of the lease
+"""
+
+
+@click.group(cls=_Commands, epilog=HAND_OFF)
 @click.option("--repo", help="Store, for the command that follows (as if given after it).")
 @click.option("--run", "run_id", help="Run id, for the command that follows (likewise).")
 @click.version_option(package_name="stepstone")

@@ -368,7 +368,16 @@ def decide_lines(source: str) -> list[tuple[int, DecideLine]]:
 
 def decide_line(key: str, value: str, why: str, indent: str = "") -> str:
     """The `%decide` line that revises `key` to `value` for `why`."""
-    return f"{indent}%decide {shlex.quote(f'{key}={value}')} --revise --why {shlex.quote(why)}"
+    said = f"--why={_quoted(why)}" if why.startswith("-") else f"--why {_quoted(why)}"
+    return f"{indent}%decide {_quoted(f'{key}={value}')} --revise {said}"
+
+
+def _quoted(text: str) -> str:
+    """`text` as one shell word, as a person would write it: in double quotes when it
+    has an apostrophe and nothing a shell reads inside double quotes."""
+    if "'" in text and not any(c in text for c in '"\\$`!'):
+        return f'"{text}"'
+    return shlex.quote(text)
 
 
 def rewrite_decide_lines(source: str, key: str, value: str, why: str) -> str:
