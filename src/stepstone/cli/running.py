@@ -3,7 +3,9 @@ with papermill's command line (`stepstone run IN.ipynb [OUT.ipynb] -p NAME VALUE
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -132,9 +134,13 @@ def run_command(
     With parameters the default run id ends with a hash of them: each set is a run."""
     if output and output_path and output != output_path:
         raise click.UsageError("give the output notebook once: as OUTPUT_PATH or as -o")
+    written = output or output_path
+    to_stdout = written == Path("-")  # papermill's: the executed notebook on stdout
+    if to_stdout:
+        written = Path(tempfile.mkdtemp(prefix="stepstone-stdout-")) / notebook.name
     request = headless.Request(
         notebook=notebook,
-        output=output or output_path,
+        output=written,
         run_id=run_id,
         repo=repo,
         parameters=params.gathered(pairs, files, raw=raw, yamls=yamls, base64s=base64s),
@@ -158,12 +164,18 @@ def run_command(
         except nbrun.Interrupted as exc:
             click.echo(f"stepstone: {exc.message}", err=True)
             sys.exit(128 + exc.signum)
+    if to_stdout:
+        assert written is not None
+        if written.is_file():
+            sys.stdout.write(written.read_text())
+            sys.stdout.flush()
+        shutil.rmtree(written.parent, ignore_errors=True)
     if ran.outcome.note:
         click.echo(f"stepstone: {ran.outcome.note}", err=True)
     ended = ran.ended
     assert ended is not None
     if ended.exit_code == 0:
-        click.echo(ended.message)
+        click.echo(ended.message, err=to_stdout)
         return
     click.echo(f"stepstone: {ended.message}", err=True)
     sys.exit(ended.exit_code)

@@ -4,6 +4,7 @@ the top that links to an anchor cell before the failed one (both tagged
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..errors import StepstoneError
@@ -38,6 +39,31 @@ class CellFailed(StepstoneError):
         )
 
 
+def as_papermills(failed: CellFailed) -> CellFailed:
+    """`failed`, also an instance of papermill's `PapermillExecutionError` when papermill
+    is installed, so that a script written for papermill (`except
+    PapermillExecutionError`) catches it; its message stays stepstone's. Made when a
+    failure is raised, not at import: importing papermill costs half a second."""
+    try:
+        from papermill.exceptions import PapermillExecutionError  # type: ignore[import-untyped]
+    except ImportError:
+        return failed
+    both = _with_papermills(PapermillExecutionError)
+    made: CellFailed = both.__new__(both)
+    made.__dict__.update(failed.__dict__)
+    made.args = failed.args
+    return made
+
+
+@functools.cache
+def _with_papermills(papermills: type[Exception]) -> type[CellFailed]:
+    return type(
+        "CellFailed",
+        (CellFailed, papermills),
+        {"__str__": Exception.__str__, "__module__": CellFailed.__module__},
+    )
+
+
 def remove_error_markers(nb: Any) -> None:
     """Take out the error cells an earlier papermill (or stepstone) run added."""
     nb.cells = [
@@ -51,10 +77,13 @@ def exited(output: Any) -> bool:
     return output.get("ename") == "SystemExit" and output.get("evalue") in ("", "0")
 
 
-def mark_failure(nb: Any, raised: Any = None) -> CellFailed | None:
+def mark_failure(
+    nb: Any, raised: Any = None, why: tuple[str, str] = ("CellExecutionError", "")
+) -> CellFailed | None:
     """Mark the failed cell as papermill does (an error cell at the top, an anchor before
     it): the last cell whose outputs hold an error other than `sys.exit(0)`, else the cell
-    `raised` (whose execution failed without an error output: a `UsageError`); the
+    `raised` (whose execution failed without an error output: a `UsageError`, or a cell
+    stopped past its timeout), failed with `why` (the error's name and value); the
     failure, or None when no cell failed."""
     import nbformat
 
@@ -71,9 +100,7 @@ def mark_failure(nb: Any, raised: Any = None) -> CellFailed | None:
             )
             failed.traceback = list(error.get("traceback", []))
         elif failed is None and not errors and raised is not None and cell is raised:
-            failed = CellFailed(
-                index, cell.get("execution_count"), cell.source, "CellExecutionError", ""
-            )
+            failed = CellFailed(index, cell.get("execution_count"), cell.source, *why)
             break
     if failed is None:
         return None

@@ -25,7 +25,7 @@ from ..store import DEFAULT_STORE, GitStore
 from . import notebook as nbrun
 from . import notebook_plan
 from . import parameters as params
-from .failures import CellFailed
+from .failures import CellFailed, as_papermills
 
 
 @dataclass
@@ -142,6 +142,12 @@ def _run_notebook(
     request: Request, say: Callable[[str], None], on_event: Callable[[Any], None] | None
 ) -> Ran:
     notebook = request.notebook.absolute()
+    if not notebook.is_file():
+        raise InvalidInput(
+            f"no notebook at {notebook}"
+            + (": it is a folder" if notebook.is_dir() else "")
+            + "; give the path of an .ipynb file"
+        )
     magics = notebook_plan.uses_stepstone(notebook)
     cells = not magics if request.cells is None else request.cells
     stepped = magics or cells
@@ -313,7 +319,7 @@ def execute_notebook(
 
         shutil.rmtree(scratch.parent, ignore_errors=True)
     if ran.failed is not None:
-        raise ran.failed
+        raise as_papermills(ran.failed)
     if not ran.outcome.ok:
         raise StepstoneError(ran.outcome.message)
     return nb

@@ -11,6 +11,7 @@ starts no further cell and shuts the kernel down.
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 import os
 import shlex
@@ -383,7 +384,7 @@ def execute(
     """
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, DeadKernelError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = read_notebook(path)
     remove_error_markers(nb)  # an earlier run's, when this notebook is its output
@@ -413,6 +414,7 @@ def execute(
     if setup is not None:
         nb.cells.insert(0, setup)
     raised: list[Any] = []  # the cells whose execution failed
+    running = [-1]  # the index of the cell the kernel runs now
     failed_step: list[str] = []
     stopper = _Stopper()
     scratch = Path(tempfile.mkdtemp(prefix="stepstone-run-"))
@@ -438,6 +440,7 @@ def execute(
     def on_cell_execute(cell_index: int, **_: Any) -> None:
         heard()
         ended.clear()
+        running[0] = cell_index
         stopper.step = steps[cell_index][1] if cell_index in steps else None
         stopper.started = now()
         stopper.check()
@@ -487,7 +490,7 @@ def execute(
         env[DIVERGE_ENV] = "1"
     if cells:
         env[CELLS_ENV] = "1"
-    client = NotebookClient(
+    client = _client_class(NotebookClient)(
         nb,
         config=_over_unix_sockets(scratch),
         timeout=timeout,
@@ -498,7 +501,7 @@ def execute(
         on_cell_execute=on_cell_execute,
         on_cell_executed=on_cell_executed,
     )
-    expected = (CellExecutionError, DeadKernelError)
+    expected = (CellExecutionError, CellTimeoutError, DeadKernelError)
     with _signal_handlers(stopper.on_signal):
         error = stopper.run(client, env)
         if error is not None and stopper.signum is None and not isinstance(error, expected):
@@ -509,6 +512,9 @@ def execute(
         failed = None
         if isinstance(error, CellExecutionError):
             failed = mark_failure(nb, raised[-1] if raised else None)
+        elif isinstance(error, CellTimeoutError) and 0 <= running[0] < len(nb.cells):
+            late = ("CellTimeoutError", f"it ran past --execution-timeout ({timeout} s)")
+            failed = mark_failure(nb, nb.cells[running[0]], late)
         try:
             nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
         except OSError as exc:
@@ -548,11 +554,42 @@ def execute(
             said += " (recorded as interrupted)"
         message = f"the kernel died{said}; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, note=unwritten, opened=opened_run)
+    if isinstance(error, CellTimeoutError):
+        why = f"interrupted: it timed out (ran past --execution-timeout, {timeout} s)"
+        where = f"step {stopper.step}" if stopper.step is not None else "a cell"
+        recorded = _record_died(opened_run, stopper.step, stopper.started, via, why)
+        message = (
+            f"{where} timed out: it ran past --execution-timeout ({timeout} s)"
+            + (" (recorded as interrupted)" if recorded else "")
+            + "; the executed notebook marks it. Raise the timeout or make the cell "
+            + f"quicker, then {_RESUME_HINT}"
+        )
+        return NotebookOutcome(
+            False, message, output, note=unwritten, opened=opened_run, failed=failed
+        )
     return NotebookOutcome(True, "ok", output, note=unwritten, opened=opened_run)
 
 
+@functools.cache
+def _client_class(base: type[Any]) -> type[Any]:
+    """nbclient's client, whose kernel is killed at once when a cell runs past its
+    timeout: shut down gently, the kernel would finish the cell later and fail to answer
+    on closed sockets, printing a traceback of its own (papermill's runs do)."""
+
+    class Client(base):  # type: ignore[misc]
+        async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+            self.shutdown_kernel = "immediate"
+            return await super()._async_handle_timeout(timeout, cell)
+
+    return Client
+
+
 def _record_died(
-    opened: tuple[str, Path] | None, step: str | None, started: str, via: str | None
+    opened: tuple[str, Path] | None,
+    step: str | None,
+    started: str,
+    via: str | None,
+    why: str = "interrupted: the kernel died while it ran (killed, or out of memory)",
 ) -> bool:
     """Record that step `step`'s attempt ended with its kernel (killed, out of memory), as
     Ctrl-C's is recorded, so that status, the log and the report say so. Whether it was
@@ -560,7 +597,6 @@ def _record_died(
     if opened is None or step is None:
         return False
     run_id, store = opened
-    why = "interrupted: the kernel died while it ran (killed, or out of memory)"
     try:
         settings = Settings.from_env(origin=via) if via else None
         with open_run(run_id, repo=store, create=False, settings=settings) as run:

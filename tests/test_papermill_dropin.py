@@ -1,0 +1,102 @@
+"""Issue 51: what schedulers and scripts moving from papermill depend on, compared with
+papermill 2.7 itself on the same input: the output notebook on stdout (`-`), the
+exception a script catches, and the message for a missing input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import clean_env, stepstone_cli
+from nbformat.v4 import new_code_cell, new_notebook
+
+import stepstone
+
+pytestmark = pytest.mark.kernel
+
+
+def _notebook(folder: Path, *sources: str) -> Path:
+    book = new_notebook(cells=[new_code_cell(source) for source in sources])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    path = folder / "in.ipynb"
+    nbformat.write(book, str(path))
+    return path
+
+
+def _papermill(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "papermill", *args],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def _outputs(text: str) -> list[list[str]]:
+    """Each code cell's text outputs, from a notebook's JSON."""
+    book = json.loads(text)
+    return [
+        ["".join(o.get("text", "")) for o in cell.get("outputs", [])]
+        for cell in book["cells"]
+        if cell["cell_type"] == "code"
+    ]
+
+
+def test_a_dash_for_the_output_writes_the_executed_notebook_to_stdout(tmp_path: Path):
+    nb = _notebook(tmp_path, "print('hello')", "x = 2\nprint(x * 21)")
+    ours = stepstone_cli("run", str(nb), "-", cwd=tmp_path)
+    assert ours.returncode == 0, ours.stderr
+    assert not (tmp_path / "-").exists()
+    theirs = _papermill(str(nb), "-", cwd=tmp_path)
+    assert theirs.returncode == 0, theirs.stderr
+    assert _outputs(ours.stdout) == _outputs(theirs.stdout) == [["hello\n"], ["42\n"]]
+
+
+def test_a_failed_cell_is_caught_as_papermills_execution_error(tmp_path: Path, monkeypatch):
+    from papermill.exceptions import PapermillExecutionError
+
+    monkeypatch.chdir(tmp_path)
+    nb = _notebook(tmp_path, "x = 1", "raise ValueError('boom')")
+    with pytest.raises(PapermillExecutionError) as caught:
+        stepstone.execute_notebook(str(nb), str(tmp_path / "out.ipynb"), progress_bar=False)
+    failed = caught.value
+    assert isinstance(failed, stepstone.CellFailed)
+    assert (failed.ename, failed.evalue) == ("ValueError", "boom")
+    assert failed.exec_count == 2 and "raise ValueError" in failed.source
+    assert any("boom" in line for line in failed.traceback)
+
+
+def test_a_missing_input_notebook_is_named_without_a_traceback(tmp_path: Path):
+    done = stepstone_cli("run", "nosuch.ipynb", "out.ipynb", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "no notebook at" in done.stderr and "nosuch.ipynb" in done.stderr
+
+
+@pytest.mark.parametrize("stepped", [False, True], ids=["plain", "step"])
+def test_a_cell_past_the_execution_timeout_leaves_the_output_notebook_marked(
+    tmp_path: Path, stepped: bool
+):
+    setup = ["%load_ext stepstone\n%resume"] if stepped else []
+    slow = ("%%step slow\n" if stepped else "") + "import time\ntime.sleep(30)"
+    nb = _notebook(tmp_path, *setup, "print('before')", slow, "print('after')")
+    done = stepstone_cli("run", str(nb), "out.ipynb", "--execution-timeout", "3", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "timed out" in done.stderr, done.stderr
+    book = json.loads((tmp_path / "out.ipynb").read_text())
+    marked = [
+        c for c in book["cells"] if "papermill-error-cell-tag" in c["metadata"].get("tags", [])
+    ]
+    assert marked, "the timed-out cell is marked as papermill marks a failure"
+    assert _outputs((tmp_path / "out.ipynb").read_text())[len(setup)] == ["before\n"]
+    if stepped:
+        status = json.loads(stepstone_cli("status", "--json", cwd=tmp_path).stdout)
+        (slow_step,) = [s for s in status["steps"] if s["name"] == "slow"]
+        assert slow_step["state"] == "failed" and "timed out" in slow_step["reason"], slow_step
