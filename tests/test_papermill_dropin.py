@@ -100,3 +100,43 @@ def test_a_cell_past_the_execution_timeout_leaves_the_output_notebook_marked(
         status = json.loads(stepstone_cli("status", "--json", cwd=tmp_path).stdout)
         (slow_step,) = [s for s in status["steps"] if s["name"] == "slow"]
         assert slow_step["state"] == "failed" and "timed out" in slow_step["reason"], slow_step
+
+
+def _metadata(path: Path) -> tuple[list[str], dict[str, object], list[tuple[object, ...]]]:
+    """An output notebook's papermill metadata without times or paths: the notebook's
+    keys, its parameters and exception; each cell's type, tags, status and exception."""
+    book = json.loads(path.read_text())
+    said = book["metadata"]["papermill"]
+    kept = {"parameters": said["parameters"], "exception": said["exception"]}
+    cells = [
+        (
+            c["cell_type"],
+            tuple(c["metadata"].get("tags", ["(none)"])),
+            c["metadata"].get("papermill", {}).get("status"),
+            c["metadata"].get("papermill", {}).get("exception"),
+        )
+        for c in book["cells"]
+    ]
+    return sorted(said), kept, cells
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["ok", "raises"])
+def test_the_output_notebook_carries_papermills_metadata(tmp_path: Path, fails: bool):
+    from nbformat.v4 import new_markdown_cell
+
+    parameters = new_code_cell("a = 1")
+    parameters.metadata["tags"] = ["parameters"]
+    cells = [new_markdown_cell("# T"), parameters, new_code_cell("print(a)")]
+    cells += [new_code_cell("raise ValueError('x')" if fails else "b = a + 1")]
+    cells += [new_markdown_cell("after"), new_code_cell("print(2)")]
+    book = new_notebook(cells=cells)
+    book.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(book, str(tmp_path / "in.ipynb"))
+    theirs = _papermill("in.ipynb", "theirs.ipynb", "-p", "a", "5", cwd=tmp_path)
+    ours = stepstone_cli("run", "in.ipynb", "ours.ipynb", "-p", "a", "5", cwd=tmp_path)
+    assert ours.returncode == theirs.returncode == (1 if fails else 0), ours.stderr
+    assert _metadata(tmp_path / "ours.ipynb") == _metadata(tmp_path / "theirs.ipynb")

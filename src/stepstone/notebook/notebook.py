@@ -46,6 +46,7 @@ from ..settings import (
     child_environment,
 )
 from ..store import DEFAULT_STORE, GitStore
+from . import papermillmeta
 from .cellargs import split_cell
 from .failures import CellFailed, mark_failure, remove_error_markers
 from .notebook_plan import read_notebook, step_cells
@@ -413,6 +414,7 @@ def execute(
             cell.source = f"%%step {parts[0]}\n{parts[1]}"
     if setup is not None:
         nb.cells.insert(0, setup)
+    began = papermillmeta.now()
     raised: list[Any] = []  # the cells whose execution failed
     running = [-1]  # the index of the cell the kernel runs now
     failed_step: list[str] = []
@@ -441,6 +443,7 @@ def execute(
         heard()
         ended.clear()
         running[0] = cell_index
+        papermillmeta.started(nb.cells[cell_index])
         stopper.step = steps[cell_index][1] if cell_index in steps else None
         stopper.started = now()
         stopper.check()
@@ -448,7 +451,9 @@ def execute(
     def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
         stopper.step = None
         heard()
-        if execute_reply.get("content", {}).get("status", "ok") != "ok":
+        failed_here = execute_reply.get("content", {}).get("status", "ok") != "ok"
+        papermillmeta.ended(nb.cells[cell_index], failed=failed_here)
+        if failed_here:
             raised.append(nb.cells[cell_index])
         if setup is not None and cell_index == 0:  # not counted: the cells keep their counts
             client.code_cells_executed -= 1
@@ -515,6 +520,14 @@ def execute(
         elif isinstance(error, CellTimeoutError) and 0 <= running[0] < len(nb.cells):
             late = ("CellTimeoutError", f"it ran past --execution-timeout ({timeout} s)")
             failed = mark_failure(nb, nb.cells[running[0]], late)
+        papermillmeta.finish(
+            nb,
+            input_path=path,
+            output_path=output,
+            parameters=parameters or {},
+            start=began,
+            failed=failed is not None,
+        )
         try:
             nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
         except OSError as exc:
