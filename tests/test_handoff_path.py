@@ -709,11 +709,49 @@ def test_handoff_takes_the_remote_and_show_says_a_step_was_interrupted_after_its
 
 
 @given(
-    st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1).filter(str.strip),
+    st.text(
+        st.characters(blacklist_categories=("Cc", "Cs"), whitelist_characters="\n"), min_size=1
+    ).filter(str.strip),
     st.text("abc 012.'\"$", min_size=1),
 )
 def test_a_rewritten_decide_line_reads_back_as_the_value_and_reason_given(why: str, value: str):
     from stepstone.notebook.cellargs import decide_line, parse_decide_line
 
-    said = parse_decide_line(decide_line("k", value, why).removeprefix("%decide "))
-    assert (said.key, said.value, said.why, said.revise) == ("k", value, why, True)
+    line = decide_line("k", value, why)
+    assert "\n" not in line  # one line, whatever the reason's breaks
+    said = parse_decide_line(line.removeprefix("%decide "))
+    assert (said.key, said.value, said.why, said.revise) == (
+        "k",
+        value,
+        " ".join(why.split()),
+        True,
+    )
+
+
+def test_a_decision_or_answer_with_who_made_it_is_written_as_a_newer_schema():
+    from stepstone.model import models
+
+    made = models.Decision(key="k", value="v", why="w", time=models.now(), who="Ann")
+    old = models.Decision(key="k", value="v", why="w", time=models.now())
+    assert json.loads(models.dump(made))["schema_version"] == 6  # older readers: "too new"
+    assert "who" not in json.loads(models.dump(old))
+
+
+def test_a_push_with_no_remote_is_refused_before_it_marks_the_run_shared(workdir: Path):
+    import stepstone
+
+    with stepstone.open_run("job") as run:
+        run.step("a", lambda: 1)
+    refused = cli("push", cwd=workdir)
+    assert refused.returncode == 2 and "push --remote URL" in refused.stderr
+    with stepstone.open_run("job") as run:  # still driven here, with no remote
+        assert not run.info.shared
+
+
+def test_a_failed_clone_names_its_url_without_credentials(tmp_path: Path):
+    from stepstone.agent import moving
+    from stepstone.errors import StoreError
+
+    with pytest.raises(StoreError) as refused:
+        moving.clone("https://ann:s3cret@127.0.0.1:9/x.git", str(tmp_path / "s"))
+    assert "s3cret" not in str(refused.value) and "***@127.0.0.1" in str(refused.value)

@@ -86,6 +86,9 @@ WRITES = ToolAnnotations(  # a file in the work folder, replaced when named
 SHARES = ToolAnnotations(  # the run's history to or from a remote: never over other work
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True
 )
+EDITS = ToolAnnotations(  # the notebook, in place: inserting twice inserts two cells
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
 RUNS = ToolAnnotations(  # the notebook's code: its files, and its effects (sent once each)
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True
 )
@@ -542,7 +545,7 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
             )
         )
 
-    @server.tool(annotations=WRITES, title="Edit any cell")
+    @server.tool(annotations=EDITS, title="Edit any cell")
     def edit_cell(
         cell: int,
         source: str,

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ..errors import StoreError
+from ..remote.git import require_remote
 from ..run.opening import holding
 from ..settings import AUTOPUSH_KEY
 from ..store import GitStore, holder_identity
@@ -45,6 +47,8 @@ def push(
 
     store = _store(repo, home)
     view = reader(run, str(store.path), home=home)
+    if not url:
+        require_remote(store)  # refused before the run is marked shared
     if not view.info.shared and not view.info.finished:
         _share(store, view.id)  # refused (a copy that went apart): nothing is set
     if url:
@@ -127,7 +131,10 @@ def clone(url: str, directory: str | None = None, *, home: str | None = None) ->
     path = Path(directory or ".stepstone")
     if not path.is_absolute() and home is not None:
         path = Path(home) / path
-    store = remote.clone(url, path)
+    try:
+        store = remote.clone(url, path)
+    except StoreError as exc:  # git's message names the URL: not its credentials
+        raise StoreError(str(path), str(exc).replace(url, shown_url(url))) from None
     return {"store": str(store.path), "remote": shown_url(url), "runs": store.refs.runs()}
 
 

@@ -13,15 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from ..errors import RecordError, SchemaTooNew
 
-SCHEMA_VERSION = 5  # the newest this version reads
+SCHEMA_VERSION = 6  # the newest this version reads
 # fields added since schema 1, with the schema that added them: left out while empty, so
 # that a record that does not use them stays readable by earlier versions; one that uses
 # them says that schema, which an earlier version refuses with "upgrade" rather than
 # misreading
 _ADDED = {
     "StepRecord": {"unsaved": 2, "kept": 2, "wrote": 4, "kernel": 5},
-    "Decision": {"by": 2, "over": 2},
-    "Unknown": {"why": 2},
+    "Decision": {"by": 2, "over": 2, "who": 6, "earlier": 6},
+    "Unknown": {"why": 2, "who": 6},
     "RunInfo": {
         "forked_from": 2,
         "parameters": 2,

@@ -367,7 +367,9 @@ def decide_lines(source: str) -> list[tuple[int, DecideLine]]:
 
 
 def decide_line(key: str, value: str, why: str, indent: str = "") -> str:
-    """The `%decide` line that revises `key` to `value` for `why`."""
+    """The `%decide` line that revises `key` to `value` for `why` (on one line: a
+    reason's line breaks become spaces)."""
+    why = " ".join(why.split())
     said = f"--why={_quoted(why)}" if why.startswith("-") else f"--why {_quoted(why)}"
     return f"{indent}%decide {_quoted(f'{key}={value}')} --revise {said}"
 

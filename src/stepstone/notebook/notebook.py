@@ -389,6 +389,7 @@ def execute(
 
     nb = read_notebook(path)
     remove_error_markers(nb)  # an earlier run's, when this notebook is its output
+    papermillmeta.forget(nb)  # and its cells' papermill metadata, as papermill does
     identity = beyond_defaults(parameters or {}, defaults(nb))
     if parameters:
         inject(nb, parameters)
@@ -416,7 +417,7 @@ def execute(
         nb.cells.insert(0, setup)
     began = papermillmeta.now()
     raised: list[Any] = []  # the cells whose execution failed
-    running = [-1]  # the index of the cell the kernel runs now
+    running: list[Any] = [None]  # the cell the kernel runs now
     failed_step: list[str] = []
     stopper = _Stopper()
     scratch = Path(tempfile.mkdtemp(prefix="stepstone-run-"))
@@ -442,7 +443,7 @@ def execute(
     def on_cell_execute(cell_index: int, **_: Any) -> None:
         heard()
         ended.clear()
-        running[0] = cell_index
+        running[0] = nb.cells[cell_index]
         papermillmeta.started(nb.cells[cell_index])
         stopper.step = steps[cell_index][1] if cell_index in steps else None
         stopper.started = now()
@@ -517,9 +518,9 @@ def execute(
         failed = None
         if isinstance(error, CellExecutionError):
             failed = mark_failure(nb, raised[-1] if raised else None)
-        elif isinstance(error, CellTimeoutError) and 0 <= running[0] < len(nb.cells):
+        elif isinstance(error, CellTimeoutError) and running[0] is not None:
             late = ("CellTimeoutError", f"it ran past --execution-timeout ({timeout} s)")
-            failed = mark_failure(nb, nb.cells[running[0]], late)
+            failed = mark_failure(nb, running[0], late)
         papermillmeta.finish(
             nb,
             input_path=path,
@@ -540,7 +541,8 @@ def execute(
     opened_run = (opened[-1].run, Path(opened[-1].store)) if opened else None
     if stopper.signum is not None:
         said = ""  # a kernel killed at the second signal recorded nothing itself
-        if stopper.killed and _record_died(opened_run, stopper.step, stopper.started, via):
+        gone = stopper.step if stopper.step not in ended else None
+        if stopper.killed and _record_died(opened_run, gone, stopper.started, via):
             said = " (the kernel was killed: recorded as interrupted)"
         message = f"interrupted {stopper.where}{said}; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, stopper.signum, unwritten, opened_run)
@@ -561,16 +563,17 @@ def execute(
         return NotebookOutcome(
             False, message, output, note=unwritten, opened=opened_run, failed=failed
         )
+    unended = stopper.step if stopper.step not in ended else None  # it said how it ended
     if isinstance(error, DeadKernelError):
         said = f" during step {stopper.step}" if stopper.step is not None else ""
-        if _record_died(opened_run, stopper.step, stopper.started, via):
+        if _record_died(opened_run, unended, stopper.started, via):
             said += " (recorded as interrupted)"
         message = f"the kernel died{said}; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, note=unwritten, opened=opened_run)
     if isinstance(error, CellTimeoutError):
         why = f"interrupted: it timed out (ran past --execution-timeout, {timeout} s)"
         where = f"step {stopper.step}" if stopper.step is not None else "a cell"
-        recorded = _record_died(opened_run, stopper.step, stopper.started, via, why)
+        recorded = _record_died(opened_run, unended, stopper.started, via, why)
         message = (
             f"{where} timed out: it ran past --execution-timeout ({timeout} s)"
             + (" (recorded as interrupted)" if recorded else "")

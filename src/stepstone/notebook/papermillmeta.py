@@ -25,6 +25,14 @@ def _seconds(start: str, end: str) -> float:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
+def forget(nb: Any) -> None:
+    """Take out what an earlier run wrote of papermill's metadata (this notebook is the
+    output of one): each cell is pending until it runs again."""
+    nb.metadata.pop(KEY, None)
+    for cell in nb.cells:
+        cell.metadata.pop(KEY, None)
+
+
 def started(cell: Any) -> None:
     """Note that `cell` starts executing."""
     cell.metadata[KEY] = {

@@ -136,9 +136,10 @@ def for_task(status: RunStatus, where: Context) -> list[str]:
             )
     for u in status.unknowns:
         if u.id.lower() in words:
+            again = " --revise" if u.state == "resolved" else ""
             lines.append(
                 f"answer `{u.id}` ({u.question}): `stepstone answer {u.id} ANSWER --why "
-                f"REASON --run {status.run}`" + (" --revise" if u.state == "resolved" else "")
+                f"REASON --run {status.run}{again}`"
             )
     path = ["stepstone", "run", where.notebook] if where.notebook else None
     then = f"`{shlex.join(path)}`, " if path else ""

@@ -45,7 +45,7 @@ class Lease:
 
 
 def _host(holder: str) -> str:
-    return holder.split("@", 1)[-1].split(" ", 1)[0]
+    return holder.rpartition("@")[2].split(" ", 1)[0]  # a name may hold an "@"
 
 
 def _dead_here(holder: str, me: str) -> bool:

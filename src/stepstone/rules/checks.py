@@ -294,7 +294,11 @@ def run(
             return kept[1]
         hashed_at = time.time_ns()
         found = _run(spec, workdir=workdir, namespace=namespace, timeout=timeout)
-        if stamp is not None and stamp[3] < hashed_at - _SETTLED_NS and stamp == _stat_stamp(where):
+        if (
+            stamp is not None
+            and max(stamp[3], stamp[4]) < hashed_at - _SETTLED_NS
+            and stamp == _stat_stamp(where)
+        ):
             if len(_SEEN) >= _SEEN_MOST:
                 _SEEN.clear()
             _SEEN[(spec.text, where)] = (stamp, found)

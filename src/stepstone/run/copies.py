@@ -241,7 +241,8 @@ def _reach(
         except StepstoneError:
             there, tip = None, None
         if there is None or (tip is None and known.get(path)):
-            if path in known and known[path] is None and there is None and path in idle:
+            gone = not folder.exists()  # not merely unreadable now
+            if path in known and known[path] is None and gone and path in idle:
                 notes.append(
                     f"this store is a copy of {folder}, which is gone (moved, archived, or "
                     f"on another machine); nobody drove the run there when the copy was "

@@ -35,7 +35,7 @@ class CommitInfo:
 
 _SMALL = 16 * 1024  # bytes: a record, not a saved value
 _SMALL_KEPT = 16 * 1024 * 1024  # bytes kept in all, then forgotten at once
-_SMALL_BLOBS: dict[bytes, bytes] = {}  # by their 20-byte id
+_SMALL_BLOBS: dict[tuple[str, bytes], bytes] = {}  # by their store and 20-byte id
 _small_size = 0
 
 
@@ -80,7 +80,8 @@ class Objects:
         blob read before in this process is given again: its id is its content's hash,
         so a long-lived reader opening a run anew after a commit inflates only what the
         commit added."""
-        key = oid.raw if isinstance(oid, pygit2.Oid) else bytes.fromhex(oid)
+        raw = oid.raw if isinstance(oid, pygit2.Oid) else bytes.fromhex(oid)
+        key = (self._repo.path, raw)  # one store's damage is not hidden by another's copy
         kept = _SMALL_BLOBS.get(key)
         if kept is not None:
             return kept
