@@ -139,3 +139,35 @@ def test_the_output_notebook_carries_papermills_metadata(tmp_path: Path, fails: 
     ours = stepstone_cli("run", "in.ipynb", "ours.ipynb", "-p", "a", "5", cwd=tmp_path)
     assert ours.returncode == theirs.returncode == (1 if fails else 0), ours.stderr
     assert _metadata(tmp_path / "ours.ipynb") == _metadata(tmp_path / "theirs.ipynb")
+
+
+def test_a_run_killed_with_its_process_leaves_the_output_notebook_so_far(tmp_path: Path):
+    import time
+
+    import psutil
+
+    nb = _notebook(tmp_path, "print('one')", "import time\ntime.sleep(60)", "print('three')")
+    started = subprocess.Popen(
+        [sys.executable, "-m", "stepstone", "run", str(nb), "out.ipynb"],
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    out = tmp_path / "out.ipynb"
+    deadline = time.monotonic() + 120
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)  # into the long cell
+    family = psutil.Process(started.pid)
+    for process in [family, *family.children(recursive=True)]:
+        process.kill()  # kill -9: nothing ends the run
+    started.wait()
+    book = nbformat.read(str(out), as_version=4)  # a notebook Jupyter reads
+    assert _outputs(json.dumps(book))[0] == ["one\n"]
+    assert [c.source for c in book.cells] == [
+        "print('one')",
+        "import time\ntime.sleep(60)",
+        "print('three')",
+    ]  # as written: no setup cell, no %%step line of --cells mode

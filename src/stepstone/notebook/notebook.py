@@ -11,6 +11,7 @@ starts no further cell and shuts the kernel down.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import math
 import os
@@ -449,11 +450,22 @@ def execute(
         stopper.started = now()
         stopper.check()
 
+    saved = [-math.inf, 0.0]  # when the last save ended, and how long it took
+
     def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
         stopper.step = None
         heard()
         failed_here = execute_reply.get("content", {}).get("status", "ok") != "ok"
         papermillmeta.ended(nb.cells[cell_index], failed=failed_here)
+        # saved as it goes, as papermill's is, but never for more than 1/SAVE_SHARE of the
+        # run's time: a long notebook of quick cells is saved every few cells
+        if (
+            nb.cells[cell_index] is not setup
+            and time.monotonic() - saved[0] >= SAVE_SHARE * saved[1]
+        ):
+            began_saving = time.monotonic()
+            _save_so_far(nb, written, setup, output)
+            saved[:] = [time.monotonic(), time.monotonic() - began_saving]
         if failed_here:
             raised.append(nb.cells[cell_index])
         if setup is not None and cell_index == 0:  # not counted: the cells keep their counts
@@ -632,6 +644,33 @@ def hash_seed(run_id: str) -> str:
 
 
 CARD = "stepstone"  # the metadata key of a step cell's outcome card (kernel.displayed.CARD)
+
+
+SAVE_SHARE = 20  # the output notebook is saved after a cell once this many times as long
+# has passed since the last save as that save took
+
+
+def _save_so_far(nb: Any, written: dict[int, str], setup: Any, output: Path) -> None:
+    """Write the output notebook as it is so far (its cells as written, without the
+    setup cell and stepstone's cards), in one rename: a run killed with its process
+    leaves what ran, as papermill's does. Not validated: the end writes it whole."""
+    import json
+
+    from ..store.durable import write_atomic
+
+    cells = []
+    for cell in nb.cells:
+        if cell is setup:
+            continue
+        shown = {**cell, "source": written.get(id(cell), cell.source)}
+        if "outputs" in shown:
+            shown["outputs"] = [
+                o for o in shown["outputs"] if CARD not in (o.get("metadata") or {})
+            ]
+        cells.append(shown)
+    # a snapshot only: the end of the run writes the notebook, or says why it could not
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        write_atomic(output, json.dumps({**nb, "cells": cells}, indent=1).encode())
 
 
 def _as_written(nb: Any, written: dict[int, str], setup: Any) -> None:
