@@ -109,6 +109,63 @@ def stepstone_cli(*args: str, cwd: Path, **extra: str) -> subprocess.CompletedPr
     )
 
 
+def mcp_session(workdir: Path, script: Any, *, read_timeout: float = 60, **env: str) -> Any:
+    """Run `script(call, read)` against `stepstone mcp` started in `workdir` (with the
+    environment variables `env`), through the MCP SDK's own client: `call(tool, **args)`
+    gives a tool's structured result (a list unwrapped), or `{"error": TEXT}` when it is
+    refused; `read(uri)` a resource's text."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "stepstone", "mcp"],
+        cwd=str(workdir),
+        env=clean_env(**env),
+    )
+
+    async def main() -> Any:
+        async with Client(params, read_timeout_seconds=read_timeout) as client:
+
+            async def call(tool: str, **arguments: Any) -> Any:
+                result = await client.call_tool(tool, arguments)
+                if result.is_error:
+                    return {"error": result.content[0].text}
+                found = result.structured_content
+                return found["result"] if set(found) == {"result"} else found
+
+            async def read(uri: str) -> str:
+                return (await client.read_resource(uri)).contents[0].text
+
+            return await script(call, read)
+
+    return asyncio.run(main())
+
+
+def killed_when(argv: list[str], *, cwd: Path, ready: Any, timeout: float = 120) -> None:
+    """Start `argv` in a session of its own, and once `ready()` is true kill it and every
+    process it started at once (`kill -9`, as a machine that dies: nothing records it)."""
+    import psutil
+
+    started = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    family = psutil.Process(started.pid)
+    for process in [family, *family.children(recursive=True)]:
+        process.kill()
+    started.wait()
+
+
 def run_python(
     code: str, *, cwd: Path, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:

@@ -14,12 +14,10 @@ from typing import Any
 
 import nbformat
 import pytest
-from conftest import clean_env, git
+from conftest import git, killed_when, mcp_session
 from conftest import stepstone_cli as cli
 from hypothesis import given
 from hypothesis import strategies as st
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
 
 ROOT = Path(__file__).resolve().parents[1]
 REVISE = ["stepstone", "decide", "threshold", "VALUE", "--revise", "--why", "REASON"]
@@ -51,26 +49,7 @@ def _notebook(path: Path, *sources: str, parameters: str | None = None) -> Path:
 def _mcp(workdir: Path, script: Any, **env: str) -> Any:
     """Run `script(call)` against `stepstone mcp` started in `workdir`; a refused call
     gives `{"error": TEXT}`."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "stepstone", "mcp"],
-        cwd=str(workdir),
-        env=clean_env(**env),
-    )
-
-    async def main() -> Any:
-        async with Client(params, read_timeout_seconds=120) as client:
-
-            async def call(tool: str, **arguments: Any) -> Any:
-                result = await client.call_tool(tool, arguments)
-                if result.is_error:
-                    return {"error": result.content[0].text}
-                found = result.structured_content
-                return found["result"] if set(found) == {"result"} else found
-
-            return await script(call)
-
-    return asyncio.run(main())
+    return mcp_session(workdir, lambda call, _: script(call), read_timeout=120, **env)
 
 
 # -- 1. the brief says what can be done -------------------------------------------
@@ -585,27 +564,9 @@ stepstone.effect('notify', do)"""
 def _killed_while_sending(folder: Path) -> None:
     """Run a notebook and kill it, `stepstone run` and its kernel at once, while its
     effect is being sent (as a machine that dies)."""
-    import subprocess
-    import time
-
-    import psutil
-
     nb = _notebook(folder / "job.ipynb", "%%step load\nx = 1", SENDS_SLOWLY)
-    started = subprocess.Popen(
-        [sys.executable, "-m", "stepstone", "run", str(nb)],
-        cwd=folder,
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while not (folder / "outbox.log").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    family = psutil.Process(started.pid)
-    for process in [family, *family.children(recursive=True)]:
-        process.kill()
-    started.wait()
+    argv = [sys.executable, "-m", "stepstone", "run", str(nb)]
+    killed_when(argv, cwd=folder, ready=(folder / "outbox.log").exists)
 
 
 def _as_if_copied_while_driven(store: Path, run: str = "job") -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from conftest import cell_text, clean_env, git
+from conftest import cell_text, clean_env, git, mcp_session
 from conftest import stepstone_cli as cli
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -31,26 +31,7 @@ def _quickstart(workdir: Path) -> Path:
 
 def _session(workdir: Path, script: Any) -> Any:
     """Run `script(call, read)` against `stepstone mcp` started in `workdir`."""
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "stepstone", "mcp"], cwd=str(workdir), env=clean_env()
-    )
-
-    async def main() -> Any:
-        async with Client(params, read_timeout_seconds=60) as client:
-
-            async def call(tool: str, **arguments: Any) -> Any:
-                result = await client.call_tool(tool, arguments)
-                if result.is_error:
-                    return {"error": result.content[0].text}
-                found = result.structured_content
-                return found["result"] if set(found) == {"result"} else found
-
-            async def read(uri: str) -> str:
-                return (await client.read_resource(uri)).contents[0].text
-
-            return await script(call, read)
-
-    return asyncio.run(main())
+    return mcp_session(workdir, script)
 
 
 @pytest.mark.kernel

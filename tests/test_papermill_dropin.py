@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import clean_env, stepstone_cli
+from conftest import clean_env, killed_when, stepstone_cli
 from nbformat.v4 import new_code_cell, new_notebook
 
 import stepstone
@@ -144,26 +144,17 @@ def test_the_output_notebook_carries_papermills_metadata(tmp_path: Path, fails: 
 def test_a_run_killed_with_its_process_leaves_the_output_notebook_so_far(tmp_path: Path):
     import time
 
-    import psutil
-
     nb = _notebook(tmp_path, "print('one')", "import time\ntime.sleep(60)", "print('three')")
-    started = subprocess.Popen(
-        [sys.executable, "-m", "stepstone", "run", str(nb), "out.ipynb"],
-        cwd=tmp_path,
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
     out = tmp_path / "out.ipynb"
-    deadline = time.monotonic() + 120
-    while not out.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1)  # into the long cell
-    family = psutil.Process(started.pid)
-    for process in [family, *family.children(recursive=True)]:
-        process.kill()  # kill -9: nothing ends the run
-    started.wait()
+    shown_at: list[float] = []
+
+    def into_the_long_cell() -> bool:  # a second after the output notebook appears
+        if out.exists() and not shown_at:
+            shown_at.append(time.monotonic())
+        return bool(shown_at) and time.monotonic() - shown_at[0] >= 1
+
+    argv = [sys.executable, "-m", "stepstone", "run", str(nb), "out.ipynb"]
+    killed_when(argv, cwd=tmp_path, ready=into_the_long_cell)
     book = nbformat.read(str(out), as_version=4)  # a notebook Jupyter reads
     assert _outputs(json.dumps(book))[0] == ["one\n"]
     assert [c.source for c in book.cells] == [

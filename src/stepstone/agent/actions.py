@@ -404,10 +404,7 @@ def edit_step(
     notebook whose plan reads; says what the next run of the notebook runs again."""
     from ..notebook import editing
 
-    view = maybe_reader(run, repo, home)
-    _refuse_finished(view)
-    path = notebook_of(view, notebook, home)
-    every = bool(view is not None and view.info.cells)
+    view, path, every = _to_edit(run, repo, notebook, home)
     done = editing.edit(path, source, step=step, after=after, every=every)
     return _edited(view, repo, home, path, done)
 
@@ -428,20 +425,23 @@ def edit_cell(
     `edit_step` writes, with its refusals; says what the next run runs again."""
     from ..notebook import editing
 
-    view = maybe_reader(run, repo, home)
-    _refuse_finished(view)
-    path = notebook_of(view, notebook, home)
-    every = bool(view is not None and view.info.cells)
+    view, path, every = _to_edit(run, repo, notebook, home)
     done = editing.edit_cell(path, source, cell=cell, insert=insert, every=every)
     return _edited(view, repo, home, path, done)
 
 
-def _refuse_finished(view: Run | None) -> None:
+def _to_edit(
+    run: str | None, repo: str | None, notebook: str | None, home: str | None
+) -> tuple[Run | None, Path, bool]:
+    """The run an edit is about (None: no run yet), its notebook, and whether every code
+    cell of it is a step; refused on a finished run."""
+    view = maybe_reader(run, repo, home)
     if view is not None and view.info.finished:
         raise InvalidInput(
             f"run {view.id!r} is finished: reopen it first (reopen, `stepstone reopen --why "
             f"REASON`), then edit its notebook"
         )
+    return view, notebook_of(view, notebook, home), bool(view is not None and view.info.cells)
 
 
 def _edited(

@@ -128,16 +128,14 @@ def _answered(data: Any, *, listed: bool = False) -> CallToolResult:
     return CallToolResult(content=_text(data), structured_content=structured)
 
 
-def _diverged(diverge: bool, call: Callable[[], Any]) -> Any:
-    """`call()`, driving a copy that cannot take turns as a new lineage if `diverge`."""
-    with actions.diverging(diverge):
-        return call()
-
-
-def _told(call: Callable[[], Any], *, listed: bool = False) -> CallToolResult:
-    """The result of `call` (the JSON its command prints), or its refusal."""
+def _told(
+    call: Callable[[], Any], *, listed: bool = False, diverge: bool = False
+) -> CallToolResult:
+    """The result of `call` (the JSON its command prints), or its refusal; with
+    `diverge`, a change to a copy that cannot take turns drives it as a new lineage."""
     try:
-        return _answered(call(), listed=listed)
+        with actions.diverging(diverge):
+            return _answered(call(), listed=listed)
     except StepstoneError as exc:
         return _refused(exc)
 
@@ -387,12 +385,10 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         answer to an answered unknown needs `revise`."""
         store, home = place.at(folder)
         return _told(
-            lambda: _diverged(
-                diverge,
-                lambda: actions.answer(
-                    run, store, unknown, answer, why, revise=revise, via="mcp", home=home
-                ),
-            )
+            lambda: actions.answer(
+                run, store, unknown, answer, why, revise=revise, via="mcp", home=home
+            ),
+            diverge=diverge,
         )
 
     @server.tool(annotations=RECORDS, title="Ask a question")
@@ -419,20 +415,18 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         steps read it and run again; `dry_run` records nothing."""
         store, home = place.at(folder)
         return _told(
-            lambda: _diverged(
-                diverge,
-                lambda: actions.decide(
-                    run,
-                    store,
-                    key,
-                    value,
-                    why,
-                    revise=revise,
-                    dry_run=dry_run,
-                    via="mcp",
-                    home=home,
-                ),
-            )
+            lambda: actions.decide(
+                run,
+                store,
+                key,
+                value,
+                why,
+                revise=revise,
+                dry_run=dry_run,
+                via="mcp",
+                home=home,
+            ),
+            diverge=diverge,
         )
 
     @server.tool(annotations=RECORDS, title="Settle an effect in doubt")
@@ -449,19 +443,17 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         `receipt`) or it did not (the next run performs it)."""
         store, home = place.at(folder)
         return _told(
-            lambda: _diverged(
-                diverge,
-                lambda: actions.resolve(
-                    run,
-                    store,
-                    key,
-                    happened=happened,
-                    receipt=receipt,
-                    why=why,
-                    via="mcp",
-                    home=home,
-                ),
-            )
+            lambda: actions.resolve(
+                run,
+                store,
+                key,
+                happened=happened,
+                receipt=receipt,
+                why=why,
+                via="mcp",
+                home=home,
+            ),
+            diverge=diverge,
         )
 
     @server.tool(annotations=MARKS, title="Mark a step to run again")
@@ -477,12 +469,10 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         next run of the notebook; its confirmed effects are not repeated."""
         store, home = place.at(folder)
         return _told(
-            lambda: _diverged(
-                diverge,
-                lambda: actions.rerun(
-                    run, store, step, why, downstream=downstream, via="mcp", home=home
-                ),
-            )
+            lambda: actions.rerun(
+                run, store, step, why, downstream=downstream, via="mcp", home=home
+            ),
+            diverge=diverge,
         )
 
     @server.tool(annotations=MARKS, title="Fork a run")
@@ -506,9 +496,8 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         `<run>.summary.md` in its work folder (`file`), and the run tagged."""
         store, home = place.at(folder)
         return _told(
-            lambda: _diverged(
-                diverge, lambda: actions.finish(run, store, force=force, via="mcp", home=home)
-            )
+            lambda: actions.finish(run, store, force=force, via="mcp", home=home),
+            diverge=diverge,
         )
 
     @server.tool(annotations=RECORDS, title="Reopen a finished run")
@@ -518,9 +507,8 @@ def make_server(repo: str | None = None, folder: str | Path | None = None) -> An
         """Reopen a finished run so that it can change again (the reason is recorded)."""
         store, home = place.at(folder)
         return _told(
-            lambda: _diverged(
-                diverge, lambda: actions.reopen(run, store, why, via="mcp", home=home)
-            )
+            lambda: actions.reopen(run, store, why, via="mcp", home=home),
+            diverge=diverge,
         )
 
     @server.tool(annotations=WRITES, title="Edit a step cell")
@@ -746,9 +734,7 @@ def _status(view: Run) -> dict[str, Any]:
 
 
 def _brief(view: Run, task: str = "") -> dict[str, Any]:
-    data = spelling.status_for_tools(actions.brief_of(view, task))
-    data["for_task"] = [spelling.for_tools(line) for line in data["for_task"]]
-    return data
+    return spelling.status_for_tools(actions.brief_of(view, task))
 
 
 PICK_UP = """\

@@ -160,25 +160,22 @@ def handoff(
         if url:
             remote.set_remote(view.store, url)
         tip = remote.push(view.store, view.id)
-        state, where, run_id = view.status(), briefing.Context.of(view), view.id
+        state, where = view.status(), briefing.Context.of(view)
     else:
         with driver(view.id, repo, via, home=home) as held:  # refused: nothing is set
             if url:
                 remote.set_remote(held.store, url)
                 held.share()
             tip = remote.push(held.store, held.id)
-            state = held.status()
-            where = briefing.Context.of(held)
-            run_id = held.id
-    url = remote.remote_url(view.store)
-    note = _unsaved_notebook(where.workdir, where.notebook)
+            state, where = held.status(), briefing.Context.of(held)
+    pushed_to = remote.remote_url(view.store)
     return {
-        "run": run_id,
+        "run": view.id,
         "tip": tip,
-        "remote": shown_url(url),
+        "remote": shown_url(pushed_to),
         "brief": render.brief(state, where, tools=tools),
         "next_agent": render.next_agent(
-            state, where, run=run_id, url=shown_url(url) if tools else url
+            state, where, run=view.id, url=shown_url(pushed_to) if tools else pushed_to
         ),
-        "note": note,
+        "note": _unsaved_notebook(where.workdir, where.notebook),
     }

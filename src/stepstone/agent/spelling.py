@@ -52,9 +52,12 @@ def for_tools(text: str) -> str:
 
 
 def status_for_tools(data: dict[str, Any]) -> dict[str, Any]:
-    """A `status` or `brief` result with its next actions spelled for tools."""
+    """A `status` or `brief` result with its next actions (and a brief's lines for a
+    task) spelled for tools."""
     if isinstance(data.get("next_action"), str):
         data["next_action"] = for_tools(data["next_action"])
+    if "for_task" in data:
+        data["for_task"] = [for_tools(line) for line in data["for_task"]]
     for key in ("effects", "unresolved_effects"):
         for effect in data.get(key) or []:
             if isinstance(effect.get("next_action"), str):

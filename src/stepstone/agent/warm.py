@@ -59,8 +59,7 @@ class _Opened:
             for ev in record.evidence:
                 if ev.check.startswith(("file:", "sha256:", "keep:")):
                     spec = checks.parse(ev.check)
-                    raw = spec.arg.rpartition("=")[0] if spec.kind == "sha256" else spec.arg
-                    paths.add(workdir / raw)
+                    paths.add(workdir / checks.file_named(spec))
             for key in record.inputs or {}:
                 if key.startswith(_WORLD):
                     paths.add(workdir / key.partition(":")[2])

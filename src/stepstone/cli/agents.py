@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -15,6 +14,7 @@ from ..agent import actions
 from ..errors import InvalidInput
 from .common import (
     diverge_option,
+    echo_result,
     errors_as_exit_codes,
     json_option,
     main,
@@ -22,10 +22,6 @@ from .common import (
     repo_option,
 )
 from .common import run_option as run_option
-
-
-def _echo(as_json: bool, data: Any, text: str) -> None:
-    click.echo(json.dumps(data, indent=2) if as_json else text)
 
 
 @main.command()
@@ -53,7 +49,7 @@ def answer(
     said = f"run {done['run']}: unknown {done['id']} answered: {text}"
     if done["runs_again"]:
         said += f"; runs again: {', '.join(done['runs_again'])}"
-    _echo(as_json, done, f"{said}\n{done['note']}" if done["note"] else said)
+    echo_result(as_json, done, f"{said}\n{done['note']}" if done["note"] else said)
 
 
 @main.command()
@@ -66,7 +62,7 @@ def ask(question: str, run_id: str | None, repo: str | None, as_json: bool) -> N
     """Record QUESTION as an open unknown (asked again, it is the one already recorded)."""
     done = actions.ask(run_id, repo, question, via="cli")
     said = f"unknown {done['id']} is {done['state']}: {done['question']}"
-    _echo(as_json, done, f"run {done['run']}: {said}")
+    echo_result(as_json, done, f"run {done['run']}: {said}")
 
 
 @main.command()
@@ -105,7 +101,7 @@ def decide(
         text += f"\n{done['note']}"
     if done.get("notebook_line"):
         text += f"\n{done['notebook_line']}"
-    _echo(as_json, done, f"run {done['run']}: {text}")
+    echo_result(as_json, done, f"run {done['run']}: {text}")
 
 
 @main.command()
@@ -161,7 +157,7 @@ def outputs(
         return
     said = actions.get_output(run_id, repo, step, name, str(output) if output else None)
     text = f"wrote {name} ({said['format']}, {said['size']} bytes) to {said['file']}"
-    _echo(as_json, said, text)
+    echo_result(as_json, said, text)
 
 
 @main.command("mcp")

@@ -16,6 +16,7 @@ from ..run import holding, problems_at
 from ..store import DEFAULT_STORE, GitStore
 from .common import (
     diverge_option,
+    echo_result,
     errors_as_exit_codes,
     json_option,
     main,
@@ -352,7 +353,7 @@ def push_command(
     from ..agent import moving
 
     done = moving.push(run_id, repo, url=url, auto=auto)
-    _said(as_json, done, f"pushed run {done['run']} at {done['tip'][:10]}")
+    echo_result(as_json, done, f"pushed run {done['run']} at {done['tip'][:10]}")
 
 
 @main.command("pull")
@@ -376,7 +377,7 @@ def pull_command(run_id: str | None, repo: str | None, keep: str | None, as_json
             f"; {done['carried']} effect(s) it performed were carried over, so they are "
             f"never performed again"
         )
-    _said(as_json, done, f"run {done['run']}: {done['state']}{extra}")
+    echo_result(as_json, done, f"run {done['run']}: {done['state']}{extra}")
 
 
 @main.command("clone")
@@ -396,7 +397,7 @@ def clone_command(url: str, directory: str, as_json: bool) -> None:
             f"\nstepstone reads the store beside the notebook as {DEFAULT_STORE}: keep it in "
             f"the notebook's project folder under that name, or pass --repo {directory}"
         )
-    _said(as_json, done, said)
+    echo_result(as_json, done, said)
 
 
 @main.command()
@@ -417,7 +418,3 @@ def handoff(run_id: str | None, repo: str | None, url: str | None, as_json: bool
     click.echo(done["next_agent"])
     if done["note"]:
         click.echo(f"note: {done['note']}")
-
-
-def _said(as_json: bool, data: Any, text: str) -> None:
-    click.echo(json.dumps(data, indent=2) if as_json else text)

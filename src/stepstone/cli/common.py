@@ -8,6 +8,7 @@ stale, an effect is unresolved); 2 usage or bad input.
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -47,6 +48,11 @@ def diverge_option(fn: F) -> F:
         is_flag=True,
         help="On a copy whose original is gone or went apart: drive it as a new lineage.",
     )(wrapper)
+
+
+def echo_result(as_json: bool, data: Any, text: str) -> None:
+    """Print a command's result: its JSON with `--json`, else `text` for people."""
+    click.echo(json.dumps(data, indent=2) if as_json else text)
 
 
 def refusal(exc: StepstoneError) -> str:

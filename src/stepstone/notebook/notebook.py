@@ -465,7 +465,8 @@ def execute(
         ):
             began_saving = time.monotonic()
             _save_so_far(nb, written, setup, output)
-            saved[:] = [time.monotonic(), time.monotonic() - began_saving]
+            done_saving = time.monotonic()
+            saved[:] = [done_saving, done_saving - began_saving]
         if failed_here:
             raised.append(nb.cells[cell_index])
         if setup is not None and cell_index == 0:  # not counted: the cells keep their counts
@@ -551,10 +552,10 @@ def execute(
     heard()
     shutil.rmtree(scratch, ignore_errors=True)
     opened_run = (opened[-1].run, Path(opened[-1].store)) if opened else None
+    unended = stopper.step if stopper.step not in ended else None  # it said how it ended
     if stopper.signum is not None:
         said = ""  # a kernel killed at the second signal recorded nothing itself
-        gone = stopper.step if stopper.step not in ended else None
-        if stopper.killed and _record_died(opened_run, gone, stopper.started, via):
+        if stopper.killed and _record_died(opened_run, unended, stopper.started, via):
             said = " (the kernel was killed: recorded as interrupted)"
         message = f"interrupted {stopper.where}{said}; {_RESUME_HINT}"
         return NotebookOutcome(False, message, output, stopper.signum, unwritten, opened_run)
@@ -575,7 +576,6 @@ def execute(
         return NotebookOutcome(
             False, message, output, note=unwritten, opened=opened_run, failed=failed
         )
-    unended = stopper.step if stopper.step not in ended else None  # it said how it ended
     if isinstance(error, DeadKernelError):
         said = f" during step {stopper.step}" if stopper.step is not None else ""
         if _record_died(opened_run, unended, stopper.started, via):
@@ -664,13 +664,16 @@ def _save_so_far(nb: Any, written: dict[int, str], setup: Any, output: Path) -> 
             continue
         shown = {**cell, "source": written.get(id(cell), cell.source)}
         if "outputs" in shown:
-            shown["outputs"] = [
-                o for o in shown["outputs"] if CARD not in (o.get("metadata") or {})
-            ]
+            shown["outputs"] = [o for o in shown["outputs"] if not _is_card(o)]
         cells.append(shown)
     # a snapshot only: the end of the run writes the notebook, or says why it could not
     with contextlib.suppress(OSError, TypeError, ValueError):
         write_atomic(output, json.dumps({**nb, "cells": cells}, indent=1).encode())
+
+
+def _is_card(output: Any) -> bool:
+    """Whether a cell's output is what stepstone said (a card), not the cell's code."""
+    return CARD in (output.get("metadata") or {})
 
 
 def _as_written(nb: Any, written: dict[int, str], setup: Any) -> None:
@@ -692,10 +695,10 @@ def _cards_to_metadata(nb: Any) -> None:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        ours = [o for o in cell.outputs if CARD in (o.get("metadata") or {})]
+        ours = [o for o in cell.outputs if _is_card(o)]
         if not ours:
             continue
-        cell.outputs = [o for o in cell.outputs if CARD not in (o.get("metadata") or {})]
+        cell.outputs = [o for o in cell.outputs if not _is_card(o)]
         said = [str(o.get("data", {}).get("text/plain", "")) for o in ours]
         kept = cell.metadata.setdefault(CARD, {})
         kept["said"], kept["shown"] = said, [dict(o.get("data", {})) for o in ours]

@@ -231,26 +231,46 @@ def notebook_cells(
     return found
 
 
-def plain_contexts(nb: Any, *, cells: bool = False) -> dict[str, str]:
-    """For each step cell of a read notebook, the plain cells it reads from
-    (`plaincells.contexts`)."""
-    found: list[tuple[str | None, str]] = []
+def _named_cells(
+    nb: Any, *, cells: bool = False
+) -> list[tuple[str | None, tuple[str, str] | None, Any]]:
+    """A read notebook's code cells: the step each is (None: a plain cell, or a line
+    the grammar refuses), its (option line, body) or None for a plain cell, the cell."""
+    found: list[tuple[str | None, tuple[str, str] | None, Any]] = []
     for _, parts, cell in step_cells(nb, cells=cells):
         try:
             name = parse_step_line(parts[0]).name if parts is not None else None
         except InvalidInput:
             name = None
-        found.append((name, parts[1] if parts is not None else cell.source))
-    return contexts(found)
+        found.append((name, parts, cell))
+    return found
+
+
+def plain_contexts(nb: Any, *, cells: bool = False) -> dict[str, str]:
+    """For each step cell of a read notebook, the plain cells it reads from
+    (`plaincells.contexts`)."""
+    return contexts(
+        [
+            (name, parts[1] if parts is not None else cell.source)
+            for name, parts, cell in _named_cells(nb, cells=cells)
+        ]
+    )
+
+
+def _notebook_path(run: Run) -> Path | None:
+    """Where the run's notebook is on this machine (None: the run records none)."""
+    if not run.info.notebook:
+        return None
+    path = Path(run.info.notebook)
+    return path if path.is_absolute() else run.workdir / path
 
 
 def _notebook_steps(run: Run) -> list[PlannedStep] | None:
     """The steps of the run's notebook as it is on disk now, with the earlier names the
     run knows them by; None when the run has no notebook or it cannot be read."""
-    if not run.info.notebook:
+    path = _notebook_path(run)
+    if path is None:
         return None
-    path = Path(run.info.notebook)
-    path = path if path.is_absolute() else run.workdir / path
     try:
         plan = plan_from_notebook(path, validate=False, cells=run.info.cells)
     except (InvalidInput, OSError):
@@ -329,10 +349,9 @@ def seeing_the_notebook(run: Run, status: RunStatus) -> RunStatus:
 def _decide_lines(run: Run) -> dict[str, DecideLine]:
     """The `%decide` lines of the run's notebook as it is on disk now, by key (the last
     line of a key wins, as it does when the notebook runs); empty without one."""
-    if not run.info.notebook:
+    path = _notebook_path(run)
+    if path is None:
         return {}
-    path = Path(run.info.notebook)
-    path = path if path.is_absolute() else run.workdir / path
     try:
         nb = read_notebook(path, validate=False)
     except (InvalidInput, OSError):
@@ -390,13 +409,13 @@ def _seeing_decide_lines(run: Run, status: RunStatus) -> RunStatus:
 def _seeing_elsewhere(run: Run, status: RunStatus) -> RunStatus:
     """`status` with a note when the run's notebook is not in the folder its files are
     checked in: a store read away from its project sees every file as gone."""
-    notebook = run.info.notebook
-    if not notebook or Path(notebook).is_absolute() or (run.workdir / notebook).exists():
+    path = _notebook_path(run)
+    if path is None or Path(run.info.notebook).is_absolute() or path.exists():
         return status
     note = (
-        f"the run's notebook {notebook} is not in {run.workdir}, where its steps' files are "
-        f"checked: put the store in the notebook's project folder (as .stepstone), or run "
-        f"from there with --repo"
+        f"the run's notebook {run.info.notebook} is not in {run.workdir}, where its steps' "
+        f"files are checked: put the store in the notebook's project folder (as "
+        f".stepstone), or run from there with --repo"
     )
     return dataclasses.replace(status, notes=(*status.notes, note))
 
@@ -424,21 +443,17 @@ def _needed_withheld(
     """Of `withheld` (saved names by step), those a cell of the notebook that runs next
     (a plain cell, a step not verified) reads before a cell binds it again; all of them
     when the notebook cannot be read."""
-    if not run.info.notebook:
+    path = _notebook_path(run)
+    if path is None:
         return withheld
-    path = Path(run.info.notebook)
-    path = path if path.is_absolute() else run.workdir / path
     try:
-        found = step_cells(read_notebook(path, validate=False), cells=run.info.cells)
+        found = _named_cells(read_notebook(path, validate=False), cells=run.info.cells)
     except (InvalidInput, OSError):
         return withheld
-    cells: list[tuple[str | None, str]] = []
-    for _, parts, cell in found:
-        try:
-            name = parse_step_line(parts[0]).name if parts is not None else None
-        except InvalidInput:
-            name = None
-        cells.append((name, parts[1] if parts is not None else without_our_magics(cell.source)))
+    cells = [  # a plain cell as the kernel reads it: without our magics
+        (name, parts[1] if parts is not None else without_our_magics(cell.source))
+        for name, parts, cell in found
+    ]
     order = [name for name, _ in cells]
     needed: dict[str, list[str]] = {}
     for step, saved in withheld.items():

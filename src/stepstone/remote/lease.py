@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import GitFailed, LeaseHeld, LeaseLost
 from ..store import LEASE_REFS, TRACKING_LEASE_REFS, GitStore
+from ..store.opening import host_of
 from .git import git, require_remote
 from .sync import remote_ref
 
@@ -44,13 +45,9 @@ class Lease:
         )
 
 
-def _host(holder: str) -> str:
-    return holder.rpartition("@")[2].split(" ", 1)[0]  # a name may hold an "@"
-
-
 def _dead_here(holder: str, me: str) -> bool:
     """Whether `holder` ran on this host and its process is gone (a crash, not a hand-off)."""
-    if _host(holder) != _host(me):
+    if host_of(holder) != host_of(me):
         return False
     pid = holder.rsplit(" pid ", 1)[-1]
     if not pid.isdigit():

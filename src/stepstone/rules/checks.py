@@ -285,9 +285,7 @@ def run(
     file changed within two seconds of its hashing is hashed again at every check,
     so that a write in the same clock tick as the hashing is never missed."""
     if spec.kind in ("file", "sha256", "keep"):
-        where = os.path.join(
-            workdir, spec.arg.rpartition("=")[0] if spec.kind == "sha256" else spec.arg
-        )
+        where = os.path.join(workdir, file_named(spec))
         stamp = _stat_stamp(where)
         kept = _SEEN.get((spec.text, where)) if stamp is not None else None
         if kept is not None and kept[0] == stamp:
@@ -306,6 +304,11 @@ def run(
     return _run(spec, workdir=workdir, namespace=namespace, timeout=timeout)
 
 
+def file_named(spec: CheckSpec) -> str:
+    """The path a `file:`, `keep:` or `sha256:PATH=DIGEST` check names, as written."""
+    return spec.arg.rpartition("=")[0] if spec.kind == "sha256" else spec.arg
+
+
 def _run(
     spec: CheckSpec,
     *,
@@ -314,7 +317,7 @@ def _run(
     timeout: float | None = None,
 ) -> Evidence:
     if spec.kind in ("file", "sha256", "keep"):  # keep: a file: check whose file is kept
-        raw_path = spec.arg.rpartition("=")[0] if spec.kind == "sha256" else spec.arg
+        raw_path = file_named(spec)
         path = (
             (workdir / raw_path).resolve() if not Path(raw_path).is_absolute() else Path(raw_path)
         )

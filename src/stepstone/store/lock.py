@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import RunLocked, StepstoneError, StoreError
 from ..model.models import now
+from .opening import host_of
 
 HOLDER_WAIT = 3.0  # seconds to wait for a new holder's name before saying "another process"
 
@@ -208,8 +209,8 @@ def driver_of(path: Path) -> str | None:
         return None
     if info.get("released"):
         return None
-    host, _, pid = holder.rpartition("@")[2].partition(" pid ")
-    if host.split(" ")[0] == socket.gethostname() and pid.isdigit():
+    pid = holder.rpartition(" pid ")[2]
+    if host_of(holder) == socket.gethostname() and pid.isdigit():
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:

@@ -60,13 +60,17 @@ def who(holder: str) -> str:
     return holder.rpartition("@")[0] or holder
 
 
+def host_of(holder: str) -> str:
+    """The host in a holder's `NAME@host pid N` (a name may hold an "@")."""
+    return holder.rpartition("@")[2].split(" ", 1)[0]
+
+
 def signature(holder: str, settings: Settings | None = None) -> tuple[str, str]:
     """(name, email) that sign a commit made by `holder`: Git's email of whoever acts
     here, else `NAME@host`."""
     name, email = who(holder), person(settings)[1]
     if not email:
-        host = holder.rpartition("@")[2].split(" ")[0]
-        email = f"{name.replace(' ', '.')}@{host}"
+        email = f"{name.replace(' ', '.')}@{host_of(holder)}"
     return name, email
 
 
