@@ -21,7 +21,11 @@ pytestmark = pytest.mark.kernel
 
 def _notebook(folder: Path, *sources: str) -> Path:
     book = new_notebook(cells=[new_code_cell(source) for source in sources])
-    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    book.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     path = folder / "in.ipynb"
     nbformat.write(book, str(path))
     return path
@@ -162,3 +166,169 @@ def test_a_run_killed_with_its_process_leaves_the_output_notebook_so_far(tmp_pat
         "import time\ntime.sleep(60)",
         "print('three')",
     ]  # as written: no setup cell, no %%step line of --cells mode
+
+
+def _prepared(path: Path) -> tuple[list[tuple[str, str, tuple[str, ...], bool]], object]:
+    """A prepared notebook: each cell's type, source, tags and whether its source is
+    hidden, and its papermill parameters."""
+    book = json.loads(path.read_text())
+    cells = [
+        (
+            c["cell_type"],
+            "".join(c["source"]),
+            tuple(c["metadata"].get("tags", [])),
+            bool(c["metadata"].get("jupyter", {}).get("source_hidden")),
+        )
+        for c in book["cells"]
+    ]
+    assert all(not c.get("outputs") for c in book["cells"])  # nothing ran
+    return cells, book["metadata"]["papermill"]["parameters"]
+
+
+def _with_parameters(folder: Path) -> Path:
+    from nbformat.v4 import new_markdown_cell
+
+    parameters = new_code_cell("a = 1")
+    parameters.metadata["tags"] = ["parameters"]
+    book = new_notebook(cells=[new_markdown_cell("# T"), parameters, new_code_cell("print(a)")])
+    book.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    path = folder / "in.ipynb"
+    nbformat.write(book, str(path))
+    return path
+
+
+def test_prepare_only_writes_the_notebook_with_its_parameters_as_papermill_does(tmp_path: Path):
+    _with_parameters(tmp_path)
+    flags = ["-p", "a", "5", "--prepare-only", "--report-mode"]
+    theirs = _papermill("in.ipynb", "theirs.ipynb", *flags, cwd=tmp_path)
+    ours = stepstone_cli("run", "in.ipynb", "ours.ipynb", *flags, cwd=tmp_path)
+    assert ours.returncode == theirs.returncode == 0, ours.stderr
+    assert _prepared(tmp_path / "ours.ipynb") == _prepared(tmp_path / "theirs.ipynb")
+    cells, parameters = _prepared(tmp_path / "ours.ipynb")
+    assert parameters == {"a": 5} and cells[2][1] == "# Parameters\na = 5\n"
+    assert [hidden for kind, _, _, hidden in cells] == [False, True, True, True]  # code only
+    assert not (tmp_path / ".stepstone").exists()  # no run was made
+
+
+def test_stdout_and_stderr_files_hold_what_the_cells_wrote_as_papermills_do(tmp_path: Path):
+    nb = _notebook(
+        tmp_path, "print('one')", "import sys\nprint('oops', file=sys.stderr)", "print('two')"
+    )
+    theirs = _papermill(
+        str(nb), "theirs.ipynb", "--stdout-file", "t.out", "--stderr-file", "t.err", cwd=tmp_path
+    )
+    assert theirs.returncode == 0, theirs.stderr
+    for attempt in ("first", "resumed"):  # the second run skips every cell: the same files
+        ours = stepstone_cli(
+            "run", str(nb), "ours.ipynb", "--stdout-file", "o.out", "--stderr-file", "o.err",
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert ours.returncode == 0, (attempt, ours.stderr)
+        assert (tmp_path / "o.out").read_text() == (tmp_path / "t.out").read_text(), attempt
+        assert (tmp_path / "o.err").read_text() == (tmp_path / "t.err").read_text(), attempt
+    assert (tmp_path / "o.out").read_text() == "one\ntwo\n"
+
+
+def test_injected_paths_are_the_parameters_papermill_passes(tmp_path: Path):
+    nb = _notebook(tmp_path, "print(PAPERMILL_INPUT_PATH, PAPERMILL_OUTPUT_PATH)")
+    theirs = _papermill(str(nb), "theirs.ipynb", "--inject-paths", cwd=tmp_path)
+    ours = stepstone_cli("run", str(nb), "theirs.ipynb", "--inject-paths", cwd=tmp_path)
+    assert ours.returncode == theirs.returncode == 0, ours.stderr
+    printed = _outputs((tmp_path / "theirs.ipynb").read_text())[-1]
+    assert printed == [f"{nb} theirs.ipynb\n"]
+    only_input = stepstone_cli("run", str(nb), "o.ipynb", "--inject-input-path", cwd=tmp_path)
+    assert only_input.returncode == 1 and "PAPERMILL_OUTPUT_PATH" in only_input.stderr
+
+
+def test_papermills_log_level_engine_and_language_options(tmp_path: Path):
+    nb = _notebook(tmp_path, "print('hi')")
+    quiet = stepstone_cli(
+        "run", str(nb), "out.ipynb", "--log-level", "ERROR", "--no-progress-bar", cwd=tmp_path
+    )
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    told = stepstone_cli("run", str(nb), "out.ipynb", "--log-level", "INFO", cwd=tmp_path)
+    assert told.stderr.startswith("running in.ipynb"), told.stderr
+    for flags in (["--engine", "other"], ["-l", "R"]):
+        refused = stepstone_cli("run", str(nb), "out.ipynb", *flags, cwd=tmp_path)
+        assert refused.returncode == 2 and "only" in refused.stderr, refused.stderr
+    kept = stepstone_cli("run", str(nb), "out.ipynb", "--engine", "nbclient", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stderr
+
+
+def test_autosave_saves_the_output_notebook_during_a_long_cell(tmp_path: Path):
+    import time
+
+    nb = _notebook(
+        tmp_path, "print('one')", "import time\nprint('started', flush=True)\ntime.sleep(2)\n"
+        "print('still going', flush=True)\ntime.sleep(60)",
+    )  # fmt: skip
+    out = tmp_path / "out.ipynb"
+
+    def saved_mid_cell() -> bool:
+        try:
+            return "still going" in "".join(_outputs(out.read_text())[1])
+        except (OSError, ValueError, IndexError):
+            return False
+
+    argv = [sys.executable, "-m", "stepstone", "run", str(nb), "out.ipynb"]
+    began = time.monotonic()
+    killed_when([*argv, "--autosave-cell-every", "1"], cwd=tmp_path, ready=saved_mid_cell)
+    assert time.monotonic() - began < 50  # saved during the cell, not at its end
+    assert "".join(_outputs(out.read_text())[1]) == "started\nstill going\n"
+
+
+def test_without_saving_on_cell_execute_the_output_is_written_at_the_end_only(tmp_path: Path):
+    nb = _notebook(tmp_path, "print('one')", "print('two')")
+    done = stepstone_cli(
+        "run", str(nb), "out.ipynb", "--no-request-save-on-cell-execute", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert _outputs((tmp_path / "out.ipynb").read_text()) == [["one\n"], ["two\n"]]
+
+
+def test_run_from_another_folder_says_where_its_kernel_runs_first(tmp_path: Path):
+    (tmp_path / "nb").mkdir()
+    nb = _notebook(tmp_path / "nb", "import os\nprint(os.getcwd())")
+    away = stepstone_cli("run", "nb/in.ipynb", "out.ipynb", cwd=tmp_path)
+    assert away.returncode == 0, away.stderr
+    first = away.stderr.splitlines()[0]
+    assert first.startswith("running in.ipynb") and "--cwd ." in first, first
+    assert _outputs((tmp_path / "out.ipynb").read_text()) == [[f"{nb.parent}\n"]]
+    here = stepstone_cli(  # another run: the kernel's folder is not among a cell's inputs
+        "run", "nb/in.ipynb", "out2.ipynb", "--cwd", ".", "--run", "elsewhere", cwd=tmp_path
+    )
+    assert "--cwd ." not in here.stderr
+    assert _outputs((tmp_path / "out2.ipynb").read_text()) == [[f"{tmp_path}\n"]]
+
+
+def test_execute_notebook_takes_papermills_keywords(tmp_path: Path, monkeypatch, capfd):
+    import io
+
+    from nbformat.v4 import new_markdown_cell
+
+    monkeypatch.chdir(tmp_path)
+    node = new_notebook(cells=[new_markdown_cell("# T"), new_code_cell("print('hi')")])
+    node.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    printed = io.StringIO()
+    for attempt in ("first", "resumed"):
+        ran = stepstone.execute_notebook(
+            node,
+            str(tmp_path / "out.ipynb"),
+            progress_bar=False,
+            report_mode=True,
+            autosave_cell_every=0,
+            stdout_file=printed,
+        )
+        assert [c.metadata.get("jupyter", {}).get("source_hidden") for c in ran.cells] == [
+            None,
+            True,
+        ], attempt  # markdown shows, code is hidden
+        assert ran.cells[1].outputs[0]["text"] == "hi\n"
+    assert printed.getvalue() == "hi\nhi\n"
+    assert capfd.readouterr().err == ""  # no progress, nothing said
+    status = json.loads(stepstone_cli("status", "--json", "--run", "out", cwd=tmp_path).stdout)
+    assert [s["state"] for s in status["steps"]] == ["verified"]

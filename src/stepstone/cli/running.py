@@ -7,6 +7,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import IO
 
 import click
 
@@ -83,6 +84,54 @@ from .common import errors_as_exit_codes, main, repo_option, run_option
     help="Print a line as each step ends (default: on, unless --log-output).",
 )
 @click.option(
+    "--inject-input-path",
+    is_flag=True,
+    help="Pass the input notebook's path as the parameter PAPERMILL_INPUT_PATH.",
+)
+@click.option(
+    "--inject-output-path",
+    is_flag=True,
+    help="Pass the output notebook's path as the parameter PAPERMILL_OUTPUT_PATH.",
+)
+@click.option("--inject-paths", is_flag=True, help="Both of the above.")
+@click.option(
+    "--prepare-only/--prepare-execute",
+    default=False,
+    help="Write the notebook with its parameters injected, without running it.",
+)
+@click.option("--report-mode/--no-report-mode", default=False, help="Hide the code cells' source.")
+@click.option(
+    "--request-save-on-cell-execute/--no-request-save-on-cell-execute",
+    "save_each_cell",
+    default=True,
+    help="Save the output notebook after cells as the run goes (default), or only at its end.",
+)
+@click.option(
+    "--autosave-cell-every",
+    type=int,
+    default=30,
+    metavar="SECONDS",
+    help="Save it every so often during a long cell too (0: not; default 30).",
+)
+@click.option(
+    "--stdout-file",
+    type=click.File(mode="w", encoding="utf-8"),
+    help="Write what the cells print to FILE as they print it.",
+)
+@click.option(
+    "--stderr-file",
+    type=click.File(mode="w", encoding="utf-8"),
+    help="Write what the cells write to standard error to FILE.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(headless.LEVELS, case_sensitive=False),
+    default="INFO",
+    help="INFO (default) says how the run goes; WARNING only notes; ERROR neither.",
+)
+@click.option("--engine", help="papermill's engine: only nbclient, which stepstone runs with.")
+@click.option("-l", "--language", help="papermill's language: only python.")
+@click.option(
     "--diverge",
     is_flag=True,
     help="Drive a store copied while its run was driven as a new lineage (may send again).",
@@ -125,6 +174,18 @@ def run_command(
     kernel: str | None,
     log_output: bool,
     progress_bar: bool | None,
+    inject_input_path: bool,
+    inject_output_path: bool,
+    inject_paths: bool,
+    prepare_only: bool,
+    report_mode: bool,
+    save_each_cell: bool,
+    autosave_cell_every: int,
+    stdout_file: IO[str] | None,
+    stderr_file: IO[str] | None,
+    log_level: str,
+    engine: str | None,
+    language: str | None,
     diverge: bool,
     new: bool,
     cells: bool | None,
@@ -134,16 +195,46 @@ def run_command(
     With parameters the default run id ends with a hash of them: each set is a run."""
     if output and output_path and output != output_path:
         raise click.UsageError("give the output notebook once: as OUTPUT_PATH or as -o")
+    if engine not in (None, "nbclient"):
+        raise click.UsageError(f"--engine {engine}: stepstone runs notebooks with nbclient only")
+    if language not in (None, "python"):
+        raise click.UsageError(f"--language {language}: stepstone runs Python notebooks only")
     written = output or output_path
     to_stdout = written == Path("-")  # papermill's: the executed notebook on stdout
+    parameters = params.gathered(pairs, files, raw=raw, yamls=yamls, base64s=base64s)
+    paths = {}  # papermill's, first: a parameter of the same name given too overrides them
+    if inject_input_path or inject_paths:
+        paths["PAPERMILL_INPUT_PATH"] = str(notebook)
+    if inject_output_path or inject_paths:
+        paths["PAPERMILL_OUTPUT_PATH"] = str(written or "")
+    parameters = {**paths, **parameters}
+    if prepare_only:
+        shown_out = str(written) if written else ""
+        out = written or notebook.with_name(f"{notebook.stem}.out.ipynb")
+        nb = headless.prepare(
+            notebook,
+            Path("-") if to_stdout else out,
+            parameters,
+            report_mode=report_mode,
+            shown_as=(str(notebook), shown_out or str(out)),
+        )
+        if to_stdout:
+            import nbformat
+
+            sys.stdout.write(nbformat.writes(nb))  # type: ignore[no-untyped-call]
+        else:
+            click.echo(f"prepared {notebook.name} with its parameters: {out} (not run)")
+        return
     if to_stdout:
         written = Path(tempfile.mkdtemp(prefix="stepstone-stdout-")) / notebook.name
+        if log_level.upper() == "INFO":
+            log_level = "ERROR"  # as papermill: the notebook on stdout, little on stderr
     request = headless.Request(
         notebook=notebook,
         output=written,
         run_id=run_id,
         repo=repo,
-        parameters=params.gathered(pairs, files, raw=raw, yamls=yamls, base64s=base64s),
+        parameters=parameters,
         timeout=timeout,
         start_timeout=start_timeout,
         steal=steal,
@@ -155,6 +246,15 @@ def run_command(
         log_output=log_output,
         progress=not log_output if progress_bar is None else progress_bar,
         events=events.absolute() if events is not None else None,
+        writing=nbrun.Writing(
+            each_cell=save_each_cell and not to_stdout,
+            autosave_every=autosave_cell_every,
+            report_mode=report_mode,
+            stdout_file=stdout_file,
+            stderr_file=stderr_file,
+        ),
+        log_level=log_level,
+        papermills=frozenset(paths),
     )
     if events is not None:
         events.write_bytes(b"")  # this run's events, from the first

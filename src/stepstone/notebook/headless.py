@@ -49,6 +49,9 @@ class Request:
     progress: bool = True
     via: str = "cli run"  # its commits' Stepstone-Via, unless STEPSTONE_VIA says another
     events: Path | None = None  # where the run's events go, as JSON Lines (`--events`)
+    writing: nbrun.Writing = field(default_factory=nbrun.Writing)  # papermill's saving
+    log_level: str = "INFO"  # WARNING: no line about how it runs; ERROR: no notes either
+    papermills: frozenset[str] = frozenset()  # PAPERMILL_INPUT_PATH...: never refused unknown
 
 
 @dataclass
@@ -141,6 +144,7 @@ def run_notebook(
 def _run_notebook(
     request: Request, say: Callable[[str], None], on_event: Callable[[Any], None] | None
 ) -> Ran:
+    info, note = _levelled(say, request.log_level)
     notebook = request.notebook.absolute()
     if not notebook.is_file():
         raise InvalidInput(
@@ -154,7 +158,7 @@ def _run_notebook(
     plan = notebook_plan.plan_from_notebook(notebook, cells=cells)  # a bad plan: no kernel
     problem = notebook_plan.schema_problem(notebook)
     if problem:
-        say(
+        note(
             f"stepstone: note: {notebook.name} does not match the notebook schema "
             f"({problem}); running it as Jupyter does"
         )
@@ -162,7 +166,9 @@ def _run_notebook(
     known = notebook_plan.parameter_defaults(notebook)
     if not request.new:
         params.refuse_unknown(
-            request.parameters, notebook_plan.parameter_names(notebook), notebook.name
+            {k: v for k, v in request.parameters.items() if k not in request.papermills},
+            notebook_plan.parameter_names(notebook),
+            notebook.name,
         )
     given = params.normalised(request.parameters, known)
     identity = params.beyond_defaults(given, known)
@@ -187,8 +193,8 @@ def _run_notebook(
     if stepped:
         made = GitStore(store)  # a store that cannot be made says why, before a kernel
         if made.refs.tip(run_id) is not None and not request.diverge:
-            for note in settle_now(made, run_id):  # a copy taken while it was driven
-                say(f"stepstone: {note}")
+            for settled in settle_now(made, run_id):  # a copy taken while it was driven
+                note(f"stepstone: {settled}")
         if made.refs.tip(run_id) is not None:
             recorded = open_run(run_id, repo=store, drive=False, create=False)
             params.refuse_other(
@@ -205,7 +211,15 @@ def _run_notebook(
                 said += " (it uses no stepstone magics; --no-cells runs it as nbclient does)"
     else:
         said = "(--no-cells: executed as nbclient does)"
-    say(f"running {notebook.name} {said}")
+    folder = (request.cwd or notebook.parent).absolute()
+    if request.cwd is None and folder != Path.cwd().absolute():
+        note(  # papermill's kernel runs in the caller's folder
+            f"running {notebook.name} {said}; its kernel runs in the notebook's folder "
+            f"{folder}, as Jupyter's does (papermill's runs in the current folder: pass "
+            f"--cwd . for that)"
+        )
+    else:
+        info(f"running {notebook.name} {said}")
     outcome = nbrun.execute(
         notebook,
         run_id=run_id,
@@ -224,6 +238,7 @@ def _run_notebook(
         via=settings.origin or request.via,
         events=request.events,
         on_event=on_event,
+        writing=request.writing,
     )
     status = None
     if outcome.opened is not None and outcome.ok:
@@ -235,7 +250,55 @@ def _run_notebook(
     return Ran(outcome, output, status, outcome.failed, cells)
 
 
-_UNSUPPORTED = ("stdout_file", "stderr_file")
+LEVELS = ("NOTSET", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # papermill's --log-level
+
+
+def _levelled(
+    say: Callable[[str], None], level: str
+) -> tuple[Callable[[str], None], Callable[[str], None]]:
+    """`say` for the line about how the run goes (INFO) and for notes (WARNING), or
+    nothing, at log level `level` (the progress lines follow --progress-bar)."""
+    at = LEVELS.index(level.upper()) if level.upper() in LEVELS else LEVELS.index("INFO")
+
+    def silent(_: str) -> None:
+        return None
+
+    return (
+        say if at <= LEVELS.index("INFO") else silent,
+        say if at <= LEVELS.index("WARNING") else silent,
+    )
+
+
+def prepare(
+    notebook: Path,
+    output: Path,
+    parameters: Mapping[str, Any],
+    *,
+    report_mode: bool = False,
+    shown_as: tuple[str, str] | None = None,
+) -> Any:
+    """papermill's `--prepare-only`: write the notebook with its parameters injected,
+    and papermill's metadata, to `output` without running it (`shown_as`: the input and
+    output paths as the user gave them). Returns the notebook."""
+    import nbformat
+
+    from .failures import remove_error_markers
+    from .papermillmeta import forget, hide_code, prepared
+
+    if not notebook.is_file():
+        raise InvalidInput(f"no notebook at {notebook.absolute()}; give the path of an .ipynb file")
+    nb = notebook_plan.read_notebook(notebook)
+    remove_error_markers(nb)
+    forget(nb)
+    if parameters:
+        params.inject(nb, dict(parameters))
+    if report_mode:
+        hide_code(nb)
+    shown_in, shown_out = shown_as or (str(notebook), str(output))
+    prepared(nb, input_path=shown_in, output_path=shown_out, parameters=parameters)
+    if str(output) != "-":
+        nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
+    return nb
 
 
 def execute_notebook(
@@ -262,33 +325,34 @@ def execute_notebook(
     Returns the executed notebook (an nbformat `NotebookNode`). A cell that raised is
     marked in it as papermill marks it, and `CellFailed` is raised after it is written.
 
-    Besides papermill's arguments: `execution_timeout` (seconds a cell may run), and
-    stepstone's `run_id`, `repo`, `cells` (every code cell a step: the default for a
-    notebook with no stepstone magics), `steal`, `diverge`, `new`."""
+    Every argument of papermill 2.x's means what it means there (`autosave_cell_every`,
+    `execution_timeout` among the keywords; only the nbclient engine and Python). A
+    `NotebookNode` input runs as the notebook named after `output_path`, its store and
+    its kernel in the current folder (or `cwd`). Besides: stepstone's `run_id`, `repo`,
+    `cells` (every code cell a step: the default for a notebook with no stepstone
+    magics), `steal`, `diverge`, `new`."""
     import tempfile
 
     import nbformat
 
-    if not isinstance(input_path, (str, Path)):
-        raise InvalidInput("input_path: give the notebook's path (its run is named after it)")
     if engine_name not in (None, "nbclient"):
         raise InvalidInput(f"engine_name={engine_name!r}: stepstone runs notebooks with nbclient")
     if language not in (None, "python"):
         raise InvalidInput(f"language={language!r}: stepstone runs Python notebooks")
-    given = {"stdout_file": stdout_file, "stderr_file": stderr_file}
-    if any(given[name] is not None for name in _UNSUPPORTED):
-        raise InvalidInput("stdout_file and stderr_file are not supported: use log_output")
     extra = {k: engine_kwargs.pop(k) for k in list(engine_kwargs) if k in _EXTRA}
     timeout = engine_kwargs.pop("execution_timeout", None)
+    autosave_every = engine_kwargs.pop("autosave_cell_every", 30)
     if engine_kwargs:
         raise InvalidInput(f"unknown arguments: {', '.join(sorted(engine_kwargs))}")
-    path = Path(input_path)
+    if isinstance(input_path, (str, Path)):
+        path = Path(input_path)
+    else:  # a NotebookNode: written where the next call with this output finds it again
+        path = _node_written(input_path, output_path)
+        extra.setdefault("repo", str(Path.cwd() / DEFAULT_STORE))
+        cwd = cwd if cwd is not None else Path.cwd()
     if prepare_only:
-        nb = notebook_plan.read_notebook(path)
-        params.inject(nb, dict(parameters or {}))
-        if output_path is not None:
-            nbformat.write(nb, str(output_path))  # type: ignore[no-untyped-call]
-        return nb
+        out = Path(output_path) if output_path is not None else Path("-")
+        return prepare(path, out, parameters or {}, report_mode=report_mode)
     scratch = None
     if output_path is None:
         scratch = Path(tempfile.mkdtemp(prefix="stepstone-out-")) / path.name
@@ -303,6 +367,14 @@ def execute_notebook(
         log_output=log_output,
         progress=progress_bar and not log_output,
         via="python run",
+        writing=nbrun.Writing(
+            each_cell=request_save_on_cell_execute and output_path is not None,
+            autosave_every=int(autosave_every or 0),
+            report_mode=report_mode,
+            stdout_file=stdout_file,
+            stderr_file=stderr_file,
+        ),
+        log_level="WARNING",  # papermill logs how it runs at INFO, which Python's logging hides
         **extra,
     )
     with nbrun.interrupts_raised():
@@ -310,10 +382,6 @@ def execute_notebook(
     if ran.outcome.signal is not None:
         raise KeyboardInterrupt(ran.outcome.message)
     nb = nbformat.read(str(ran.output), as_version=4)  # type: ignore[no-untyped-call]
-    if report_mode:
-        for cell in nb.cells:
-            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
-        nbformat.write(nb, str(ran.output))  # type: ignore[no-untyped-call]
     if scratch is not None:
         import shutil
 
@@ -323,6 +391,27 @@ def execute_notebook(
     if not ran.outcome.ok:
         raise StepstoneError(ran.outcome.message)
     return nb
+
+
+def _node_written(node: Any, output_path: str | Path | None) -> Path:
+    """Where a notebook given as a `NotebookNode` is run from: a file named after the
+    output notebook in a folder of the system's scratch space kept for that output, so
+    that a second call with the same output resumes its run (the run is named after it,
+    its store is in the current folder, its kernel runs there)."""
+    import hashlib
+    import tempfile
+
+    import nbformat
+
+    out = Path(output_path).absolute() if output_path is not None else Path.cwd() / "notebook"
+    key = hashlib.sha256(str(out).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "stepstone-notebooks" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (out.stem.removesuffix(".out") + ".ipynb")
+    from ..store.durable import write_atomic
+
+    write_atomic(path, nbformat.writes(node).encode())  # type: ignore[no-untyped-call]
+    return path
 
 
 _EXTRA = frozenset({"run_id", "repo", "cells", "steal", "diverge", "new"})

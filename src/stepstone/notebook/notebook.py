@@ -203,6 +203,20 @@ _RESUME_HINT = "run the same command again to resume"
 
 
 @dataclass(frozen=True)
+class Writing:
+    """How the executed notebook is written as the run goes, by papermill's options."""
+
+    each_cell: bool = True  # saved after cells (--request-save-on-cell-execute)
+    autosave_every: int = 30  # and during a long cell, every so many seconds (0: not)
+    report_mode: bool = False  # code cells' source hidden (--report-mode)
+    stdout_file: Any = None  # what the cells print, as they print it (--stdout-file)
+    stderr_file: Any = None  # what they write to standard error (--stderr-file)
+
+
+WRITTEN_AS_PAPERMILL = Writing()
+
+
+@dataclass(frozen=True)
 class NotebookOutcome:
     """How a headless run ended; `signal` is the signal that interrupted it, if one did."""
 
@@ -370,8 +384,10 @@ def execute(
     via: str | None = None,
     events: Path | None = None,
     on_event: Callable[[Any], None] | None = None,
+    writing: Writing = WRITTEN_AS_PAPERMILL,
 ) -> NotebookOutcome:
-    """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`.
+    """Execute a notebook in a fresh kernel in its folder; write the executed copy to `output`
+    (as it goes, as `writing` says).
 
     The kernel appends the run's typed events to `events` (a scratch file when None:
     `model/events.py`); each step cell's outcome is read from them, and `on_event` gets
@@ -394,6 +410,8 @@ def execute(
     identity = beyond_defaults(parameters or {}, defaults(nb))
     if parameters:
         inject(nb, parameters)
+    if writing.report_mode:
+        papermillmeta.hide_code(nb)
     written = {id(cell): cell.source for cell in nb.cells}  # the sources, as written
     setup = None
     if cells and not any("%resume" in c.source for c in nb.cells if c.cell_type == "code"):
@@ -451,6 +469,29 @@ def execute(
         stopper.check()
 
     saved = [-math.inf, 0.0]  # when the last save ended, and how long it took
+    autosave_every = [float(writing.autosave_every)]
+    began_running = time.monotonic()
+
+    def on_output(shown: Any) -> None:
+        if shown is None:
+            return
+        if shown.get("output_type") == "stream":
+            to = writing.stdout_file if shown.get("name") == "stdout" else writing.stderr_file
+            if to is not None:
+                to.write("".join(shown.get("text", "")))
+                to.flush()
+        # during a long cell, every autosave_every seconds, backing off as papermill's does
+        every = autosave_every[0]
+        if not writing.each_cell or not every:
+            return
+        if time.monotonic() - max(saved[0], began_running) < every:
+            return
+        began_saving = time.monotonic()
+        _save_so_far(nb, written, setup, output)
+        done_saving = time.monotonic()
+        saved[:] = [done_saving, done_saving - began_saving]
+        if saved[1] > every * _AUTOSAVE_SHARE:
+            autosave_every[0] = every * 2
 
     def on_cell_executed(cell_index: int, execute_reply: Any, **_: Any) -> None:
         stopper.step = None
@@ -460,7 +501,8 @@ def execute(
         # saved as it goes, as papermill's is, but never for more than 1/SAVE_SHARE of the
         # run's time: a long notebook of quick cells is saved every few cells
         if (
-            nb.cells[cell_index] is not setup
+            writing.each_cell
+            and nb.cells[cell_index] is not setup
             and time.monotonic() - saved[0] >= SAVE_SHARE * saved[1]
         ):
             began_saving = time.monotonic()
@@ -520,6 +562,7 @@ def execute(
         on_cell_execute=on_cell_execute,
         on_cell_executed=on_cell_executed,
     )
+    client.on_output = on_output
     expected = (CellExecutionError, CellTimeoutError, DeadKernelError)
     with _signal_handlers(stopper.on_signal):
         error = stopper.run(client, env)
@@ -605,6 +648,14 @@ def _client_class(base: type[Any]) -> type[Any]:
     on closed sockets, printing a traceback of its own (papermill's runs do)."""
 
     class Client(base):  # type: ignore[misc]
+        on_output: Callable[[Any], None] | None = None  # gets each output as it comes
+
+        def process_message(self, msg: Any, cell: Any, cell_index: int) -> Any:
+            output = super().process_message(msg, cell, cell_index)
+            if self.on_output is not None:
+                self.on_output(output)
+            return output
+
         async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
             self.shutdown_kernel = "immediate"
             return await super()._async_handle_timeout(timeout, cell)
@@ -646,6 +697,8 @@ def hash_seed(run_id: str) -> str:
 CARD = "stepstone"  # the metadata key of a step cell's outcome card (kernel.displayed.CARD)
 
 
+_AUTOSAVE_SHARE = 0.25  # an autosave that takes longer than this share of its interval
+# doubles the interval (papermill's max_autosave_pct)
 SAVE_SHARE = 20  # the output notebook is saved after a cell once this many times as long
 # has passed since the last save as that save took
 

@@ -109,6 +109,28 @@ def finish(
     }
 
 
+def hide_code(nb: Any) -> None:
+    """Hide each code cell's source, as papermill's report mode does (markdown shows)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+
+
+def prepared(nb: Any, *, input_path: str, output_path: str, parameters: Mapping[str, Any]) -> None:
+    """The metadata of a notebook prepared and not run (`--prepare-only`), as papermill
+    writes it: its parameters and paths, and no cell run."""
+    for cell in nb.cells:
+        cell.metadata.setdefault("tags", [])
+    nb.metadata[KEY] = {
+        "default_parameters": {},
+        "environment_variables": {},
+        "input_path": input_path,
+        "output_path": output_path,
+        "parameters": dict(parameters),
+        "version": _version(),
+    }
+
+
 def said_time(cells: list[Any], index: int) -> str:
     """When the cell at `index` was passed over: when the cell that ran before it ended."""
     for cell in reversed(cells[:index]):
