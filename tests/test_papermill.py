@@ -137,8 +137,8 @@ def test_execute_notebook_takes_papermills_arguments_and_resumes(tmp_path: Path,
         assert _cells(tmp_path / "ours" / "out.ipynb") == _cells(tmp_path / "them" / "out.ipynb")
     status = json.loads(stepstone_cli("status", "--json", cwd=tmp_path / "ours").stdout)
     assert [s["state"] for s in status["steps"]] == ["verified"] * 3
-    with pytest.raises(stepstone.InvalidInput, match="stdout_file"):
-        stepstone.execute_notebook("in.ipynb", "out.ipynb", stdout_file="x.txt")
+    stepstone.execute_notebook("in.ipynb", "out.ipynb", stdout_file="x.txt")  # a path too
+    assert (tmp_path / "ours" / "x.txt").read_text() == "1 'b' [1] 0.5 None\n"  # defaults
 
 
 def _papermill_beside(tmp_path: Path, cells: list[str]) -> tuple[Path, Path, int]:

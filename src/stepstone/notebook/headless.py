@@ -9,6 +9,8 @@ error cell at the top, an anchor before the failed cell), and the next run resum
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -377,7 +379,13 @@ def execute_notebook(
         log_level="WARNING",  # papermill logs how it runs at INFO, which Python's logging hides
         **extra,
     )
-    with nbrun.interrupts_raised():
+    with contextlib.ExitStack() as files, nbrun.interrupts_raised():
+        if isinstance(stdout_file, (str, Path)) or isinstance(stderr_file, (str, Path)):
+            request.writing = dataclasses.replace(  # a path: papermill's takes a file only
+                request.writing,
+                stdout_file=_opened(files, stdout_file),
+                stderr_file=_opened(files, stderr_file),
+            )
         ran = run_notebook(request, _logged)
     if ran.outcome.signal is not None:
         raise KeyboardInterrupt(ran.outcome.message)
@@ -391,6 +399,14 @@ def execute_notebook(
     if not ran.outcome.ok:
         raise StepstoneError(ran.outcome.message)
     return nb
+
+
+def _opened(files: contextlib.ExitStack, given: Any) -> Any:
+    """A file to write to: `given`, or the file at path `given`, opened (and closed with
+    `files`)."""
+    if isinstance(given, (str, Path)):
+        return files.enter_context(open(given, "w", encoding="utf-8"))
+    return given
 
 
 def _node_written(node: Any, output_path: str | Path | None) -> Path:
