@@ -24,8 +24,8 @@ from ..run import open_run
 from ..run.copies import settle_now
 from ..settings import Settings
 from ..store import DEFAULT_STORE, GitStore
+from . import fromrecords, notebook_plan
 from . import notebook as nbrun
-from . import notebook_plan
 from . import parameters as params
 from .failures import CellFailed, as_papermills
 
@@ -192,6 +192,7 @@ def _run_notebook(
     elif stepped and not request.new:
         nbrun.refuse_a_misspelled_run(store, run_id, notebook)
     output = (request.output or notebook.with_name(f"{notebook.stem}.out.ipynb")).absolute()
+    begun = False  # a step of the run has a record
     if stepped:
         made = GitStore(store)  # a store that cannot be made says why, before a kernel
         if made.refs.tip(run_id) is not None and not request.diverge:
@@ -206,6 +207,7 @@ def _run_notebook(
                 begun=recorded.begun,
                 known=known,
             )
+            begun = recorded.begun
         said = f"as run {run_id} ({len(plan)} steps, store {store})"
         if cells:
             said += " in --cells mode: every code cell is a step"
@@ -222,26 +224,49 @@ def _run_notebook(
         )
     else:
         info(f"running {notebook.name} {said}")
-    outcome = nbrun.execute(
-        notebook,
-        run_id=run_id,
-        repo=store,
-        output=output,
-        timeout=request.timeout,
-        progress=(lambda line: say(line)) if request.progress else None,
-        steal=request.steal,
-        parameters=given,
-        diverge=request.diverge,
-        cells=cells,
-        cwd=request.cwd,
-        kernel=request.kernel,
-        start_timeout=request.start_timeout,
-        log_output=say if request.log_output else None,
-        via=settings.origin or request.via,
-        events=request.events,
-        on_event=on_event,
-        writing=request.writing,
-    )
+    outcome = None
+    if cells and not magics and not (request.diverge or request.steal) and begun:
+        outcome = fromrecords.answered(
+            notebook,
+            run_id=run_id,
+            store=store,
+            output=output,
+            parameters=given,
+            known=known,
+            kernel=request.kernel,
+            workdir=folder,
+            via=settings.origin or request.via,
+            writing=request.writing,
+            progress=(lambda line: say(line)) if request.progress else None,
+            events_path=request.events,
+            on_event=on_event,
+        )
+        if outcome is not None:
+            info(
+                "nothing to run: every step verified, and the executed notebook is written "
+                "from their records (no kernel was started)"
+            )
+    if outcome is None:
+        outcome = nbrun.execute(
+            notebook,
+            run_id=run_id,
+            repo=store,
+            output=output,
+            timeout=request.timeout,
+            progress=(lambda line: say(line)) if request.progress else None,
+            steal=request.steal,
+            parameters=given,
+            diverge=request.diverge,
+            cells=cells,
+            cwd=request.cwd,
+            kernel=request.kernel,
+            start_timeout=request.start_timeout,
+            log_output=say if request.log_output else None,
+            via=settings.origin or request.via,
+            events=request.events,
+            on_event=on_event,
+            writing=request.writing,
+        )
     status = None
     if outcome.opened is not None and outcome.ok:
         opened_id, opened_store = outcome.opened

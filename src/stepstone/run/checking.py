@@ -303,12 +303,14 @@ class Checker:
                 ) from exc
         return values
 
-    def load_kernel(self, record: StepRecord) -> dict[str, Any]:
-        """The kernel's part of `record` (`models.KERNEL_KEYS`), loaded; a part this user
-        may not load (a pickle from a store not trusted) is left out."""
+    def load_kernel(
+        self, record: StepRecord, only: Collection[str] | None = None
+    ) -> dict[str, Any]:
+        """The kernel's part of `record` (`models.KERNEL_KEYS`; `only` those), loaded; a
+        part this user may not load (a pickle from a store not trusted) is left out."""
         values: dict[str, Any] = {}
         for key, art in record.kernel.items():
-            if not self.may_load(art):
+            if (only is not None and key not in only) or not self.may_load(art):
                 continue
             try:
                 values[key] = self._load(key, art)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +52,12 @@ class RunView:
         (pickles from a store they do not trust): the step stands without them."""
         return self._checker.withheld
 
-    def kernel_part(self, record: StepRecord) -> dict[str, Any]:
+    def kernel_part(
+        self, record: StepRecord, only: Collection[str] | None = None
+    ) -> dict[str, Any]:
         """What `record` keeps for the kernel (what it displayed, the process state it
-        set), loaded; a part this user may not load is left out."""
-        return self._checker.load_kernel(record)
+        set), loaded (`only` those parts); a part this user may not load is left out."""
+        return self._checker.load_kernel(record, only)
 
     @property
     def begun(self) -> bool:
