@@ -49,6 +49,7 @@ def answered(
     via: str | None,
     writing: Writing,
     progress: Callable[[str], None] | None,
+    log_output: Callable[[str], None] | None,
     events_path: Path | None,
     on_event: Callable[[Any], None] | None,
 ) -> NotebookOutcome | None:
@@ -82,6 +83,12 @@ def answered(
             said.append(StepEnded(number=planned.number, name=planned.name, outcome="skipped"))
         opened_run = (run.id, run.store.path)
     _write(nb, shown, notebook, output, parameters, language, writing)
+    if log_output is not None:  # as a kernel's run logs each cell's text as it ends
+        for cell in nb.cells:
+            for out in cell.get("outputs", []):
+                text = out.get("text") or (out.get("data") or {}).get("text/plain") or ""
+                if text:
+                    log_output(str(text).rstrip("\n"))
     if events_path is not None:
         events.append(events_path, said)
     for event in said:

@@ -238,6 +238,7 @@ def _run_notebook(
             via=settings.origin or request.via,
             writing=request.writing,
             progress=(lambda line: say(line)) if request.progress else None,
+            log_output=say if request.log_output else None,
             events_path=request.events,
             on_event=on_event,
         )
