@@ -1,6 +1,7 @@
 """papermill's own test notebooks through `stepstone run IN OUT`, beside `papermill IN OUT`
 with the same arguments: do the output notebooks agree (cells and outputs, execution
-counts and metadata aside)? And after a `kill -9` of the kernel partway and a resume?
+counts and metadata aside)? And run again with nothing to do (answered from the records,
+or by a kernel)? And after a `kill -9` of the kernel partway and a resume?
 (issue 37; the table is in docs/clients.md)
 
     python benchmarks/papermill_agreement.py --papermill-repo PATH [--only NAME...]
@@ -106,6 +107,15 @@ def measure(source: Path) -> dict[str, Any]:
     expected = _cells(out_theirs)
     differ = _first_difference(_cells(out_ours), expected)
     row["agree"] = "yes" if not differ else f"no: {differ}"
+    if ours.returncode == 0:  # again with nothing to do: from the records, no kernel
+        again = _run(stepstone, folders["stepstone"])
+        differ = _first_difference(_cells(out_ours), expected)
+        how = "no kernel" if "no kernel was started" in again.stderr else "a kernel"
+        row["again"] = (
+            (f"yes ({how})" if not differ else f"no ({how}): {differ}")
+            if again.returncode == 0
+            else f"exit {again.returncode}"
+        )
     steps = ours.stderr.count("]")  # `[k/N] name: ...` lines
     if ours.returncode == 0 and steps >= 2:
         killed_after(stepstone, folders["killed"], steps // 2, TIMEOUT)
@@ -131,13 +141,14 @@ def main() -> None:
     if args.only:
         books = [b for b in books if any(o in b.name for o in args.only)]
     rows = [measure(book) for book in books]
-    head = "| notebook | parameters | papermill | stepstone | outputs agree | after a kill |"
-    print(head)
-    print("| --- | --- | --- | --- | --- | --- |")
+    columns = ["notebook", "parameters", "papermill", "stepstone", "outputs agree"]
+    columns += ["run again", "after a kill"]
+    print("| " + " | ".join(columns) + " |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(
             f"| {r['notebook']} | {r['parameters']} | {r['papermill']} | {r['stepstone']} | "
-            f"{r['agree']} | {r.get('after a kill', '—')} |"
+            f"{r['agree']} | {r.get('again', '—')} | {r.get('after a kill', '—')} |"
         )
 
 

@@ -46,7 +46,11 @@ def notebook(folder: Path, cells: int, slow: float, fails_at: int | None = None)
             source = "import os\nif not os.path.exists('go'):\n    raise RuntimeError('not yet')\n"
             source += "print('going')"
         book.cells.append(new_code_cell(source))
-    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    book.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     path = folder / "nb.ipynb"
     nbformat.write(book, str(path))
     return path
