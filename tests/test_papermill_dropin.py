@@ -333,3 +333,21 @@ def test_execute_notebook_takes_papermills_keywords(tmp_path: Path, monkeypatch,
     assert "running" not in said and "[1/1]" not in said and "stepstone" not in said, said
     status = json.loads(stepstone_cli("status", "--json", "--run", "out", cwd=tmp_path).stdout)
     assert [s["state"] for s in status["steps"]] == ["verified"]
+
+
+@pytest.mark.parametrize("stop", ["sys.exit()", "sys.exit(0)", "raise SystemExit"])
+def test_a_notebook_that_stops_itself_shows_the_same_stop_when_run_again(tmp_path: Path, stop: str):
+    nb = _notebook(tmp_path, "print(1)", f"import sys\n{stop}", "print(3)")
+    theirs = _papermill(str(nb), "theirs.ipynb", cwd=tmp_path)
+    assert theirs.returncode == 0, theirs.stderr
+    expected = json.loads((tmp_path / "theirs.ipynb").read_text())["cells"][1]["outputs"]
+    for attempt in ("first", "again"):  # again: the cell is skipped, its exit given back
+        ours = stepstone_cli("run", str(nb), "ours.ipynb", cwd=tmp_path)
+        assert ours.returncode == 0, (attempt, ours.stderr)
+        book = json.loads((tmp_path / "ours.ipynb").read_text())
+        shown = book["cells"][1]["outputs"]
+        assert _errors(shown) == _errors(expected) != [], attempt
+
+
+def _errors(outputs: list[dict[str, object]]) -> list[tuple[object, object]]:
+    return [(o["ename"], o["evalue"]) for o in outputs if o["output_type"] == "error"]

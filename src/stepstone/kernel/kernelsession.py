@@ -627,7 +627,7 @@ class KernelSession:
         if changed:
             ran.kernel[processstate.KEY] = changed
         if self.exited is not None:  # skipped later, it stops the notebook there again
-            ran.kernel[EXITED] = True
+            ran.kernel[EXITED] = {"args": list(self.exited.args)}  # sys.exit() or (0)
         if outputs:
             ran.kernel[displayed.KEY] = displayed.kept(outputs)
             if ns.get("_") is not last and any(o["msg_type"] == "execute_result" for o in outputs):
@@ -684,8 +684,10 @@ class KernelSession:
             displayed.show_again(self.ip, shown, kernel[RESULT])
         else:
             displayed.show_again(self.ip, shown)
-        if kernel.get(EXITED):
-            self.exited = SystemExit(0)
+        exited = kernel.get(EXITED)
+        if exited:  # as the code raised it: `sys.exit()` says '', `sys.exit(0)` says '0'
+            args = exited.get("args", [0]) if isinstance(exited, dict) else [0]
+            self.exited = SystemExit(*args)
         links = kernel.get(sharing.KEY) or []
         process = processstate.restore(kernel.get(processstate.KEY) or {})
         process = [f"{part} state" for part in process]

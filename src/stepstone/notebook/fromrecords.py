@@ -253,8 +253,7 @@ def _write(
             name = parts[0].split()[0]
             cell.outputs = [_as_output(out, count) for out in shown.get(name, [])]
             said = (
-                f"step {number} {name}: skipped, verified (nothing to run: no kernel was "
-                f"started)"
+                f"step {number} {name}: skipped, verified (nothing to run: no kernel was started)"
             )
             cell.metadata[CARD] = {"said": [said], "shown": [{"text/plain": said}]}
             _to_files(cell.outputs, writing)
