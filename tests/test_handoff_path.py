@@ -288,6 +288,22 @@ def test_an_edited_decide_line_is_seen_by_status_before_the_notebook_runs(workdi
     assert [s["state"] for s in after["steps"]] == ["verified"] * 3
 
 
+@pytest.mark.kernel
+def test_a_decide_line_the_kernel_expands_is_not_taken_for_an_edit(workdir: Path):
+    nb = _quickstart(workdir)
+    book = nbformat.read(str(nb), as_version=4)
+    (cell,) = [c for c in book.cells if c.source.startswith("%decide")]
+    line = cell.source.replace("threshold=105", "threshold={limit}")
+    assert line != cell.source
+    cell.source = f"limit = 105\n{line}"
+    nbformat.write(book, str(nb))
+    status = json.loads(cli("status", "--json", cwd=workdir).stdout)
+    assert not any("%decide" in n for n in status["notes"]), status["notes"]
+    assert [s["state"] for s in status["steps"]] == ["verified"] * 3
+    ran = cli("run", str(nb), cwd=workdir)  # the kernel expands it to what was decided
+    assert ran.returncode == 0 and "[3/3] report: skipped" in ran.stderr, ran.stderr
+
+
 # -- 3. MCP complete for a hand-off ----------------------------------------------------
 
 

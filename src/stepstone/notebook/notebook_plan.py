@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -363,6 +364,9 @@ def _decide_lines(run: Run) -> dict[str, DecideLine]:
     return found
 
 
+_EXPANDED = re.compile(r"\{[^{}]*\}|\$\w")  # IPython's expansion of a line magic's words
+
+
 def _seeing_decide_lines(run: Run, status: RunStatus) -> RunStatus:
     """`status` as the next run of the notebook will see its edited `%decide` lines: a
     line that revises a decision (`--revise`) shows the new value, its readers stale; a
@@ -376,8 +380,8 @@ def _seeing_decide_lines(run: Run, status: RunStatus) -> RunStatus:
     notes = []
     for at, decision in enumerate(decisions):
         line = lines.get(decision.key)
-        if line is None or line.value == decision.value:
-            continue
+        if line is None or line.value == decision.value or _EXPANDED.search(line.value):
+            continue  # (a `{name}` or `$name` the kernel expands: only a run knows it)
         if decision.by is not None and decision.over in (None, line.value):
             continue  # decided outside over what this line says: it stands
         if not line.revise:
