@@ -351,3 +351,22 @@ def test_a_notebook_that_stops_itself_shows_the_same_stop_when_run_again(tmp_pat
 
 def _errors(outputs: list[dict[str, object]]) -> list[tuple[object, object]]:
     return [(o["ename"], o["evalue"]) for o in outputs if o["output_type"] == "error"]
+
+
+def test_the_stdout_file_is_no_steps_writing(tmp_path: Path):
+    nb = _notebook(
+        tmp_path,
+        "import time\nprint('one', flush=True)\ntime.sleep(0.5)",
+        "import time\nprint('two', flush=True)\ntime.sleep(0.5)",
+    )
+    flags = ["--stdout-file", "printed.txt"]
+    first = stepstone_cli("run", str(nb), "out.ipynb", *flags, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    status = json.loads(stepstone_cli("status", "--json", cwd=tmp_path).stdout)
+    assert not any("printed.txt" in note for note in status["notes"]), status["notes"]
+    for step in ("cell-1", "cell-2"):  # neither wrote it: this command did, as they ran
+        shown = stepstone_cli("show", step, cwd=tmp_path).stdout
+        assert "printed.txt" not in shown, shown
+    again = stepstone_cli("run", str(nb), "out.ipynb", *flags, cwd=tmp_path)
+    assert again.returncode == 0 and "no kernel was started" in again.stderr, again.stderr
+    assert (tmp_path / "printed.txt").read_text() == "one\ntwo\n"

@@ -36,6 +36,8 @@ CONFIG_ENV = "STEPSTONE_CONFIG"  # this user's configuration folder (values/trus
 NOTEBOOK_ENV = "STEPSTONE_NOTEBOOK"  # the notebook the kernel runs
 PARAMETERS_ENV = "STEPSTONE_PARAMETERS"  # the parameters' canonical JSON, for `%resume`
 VIA_ENV = "STEPSTONE_VIA"  # who started the notebook's run: `cli run`, `mcp run`
+UNWATCHED_ENV = "STEPSTONE_UNWATCHED"  # files the command that started the kernel writes
+# as it runs (--stdout-file, --stderr-file): no step wrote them (os.pathsep between)
 EVENTS_ENV = "STEPSTONE_EVENTS"  # a file the kernel appends the run's events to (JSON Lines)
 FAULT_ENV = "STEPSTONE_FAULT"  # tests: NAME[:N], kill the process at a fault point (faults.py)
 CLOCK_SKEW_ENV = "STEPSTONE_CLOCK_SKEW"  # tests: seconds this process's clock is ahead (or behind)

@@ -225,6 +225,7 @@ def run_command(
         else:
             click.echo(f"prepared {notebook.name} with its parameters: {out} (not run)")
         return
+    output_default = notebook.with_name(f"{notebook.stem}.out.ipynb")
     if to_stdout:
         written = Path(tempfile.mkdtemp(prefix="stepstone-stdout-")) / notebook.name
         if log_level.upper() == "INFO":
@@ -252,6 +253,7 @@ def run_command(
             report_mode=report_mode,
             stdout_file=stdout_file,
             stderr_file=stderr_file,
+            paths=(str(notebook), "-" if to_stdout else str(written or output_default)),
         ),
         log_level=log_level,
         papermills=frozenset(paths),
@@ -275,7 +277,8 @@ def run_command(
     ended = ran.ended
     assert ended is not None
     if ended.exit_code == 0:
-        click.echo(ended.message, err=to_stdout)
+        if log_level.upper() not in ("WARNING", "ERROR", "CRITICAL"):  # papermill: silent
+            click.echo(ended.message, err=to_stdout)
         return
     click.echo(f"stepstone: {ended.message}", err=True)
     sys.exit(ended.exit_code)

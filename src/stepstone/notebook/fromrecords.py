@@ -144,7 +144,10 @@ def _language_info(output: Path, notebook: Path) -> dict[str, Any] | None:
         return None
     ran = metadata.get(papermillmeta.KEY) or {}
     language = metadata.get("language_info")
-    if ran.get("input_path") != str(notebook) or not isinstance(language, dict):
+    given = ran.get("input_path")
+    if not isinstance(given, str) or not isinstance(language, dict):
+        return None
+    if Path(given).resolve() != notebook.resolve():  # (as given: relative to this folder)
         return None
     return language
 
@@ -259,8 +262,9 @@ def _write(
             _to_files(cell.outputs, writing)
         papermillmeta.ended(cell, failed=False)
     nb.metadata["language_info"] = language
+    shown_in, shown_out = writing.paths or (str(notebook), str(output))
     papermillmeta.finish(
-        nb, input_path=notebook, output_path=output, parameters=parameters, start=began,
+        nb, input_path=shown_in, output_path=shown_out, parameters=parameters, start=began,
         failed=False,
     )  # fmt: skip
     write_atomic(output, nbformat.writes(nb).encode())  # type: ignore[no-untyped-call]

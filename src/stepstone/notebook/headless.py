@@ -110,7 +110,13 @@ def conclude(ran: Ran, notebook: Path) -> RunEnded:
         what = "code cells" if ran.cells else "%%step cells"
         message = f"ran {notebook.name} as run {status.run}: it has no {what} yet"
         return RunEnded(outcome="ok", message=message, run=run, exit_code=0)
-    message = f"all {len(status.steps)} steps confirmed; next: {status.next_action}"
+    if status.open_unknowns or status.plan_mode == "incremental":
+        message = f"all {len(status.steps)} steps confirmed; next: {status.next_action}"
+    else:  # a scheduled job runs it again: finishing is the end of it, said as such
+        message = (
+            f"all {len(status.steps)} steps confirmed; run it again to redo only what "
+            f"changed (`stepstone finish` closes the run for good: it is not run again)"
+        )
     return RunEnded(outcome="ok", message=message, run=run, exit_code=0)
 
 
@@ -401,6 +407,7 @@ def execute_notebook(
             report_mode=report_mode,
             stdout_file=stdout_file,
             stderr_file=stderr_file,
+            paths=(str(path), str(output_path)) if output_path is not None else None,
         ),
         log_level="WARNING",  # papermill logs how it runs at INFO, which Python's logging hides
         **extra,

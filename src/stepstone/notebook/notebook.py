@@ -42,6 +42,7 @@ from ..settings import (
     RUN_ENV,
     STEAL_ENV,
     STORE_ENV,
+    UNWATCHED_ENV,
     VIA_ENV,
     Settings,
     child_environment,
@@ -211,6 +212,7 @@ class Writing:
     report_mode: bool = False  # code cells' source hidden (--report-mode)
     stdout_file: Any = None  # what the cells print, as they print it (--stdout-file)
     stderr_file: Any = None  # what they write to standard error (--stderr-file)
+    paths: tuple[str, str] | None = None  # input and output as given, for papermill's metadata
 
 
 WRITTEN_AS_PAPERMILL = Writing()
@@ -551,6 +553,13 @@ def execute(
         env[DIVERGE_ENV] = "1"
     if cells:
         env[CELLS_ENV] = "1"
+    written_here = [  # what this process writes as the cells run is no step's writing
+        os.path.realpath(to.name)
+        for to in (writing.stdout_file, writing.stderr_file)
+        if isinstance(getattr(to, "name", None), str) and not to.name.startswith("<")
+    ]
+    if written_here:
+        env[UNWATCHED_ENV] = os.pathsep.join(written_here)
     client = _client_class(NotebookClient)(
         nb,
         config=_over_unix_sockets(scratch),
@@ -577,10 +586,11 @@ def execute(
         elif isinstance(error, CellTimeoutError) and running[0] is not None:
             late = ("CellTimeoutError", f"it ran past --execution-timeout ({timeout} s)")
             failed = mark_failure(nb, running[0], late)
+        shown_in, shown_out = writing.paths or (str(path), str(output))
         papermillmeta.finish(
             nb,
-            input_path=path,
-            output_path=output,
+            input_path=shown_in,
+            output_path=shown_out,
             parameters=parameters or {},
             start=began,
             failed=failed is not None,

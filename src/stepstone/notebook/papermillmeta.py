@@ -61,8 +61,8 @@ def ended(cell: Any, *, failed: bool) -> None:
 def finish(
     nb: Any,
     *,
-    input_path: Path,
-    output_path: Path,
+    input_path: str | Path,
+    output_path: str | Path,
     parameters: Mapping[str, Any],
     start: str,
     failed: bool,

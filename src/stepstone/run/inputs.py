@@ -12,6 +12,7 @@ from typing import Protocol
 from ..model.models import PlannedStep, StepRecord
 from ..rules import dependencies
 from .active import Trace
+from .filetrace import unwatched
 from .state import RunState
 
 
@@ -42,8 +43,8 @@ def recorded_inputs(
     listed: list[str] = []
     if trace.files.read or trace.files.wrote or trace.files.listed:  # (a stat a part)
         root = os.path.realpath(workdir)
-        read, wrote = trace.files.relative(root, skip=(os.path.realpath(store),))
-        listed = trace.files.folders(root, skip=(os.path.realpath(store),))
+        read, wrote = trace.files.relative(root, skip=unwatched(store))
+        listed = trace.files.folders(root, skip=unwatched(store))
     table = state.records.table
     inputs, reads, binds = dependencies.recorded_inputs(
         source=source,

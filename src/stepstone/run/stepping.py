@@ -23,6 +23,7 @@ from ..rules.verdicts import Verdicts
 from . import folderwatch, keeping, questions
 from .active import Trace, stepping_in
 from .checking import RETURN, Checker, check_scope
+from .filetrace import unwatched
 from .inputs import recorded_inputs
 from .layout import source_hash
 from .ledger import Ledger
@@ -529,7 +530,7 @@ def basis(state: RunState, planned: PlannedStep, trace: Trace, workdir: Path) ->
         read[f"{dependencies.UNKNOWN}{unknown}"] = question.answer if question else None
     if trace.files.read:
         root = os.path.realpath(workdir)
-        files, _ = trace.files.relative(root, skip=(os.path.realpath(state.store.path),))
+        files, _ = trace.files.relative(root, skip=unwatched(state.store.path))
         for path in files:
             read[f"{dependencies.READ}{path}"] = _file_digest(os.path.join(root, path))
     return _digest(given_before(state, planned.number), planned.source_hash, read)
