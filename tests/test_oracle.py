@@ -66,6 +66,22 @@ def test_a_cell_added_at_the_end_reads_what_the_cells_before_changed_in_place(tm
     _ends_as_a_fresh_run(case, tmp_path)
 
 
+# seed 5023 of the long round: a closure a skipped cell advanced came back as made
+def test_a_cell_inserted_after_a_closure_was_called_sees_it_advanced(tmp_path: Path):
+    case = Case(tmp_path / "ours")
+    case.write(
+        [
+            "def make():\n    n = 6\n    def count():\n        nonlocal n\n        n += 1\n"
+            "        return n\n    return count\ncounter = make()",
+            "print(counter())",
+            "x = 1",
+        ]
+    )
+    assert case.run().code == 0
+    case.cells.insert(2, "print(counter())")  # a fresh run prints 7, then 8
+    _ends_as_a_fresh_run(case, tmp_path)
+
+
 def test_a_name_no_cell_reads_comes_back_after_a_kill(tmp_path: Path):
     case = Case(tmp_path / "ours")
     case.write(["total = sum(range(10))\nlabel = 'sum'", KILL + "print('after')"])

@@ -114,8 +114,14 @@ def touched(
         for n in names
         if n in namespace
         and (n not in cell.binds or (bound and (reads is None or n in reads)))
-        and not isinstance(namespace[n], _DEFINED)
+        and (not isinstance(namespace[n], _DEFINED) or _holds_state(namespace[n]))
     }
+
+
+def _holds_state(value: Any) -> bool:
+    """A function with a closure (`counter = make()`): calling it may change what its
+    closure holds (`nonlocal n; n += 1`), as a method changes its object."""
+    return isinstance(value, types.FunctionType) and bool(value.__closure__)
 
 
 def calls_notebook_code(value: Any) -> bool:
