@@ -264,3 +264,9 @@ def _number(text: str | None, kind: Callable[[str], _N]) -> _N | None:
         return kind(text.strip())
     except ValueError:
         return None
+
+
+def unwatched() -> tuple[str, ...]:
+    """The files the command that started this kernel writes as the cells run
+    (`UNWATCHED_ENV`: `--stdout-file`, `--stderr-file`): no step's writing."""
+    return tuple(p for p in os.environ.get(UNWATCHED_ENV, "").split(os.pathsep) if p)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..settings import UNWATCHED_ENV
+from .. import settings
 
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
@@ -172,5 +172,4 @@ def tracing(trace: FileTrace, watch: Watch | None = None) -> Iterator[FileTrace]
 def unwatched(store: str | os.PathLike[str]) -> tuple[str, ...]:
     """The paths no step's trace holds: the run's store, and the files the command that
     started the kernel writes as the cells run (`UNWATCHED_ENV`: `--stdout-file`)."""
-    given = os.environ.get(UNWATCHED_ENV, "")
-    return (os.path.realpath(store), *(p for p in given.split(os.pathsep) if p))
+    return (os.path.realpath(store), *settings.unwatched())
