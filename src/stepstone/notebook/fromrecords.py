@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,10 @@ from typing import Any
 from ..errors import StepstoneError
 from ..model import events
 from ..model.events import RunOpened, StepEnded, StepStarted
-from ..run import open_run
+from ..run import active, open_run
 from ..settings import Settings
 from ..store.durable import write_atomic
+from ..values import artifacts
 from . import papermillmeta
 from .cellargs import PARAMETER_TAGS, PLAIN_TAGS
 from .failures import remove_error_markers
@@ -64,11 +66,17 @@ def answered(
     language = _language_info(output, notebook)
     if language is None:
         return None
+    if not _kernel_is_this_python(nb, language) or not _imports_found(nb, workdir):
+        return None
     settings = Settings.from_env(origin=via) if via else Settings.from_env()
+    driven = active.driven_run()  # a script's or kernel's own run stays its own
     try:
         run = open_run(run_id, repo=store, workdir=workdir, create=False, settings=settings)
     except StepstoneError:
         return None  # held by another driver, or unreadable: the kernel's run says why
+    finally:
+        if driven is not None:
+            active.now_driving(driven)
     with run:
         shown = _outputs_if_all_verified(run, notebook, parameters, known)
         if shown is None:
@@ -79,10 +87,18 @@ def answered(
         )  # fmt: skip
         said: list[Any] = [opened]
         for planned in run.steps:
-            said.append(StepStarted(number=planned.number, name=planned.name, skip=True, reason=""))
+            said.append(
+                StepStarted(number=planned.number, name=planned.name, skip=True, reason="verified")
+            )
             said.append(StepEnded(number=planned.number, name=planned.name, outcome="skipped"))
         opened_run = (run.id, run.store.path)
-    _write(nb, shown, notebook, output, parameters, language, writing)
+    try:
+        _write(nb, shown, notebook, output, parameters, language, writing)
+    except OSError as exc:  # as a kernel's run says it, the run's records unchanged
+        note = (
+            f"the executed notebook could not be written to {output} ({exc.strerror}): pass -o PATH"
+        )
+        return NotebookOutcome(True, "ok", output, note=note, opened=opened_run)
     if log_output is not None:  # as a kernel's run logs each cell's text as it ends
         for cell in nb.cells:
             for out in cell.get("outputs", []):
@@ -118,7 +134,7 @@ def _plain_cells_inert(nb: Any) -> bool:
 def _literal_assignments(source: str) -> bool:
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         return False
     for statement in tree.body:
         if not isinstance(statement, ast.Assign) or not all(
@@ -142,8 +158,10 @@ def _language_info(output: Path, notebook: Path) -> dict[str, Any] | None:
     metadata = earlier.get("metadata") if isinstance(earlier, dict) else None
     if not isinstance(metadata, dict):
         return None
-    ran = metadata.get(papermillmeta.KEY) or {}
+    ran = metadata.get(papermillmeta.KEY)
     language = metadata.get("language_info")
+    if not isinstance(ran, dict) or not ran.get("end_time") or ran.get("exception"):
+        return None  # prepared only, or stopped: no kernel's word on its language
     given = ran.get("input_path")
     if not isinstance(given, str) or not isinstance(language, dict):
         return None
@@ -182,6 +200,8 @@ def _outputs_if_all_verified(
         record = run.records.get(planned.name)
         if record is None or record.status != "confirmed" or record.unsaved:
             return None
+        if not _loads_as_a_kernel_would(run, record):
+            return None
         try:
             kept = run.kernel_part(record, only=("displayed", "exited"))
         except StepstoneError:
@@ -193,6 +213,105 @@ def _outputs_if_all_verified(
             return None
         shown[planned.name] = outputs
     return shown
+
+
+def _kernel_is_this_python(nb: Any, language: Mapping[str, Any]) -> bool:
+    """Whether the notebook's kernel runs this Python (its kernelspec starts this
+    interpreter, of the version the earlier executed notebook says): what a skip runs
+    again and loads can then be checked here."""
+    import platform
+    import shutil
+    import sys
+
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    name = nb.metadata.get("kernelspec", {}).get("name") or "python3"
+    try:
+        argv = KernelSpecManager().get_kernel_spec(name).argv
+    except (NoSuchKernel, OSError, ValueError):
+        return False
+    found = shutil.which(argv[0]) if argv else None
+    if found is None or os.path.realpath(found) != os.path.realpath(sys.executable):
+        return False
+    return language.get("version") == platform.python_version()
+
+
+def _imports_found(nb: Any, workdir: Path) -> bool:
+    """Whether every module the step cells import at their top (what a skip imports
+    again) is found by this Python from the kernel's folder; a cell that is not plain
+    Python (a magic, a shell line) cannot be read, and answers no."""
+    import importlib.util
+    import sys
+
+    wanted: set[str] = set()
+    for _, parts, cell in step_cells(nb, cells=True):
+        if parts is None or cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(parts[1])
+        except (SyntaxError, ValueError):
+            return False
+        for statement in tree.body:
+            if isinstance(statement, ast.Import):
+                wanted.update(alias.name.split(".")[0] for alias in statement.names)
+            elif isinstance(statement, ast.ImportFrom):
+                if statement.level or not statement.module:
+                    return False
+                wanted.add(statement.module.split(".")[0])
+    return _found(wanted, workdir, importlib.util, sys)
+
+
+def _found(modules: set[str], folder: Path, util: Any, sys: Any) -> bool:
+    if not modules:
+        return True
+    sys.path.insert(0, str(folder))
+    try:
+        return all(name in sys.modules or util.find_spec(name) is not None for name in modules)
+    except (ImportError, ValueError):
+        return False
+    finally:
+        sys.path.remove(str(folder))
+
+
+def _loads_as_a_kernel_would(run: Any, record: Any) -> bool:
+    """Whether every value and kernel part `record` saved is in the store as recorded
+    (size and sha256) and in a format whose loading needs nothing missing here: a
+    pickle only of classes and functions from modules this Python finds. A big value
+    is not read here: the kernel answers for it."""
+    import hashlib
+    import importlib.util
+    import pickletools
+    import sys
+
+    for art in [*record.outputs.values(), *record.kernel.values()]:
+        if art.format not in _LOADED_HERE or art.size > _READ_AT_MOST:
+            return False
+        data = run.state.blob(artifacts.path_for(art.sha256, art.format))
+        if data is None or len(data) != art.size or hashlib.sha256(data).hexdigest() != art.sha256:
+            return False
+        if art.format != "pickle":
+            continue
+        modules: set[str] = set()
+        try:
+            strings: list[str] = []
+            for op, arg, _ in pickletools.genops(data):
+                if op.name == "GLOBAL":
+                    modules.add(str(arg).split(" ")[0].split(".")[0])
+                elif op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
+                    strings.append(str(arg))
+                elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    modules.add(strings[-2].split(".")[0])
+                elif op.name == "STACK_GLOBAL":
+                    return False
+        except Exception:
+            return False
+        if not _found(modules - {"__main__"}, run.workdir, importlib.util, sys):
+            return False
+    return True
+
+
+_LOADED_HERE = frozenset({"json", "pickle", "npy", "arrow", "parquet"})
+_READ_AT_MOST = 4 << 20  # bytes of one saved value checked here; larger: a kernel's run
 
 
 def _claimed(run: Any, notebook: Path) -> bool:

@@ -331,7 +331,13 @@ def prepare(
     shown_in, shown_out = shown_as or (str(notebook), str(output))
     prepared(nb, input_path=shown_in, output_path=shown_out, parameters=parameters)
     if str(output) != "-":
-        nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
+        try:
+            nbformat.write(nb, str(output))  # type: ignore[no-untyped-call]
+        except OSError as exc:
+            raise InvalidInput(
+                f"the prepared notebook could not be written to {output} ({exc.strerror}): "
+                f"give another output path"
+            ) from exc
     return nb
 
 
@@ -414,10 +420,12 @@ def execute_notebook(
     )
     with contextlib.ExitStack() as files, nbrun.interrupts_raised():
         if isinstance(stdout_file, (str, Path)) or isinstance(stderr_file, (str, Path)):
+            out = _opened(files, stdout_file)
+            same = isinstance(stderr_file, (str, Path)) and stderr_file == stdout_file
             request.writing = dataclasses.replace(  # a path: papermill's takes a file only
                 request.writing,
-                stdout_file=_opened(files, stdout_file),
-                stderr_file=_opened(files, stderr_file),
+                stdout_file=out,
+                stderr_file=out if same else _opened(files, stderr_file),
             )
         ran = run_notebook(request, _logged)
     if ran.outcome.signal is not None:
@@ -444,18 +452,17 @@ def _opened(files: contextlib.ExitStack, given: Any) -> Any:
 
 def _node_written(node: Any, output_path: str | Path | None) -> Path:
     """Where a notebook given as a `NotebookNode` is run from: a file named after the
-    output notebook in a folder of the system's scratch space kept for that output, so
+    output notebook in a folder of this user's cache kept for that output, so
     that a second call with the same output resumes its run (the run is named after it,
     its store is in the current folder, its kernel runs there)."""
     import hashlib
-    import tempfile
 
     import nbformat
 
     out = Path(output_path).absolute() if output_path is not None else Path.cwd() / "notebook"
     key = hashlib.sha256(str(out).encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "stepstone-notebooks" / key
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path.home() / ".cache" / "stepstone" / "notebooks" / key  # this user's only
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / (out.stem.removesuffix(".out") + ".ipynb")
     from ..store.durable import write_atomic
 
