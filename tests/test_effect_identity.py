@@ -388,7 +388,8 @@ def step(i):
             while not pathlib.Path("go").exists():
                 time.sleep(0.02)
     return work
-with stepstone.open_run("job", diverge=bool(os.environ.get("DIVERGE"))) as run:
+diverging = bool(os.environ.get("DIVERGE"))
+with stepstone.open_run(os.environ.get("RUN", "job"), diverge=diverging) as run:
     for note in run.notes:
         print("note:", note)
     for i in range(1, 5):
@@ -567,6 +568,26 @@ def test_a_copy_taken_before_the_original_made_its_run_takes_turns_with_it(
         done = _drive_copy(folder, sent)
         assert done.returncode == 0, done.stderr
     assert [line.split()[0] for line in sent.read_text().splitlines()] == ["e1", "e2", "e3", "e4"]
+
+
+def test_a_run_made_in_both_copies_of_a_store_after_the_copy_sends_each_effect_once(
+    tmp_path: Path,
+):
+    """Found by the generator (seed 7013): a store with one run copied by cp -r, then a
+    new run made in the original and, with the same id, in the copy. They are copies of
+    one run: the copy takes in what the original did, and sends nothing again."""
+    import shutil
+
+    original, copy, sent = tmp_path / "original", tmp_path / "copy", tmp_path / "sent.txt"
+    original.mkdir()
+    assert _drive_copy(original, sent, RUN="sibling").returncode == 0
+    shutil.copytree(original, copy, symlinks=True)
+    for folder in (original, copy):
+        done = _drive_copy(folder, sent, RUN="job")
+        assert done.returncode == 0, done.stderr
+    assert len(sent.read_text().splitlines()) == 8  # the sibling's four, the job's four
+    again = _drive_copy(copy, sent, RUN="sibling")  # and the copies' first run takes turns
+    assert again.returncode == 0 and len(sent.read_text().splitlines()) == 8, again.stderr
 
 
 def test_a_copy_is_not_driven_while_its_original_is(tmp_path: Path):

@@ -177,6 +177,8 @@ def _copies_of(store: GitStore, run: str, lock: RunLock) -> dict[str, str | None
     of (`cp -r`, a tarball, a `git clone`), never seen yet."""
     known = _known(lock.path)
     found = [f for f in (lock.copied_from, _cloned_from(store, run)) if f is not None]
+    if not found and not known:
+        found = _made_in_the_original_too(store, run, lock)
     left = _left(lock.path)
     new = [str(f) for f in found if str(f) not in (str(lock.path), *known, *left)]
     if new:  # kept at once: the lock file names the original only until this acquire
@@ -186,6 +188,44 @@ def _copies_of(store: GitStore, run: str, lock: RunLock) -> dict[str, str | None
             idle.add(str(lock.copied_from))
         _save_known(lock.path, known, idle=idle)
     return known
+
+
+def _made_in_the_original_too(store: GitStore, run: str, lock: RunLock) -> list[Path]:
+    """For a run new in this store: the run's lock in each store this one is a copy of
+    (as its other runs' locks say), where the run was made after the copy was taken.
+    The two are copies of one run all the same: they take turns, and the one driven
+    second takes in what the other did (a notebook's run made in both copies of a
+    project sends its effects once)."""
+    if store.refs.tip(run) is not None:
+        return []
+    origins: set[Path] = set()
+    for other in lock.path.parent.glob("*.lock"):
+        if other == lock.path:
+            continue
+        named = _named_in(other)
+        if named is not None and named.resolve() != other.resolve():
+            origins.add(named.parent)
+        origins.update(Path(path).parent for path in _known(other))
+    found = []
+    for folder in sorted(origins):
+        candidate = folder / f"{run}.lock"
+        if candidate.resolve() == lock.path.resolve():
+            continue
+        try:
+            there = GitStore(_store_of(candidate), create=False)
+            if there.refs.tip(run) is not None:
+                found.append(candidate)
+        except StepstoneError:
+            continue
+    return found
+
+
+def _named_in(lock: Path) -> Path | None:
+    """The lock file a lock file's content names (where it was last written)."""
+    try:
+        return Path(json.loads(lock.read_bytes()[:4096])["lock"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def take_turns(store: GitStore, run: str, lock: RunLock) -> list[str]:
