@@ -230,7 +230,11 @@ def _kernel_is_this_python(nb: Any, language: Mapping[str, Any]) -> bool:
         argv = KernelSpecManager().get_kernel_spec(name).argv
     except (NoSuchKernel, OSError, ValueError):
         return False
-    found = shutil.which(argv[0]) if argv else None
+    if not argv:
+        return False
+    # jupyter_client starts `python`, `python3`, `python3.11` as the Python launching it
+    ours = {"python", f"python{sys.version_info[0]}", "python{}.{}".format(*sys.version_info)}
+    found = sys.executable if argv[0] in ours else shutil.which(argv[0])
     if found is None or os.path.realpath(found) != os.path.realpath(sys.executable):
         return False
     return language.get("version") == platform.python_version()
