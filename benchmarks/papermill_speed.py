@@ -2,7 +2,7 @@
 a first run, a run with nothing to do, and a resume after a failure at 50% and 90% of
 the notebook, against papermill running all of it.
 
-    python benchmarks/papermill_speed.py [--rounds 5] [--cells 30] [--slow 0.3]
+    python benchmarks/papermill_speed.py [--rounds 5] [--cells 30] [--slow 0.3 | --slow 0]
 
 Two notebooks with no stepstone magics (every code cell a step):
 
@@ -115,9 +115,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cells", type=int, default=30)
-    parser.add_argument("--slow", type=float, default=0.3)
+    parser.add_argument("--slow", type=float, default=0.3, help="0: the quick notebook only")
     args = parser.parse_args()
-    for title, slow in (("quick", 0.0), (f"slow ({args.slow} s a cell)", args.slow)):
+    notebooks = [("quick", 0.0)] + (
+        [(f"slow ({args.slow} s a cell)", args.slow)] if args.slow else []
+    )
+    for title, slow in notebooks:
         measured = cases(args.cells, slow)
         times: dict[str, list[float]] = {name: [] for name in measured}
         for _ in range(args.rounds):
