@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -20,7 +21,12 @@ pytestmark = pytest.mark.kernel
 
 
 def _notebook(folder: Path, *sources: str) -> Path:
-    book = new_notebook(cells=[new_code_cell(source) for source in sources])
+    return _written(folder, [new_code_cell(source) for source in sources])
+
+
+def _written(folder: Path, cells: list[Any]) -> Path:
+    """`cells` as the notebook `in.ipynb` in `folder`, for Python 3."""
+    book = new_notebook(cells=cells)
     book.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
@@ -190,15 +196,7 @@ def _with_parameters(folder: Path) -> Path:
 
     parameters = new_code_cell("a = 1")
     parameters.metadata["tags"] = ["parameters"]
-    book = new_notebook(cells=[new_markdown_cell("# T"), parameters, new_code_cell("print(a)")])
-    book.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    path = folder / "in.ipynb"
-    nbformat.write(book, str(path))
-    return path
+    return _written(folder, [new_markdown_cell("# T"), parameters, new_code_cell("print(a)")])
 
 
 def test_prepare_only_writes_the_notebook_with_its_parameters_as_papermill_does(tmp_path: Path):

@@ -30,7 +30,7 @@ from ..values import artifacts
 from . import papermillmeta
 from .cellargs import PARAMETER_TAGS, PLAIN_TAGS
 from .failures import remove_error_markers
-from .notebook import CARD, NotebookOutcome, Writing
+from .notebook import CARD, NotebookOutcome, Writing, log_cell
 from .notebook_plan import plan_from_notebook, read_notebook, step_cells
 from .parameters import beyond_defaults, canonical, inject
 
@@ -101,10 +101,8 @@ def answered(
         return NotebookOutcome(True, "ok", output, note=note, opened=opened_run)
     if log_output is not None:  # as a kernel's run logs each cell's text as it ends
         for cell in nb.cells:
-            for out in cell.get("outputs", []):
-                text = out.get("text") or (out.get("data") or {}).get("text/plain") or ""
-                if text:
-                    log_output(str(text).rstrip("\n"))
+            if cell.cell_type == "code" and cell.source.strip():
+                log_cell(cell, log_output)
     if events_path is not None:
         events.append(events_path, said)
     for event in said:
@@ -244,8 +242,6 @@ def _imports_found(nb: Any, workdir: Path) -> bool:
     """Whether every module the step cells import at their top (what a skip imports
     again) is found by this Python from the kernel's folder; a cell that is not plain
     Python (a magic, a shell line) cannot be read, and answers no."""
-    import importlib.util
-    import sys
 
     wanted: set[str] = set()
     for _, parts, cell in step_cells(nb, cells=True):
@@ -262,15 +258,21 @@ def _imports_found(nb: Any, workdir: Path) -> bool:
                 if statement.level or not statement.module:
                     return False
                 wanted.add(statement.module.split(".")[0])
-    return _found(wanted, workdir, importlib.util, sys)
+    return _found(wanted, workdir)
 
 
-def _found(modules: set[str], folder: Path, util: Any, sys: Any) -> bool:
+def _found(modules: set[str], folder: Path) -> bool:
+    """Whether this Python finds each of `modules` with `folder` first on its path."""
+    import importlib.util
+    import sys
+
     if not modules:
         return True
     sys.path.insert(0, str(folder))
     try:
-        return all(name in sys.modules or util.find_spec(name) is not None for name in modules)
+        return all(
+            name in sys.modules or importlib.util.find_spec(name) is not None for name in modules
+        )
     except (ImportError, ValueError):
         return False
     finally:
@@ -283,9 +285,7 @@ def _loads_as_a_kernel_would(run: Any, record: Any) -> bool:
     pickle only of classes and functions from modules this Python finds. A big value
     is not read here: the kernel answers for it."""
     import hashlib
-    import importlib.util
     import pickletools
-    import sys
 
     for art in [*record.outputs.values(), *record.kernel.values()]:
         if art.format not in _LOADED_HERE or art.size > _READ_AT_MOST:
@@ -309,7 +309,7 @@ def _loads_as_a_kernel_would(run: Any, record: Any) -> bool:
                     return False
         except Exception:
             return False
-        if not _found(modules - {"__main__"}, run.workdir, importlib.util, sys):
+        if not _found(modules - {"__main__"}, run.workdir):
             return False
     return True
 
@@ -382,7 +382,8 @@ def _write(
                 f"step {number} {name}: skipped, verified (nothing to run: no kernel was started)"
             )
             cell.metadata[CARD] = {"said": [said], "shown": [{"text/plain": said}]}
-            _to_files(cell.outputs, writing)
+            for out in cell.outputs:
+                writing.echo(out)
         papermillmeta.ended(cell, failed=False)
     nb.metadata["language_info"] = language
     shown_in, shown_out = writing.paths or (str(notebook), str(output))
@@ -404,17 +405,6 @@ def _as_output(out: Mapping[str, Any], count: int) -> Any:
         content["execution_count"] = count
     message = {"header": {"msg_type": kind}, "content": content}
     return nbformat.v4.output_from_msg(message)  # type: ignore[no-untyped-call]
-
-
-def _to_files(outputs: list[Any], writing: Writing) -> None:
-    """What the cell printed, to `--stdout-file`/`--stderr-file`, as a kernel's run does."""
-    for out in outputs:
-        if out.get("output_type") != "stream":
-            continue
-        to = writing.stdout_file if out.get("name") == "stdout" else writing.stderr_file
-        if to is not None:
-            to.write(out.get("text", ""))
-            to.flush()
 
 
 def _nbclient_time() -> str:

@@ -277,9 +277,8 @@ def _run_notebook(
     status = None
     if outcome.opened is not None and outcome.ok:
         opened_id, opened_store = outcome.opened
-        workdir = (request.cwd or notebook.parent).absolute()
         status = open_run(
-            opened_id, repo=opened_store, workdir=workdir, drive=False, create=False
+            opened_id, repo=opened_store, workdir=folder, drive=False, create=False
         ).status()
     return Ran(outcome, output, status, outcome.failed, cells)
 

@@ -214,6 +214,15 @@ class Writing:
     stderr_file: Any = None  # what they write to standard error (--stderr-file)
     paths: tuple[str, str] | None = None  # input and output as given, for papermill's metadata
 
+    def echo(self, output: Any) -> None:
+        """A stream output, to `--stdout-file` or `--stderr-file`, as papermill's are."""
+        if output.get("output_type") != "stream":
+            return
+        to = self.stdout_file if output.get("name") == "stdout" else self.stderr_file
+        if to is not None:
+            to.write("".join(output.get("text", "")))
+            to.flush()
+
 
 WRITTEN_AS_PAPERMILL = Writing()
 
@@ -474,24 +483,23 @@ def execute(
     autosave_every = [float(writing.autosave_every)]
     began_running = time.monotonic()
 
+    def save() -> None:  # the output notebook so far, noting when and how long it took
+        began_saving = time.monotonic()
+        _save_so_far(nb, written, setup, output)
+        done_saving = time.monotonic()
+        saved[:] = [done_saving, done_saving - began_saving]
+
     def on_output(shown: Any) -> None:
         if shown is None:
             return
-        if shown.get("output_type") == "stream":
-            to = writing.stdout_file if shown.get("name") == "stdout" else writing.stderr_file
-            if to is not None:
-                to.write("".join(shown.get("text", "")))
-                to.flush()
+        writing.echo(shown)
         # during a long cell, every autosave_every seconds, backing off as papermill's does
         every = autosave_every[0]
         if not writing.each_cell or not every:
             return
         if time.monotonic() - max(saved[0], began_running) < every:
             return
-        began_saving = time.monotonic()
-        _save_so_far(nb, written, setup, output)
-        done_saving = time.monotonic()
-        saved[:] = [done_saving, done_saving - began_saving]
+        save()
         if saved[1] > every * _AUTOSAVE_SHARE:
             autosave_every[0] = every * 2
 
@@ -507,20 +515,13 @@ def execute(
             and nb.cells[cell_index] is not setup
             and time.monotonic() - saved[0] >= SAVE_SHARE * saved[1]
         ):
-            began_saving = time.monotonic()
-            _save_so_far(nb, written, setup, output)
-            done_saving = time.monotonic()
-            saved[:] = [done_saving, done_saving - began_saving]
+            save()
         if failed_here:
             raised.append(nb.cells[cell_index])
         if setup is not None and cell_index == 0:  # not counted: the cells keep their counts
             client.code_cells_executed -= 1
         if log_output is not None:
-            for out in nb.cells[cell_index].get("outputs", []):
-                text = out.get("text") or (out.get("data") or {}).get("text/plain") or ""
-                text = text or "\n".join(out.get("traceback", []))
-                if text and CARD not in (out.get("metadata") or {}):
-                    log_output(str(text).rstrip("\n"))
+            log_cell(nb.cells[cell_index], log_output)
         if cell_index not in steps:
             return
         number, name = steps[cell_index]
@@ -649,6 +650,16 @@ def execute(
             False, message, output, note=unwritten, opened=opened_run, failed=failed
         )
     return NotebookOutcome(True, "ok", output, note=unwritten, opened=opened_run)
+
+
+def log_cell(cell: Any, log_output: Callable[[str], None]) -> None:
+    """Give `log_output` each text a cell's outputs hold (`--log-output`), stepstone's
+    cards aside."""
+    for out in cell.get("outputs", []):
+        text = out.get("text") or (out.get("data") or {}).get("text/plain") or ""
+        text = text or "\n".join(out.get("traceback", []))
+        if text and CARD not in (out.get("metadata") or {}):
+            log_output(str(text).rstrip("\n"))
 
 
 @functools.cache
