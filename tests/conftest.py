@@ -223,6 +223,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(long mode: 5000)",
     )
     parser.addoption(
+        "--generated-per-case",
+        type=int,
+        default=12,
+        help="how many actions each generated notebook of tests/test_generated.py goes through",
+    )
+    parser.addoption(
         "--generated-no-shrink",
         action="store_true",
         help="report a failing case of tests/test_generated.py without shrinking its script",

@@ -28,7 +28,6 @@ from receiver import Receiver
 
 pytestmark = pytest.mark.soak
 
-ACTIONS_PER_CASE = 12
 SHRINK_SECONDS = 900
 
 
@@ -97,6 +96,7 @@ def test_generated_notebooks_never_send_an_effect_twice_and_end_as_a_clean_run(
 ):
     budget = int(request.config.getoption("--generated-actions"))
     only = request.config.getoption("--generated-seed")
+    per_case = int(request.config.getoption("--generated-per-case"))
     first = random.randrange(1 << 30) if only is None else int(only)
     started = time.monotonic()
     root = tmp_path / "cases"
@@ -105,7 +105,7 @@ def test_generated_notebooks_never_send_an_effect_twice_and_end_as_a_clean_run(
         cases = Cases(root, receiver)
         seed, done = first, 0
         while done < budget:
-            length = min(ACTIONS_PER_CASE, budget - done) if only is None else ACTIONS_PER_CASE
+            length = min(per_case, budget - done) if only is None else per_case
             actions = script(seed, length)
             failure = cases.play(seed, actions)
             if failure is not None:
