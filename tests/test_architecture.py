@@ -103,7 +103,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("stepstone.present",),
     ("stepstone.agent",),
     ("stepstone.kernel",),
-    ("stepstone.cli",),
+    ("stepstone.cli", "stepstone.lab"),  # the doors: the command line, the JupyterLab server
     ("stepstone", "stepstone.__main__", "stepstone.atomic", "stepstone.tagged"),
 ]
 

@@ -520,6 +520,7 @@ return Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-Cell.jp-CodeC
       prompt: prompt ? prompt.textContent.trim() : '',
       html: outputs ? outputs.innerHTML : '',
       text: outputs ? outputs.textContent : '',
+      badge: (cell.querySelector(':scope > .stepstone-state') || {dataset: {}}).dataset.state,
       cards: Array.from(cell.querySelectorAll('.stepstone-outcome'))
         .map(card => card.className),
       rows: Array.from(cell.querySelectorAll('.jp-OutputArea table tr'))
@@ -702,6 +703,9 @@ def test_a_person_restarts_the_kernel_mid_run_in_jupyterlab(tmp_path: Path):
                     "stepstone-skipped" in " ".join(now["make-data"]["cards"])
                     and "pausing for 6 s" in now["pause"]["text"]
                     and all("stepstone-running" in c for c in now["pause"]["cards"])
+                    # the lab extension's badge: the cell this kernel runs now
+                    and now["pause"]["badge"] == "running"
+                    and now["make-data"]["badge"] == "verified"
                 )
 
             _until(browser, pausing, "pause did not start")
@@ -749,6 +753,15 @@ def test_a_person_restarts_the_kernel_mid_run_in_jupyterlab(tmp_path: Path):
                 assert "stepstone-skipped" not in card, (name, card)
                 said = steps[name]["text"]
                 assert "ran — confirmed" in said or "ran again — confirmed" in said, (name, said)
+            # after the restart, each step cell's badge: verified, from the store
+            _until(
+                browser,
+                lambda b: (
+                    [_by_step(_cells(b), sources)[n]["badge"] for n in STEPS]
+                    == ["verified"] * len(STEPS)
+                ),
+                "the badges did not show every step verified after the run",
+            )
             # the last cell reads values the skipped step gave back to the kernel
             assert "90 ['ACME', 'GLOBEX', 'INITECH']" in cells[-1]["text"], cells[-1]
 
@@ -772,3 +785,224 @@ def test_a_person_restarts_the_kernel_mid_run_in_jupyterlab(tmp_path: Path):
     assert time.monotonic() - started < 120
     if os.environ.get("STEPSTONE_SCREENSHOT") == "1":
         shutil.copy(shot, ROOT / "docs" / "jupyterlab.png")
+
+
+# -- the lab extension: each step cell's state, and the panel ---------------------------
+
+BADGES_JS = """
+return Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-Cell')).map(cell => {
+  const badge = cell.querySelector(':scope > .stepstone-state');
+  return badge ? [badge.dataset.step, badge.dataset.state, badge.title] : null;
+});
+"""
+
+
+def _badges(browser: Any) -> dict[str, tuple[str, str]]:
+    """Each step cell's badge: its step's state and the reason shown on hover."""
+    found = [b for b in browser.execute_script(BADGES_JS) if b]
+    return {step: (state, title) for step, state, title in found}
+
+
+def _states(browser: Any) -> dict[str, str]:
+    return {step: state for step, (state, _) in _badges(browser).items()}
+
+
+def _open_lab(browser: Any, server: Server, cells: int) -> None:
+    browser.get(f"{server.url}lab/tree/{NOTEBOOK}?token={server.token}")
+    _until(
+        browser,
+        lambda b: len(browser.execute_script(BADGES_JS)) == cells and _status(b) == "idle",
+        "the notebook did not open with an idle kernel",
+    )
+
+
+def test_after_a_headless_run_each_step_cell_shows_verified_and_the_panel_answers(
+    tmp_path: Path,
+):
+    chromium()
+    _needs("jupyterlab")
+    from selenium.webdriver.common.by import By
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    shutil.copy(ROOT / "notebooks" / NOTEBOOK, folder / NOTEBOOK)
+    done = cli("run", NOTEBOOK, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    cells = len(nbformat.read(folder / NOTEBOOK, as_version=4).cells)
+    shown = ("make-data", "summarise", "report")
+    with _jupyter(folder, tmp_path / "jupyter", "jupyterlab") as server:
+        browser = headless_browser("1400,1000")
+        try:
+            _open_lab(browser, server, cells)
+            # each step cell, and only those, carries its state
+            _until(
+                browser,
+                lambda b: _states(b) == dict.fromkeys(shown, "verified"),
+                "no verified badge on each step cell",
+            )
+            assert _badges(browser)["make-data"][1].startswith("make-data: verified")
+            # the panel, from the left bar: the plan, the decision, the open unknown
+            browser.find_element(
+                By.CSS_SELECTOR, '.jp-SideBar.jp-mod-left .lm-TabBar-tab[data-id="stepstone-panel"]'
+            ).click()
+            panel = _until(
+                browser,
+                lambda b: (
+                    b.find_element(By.ID, "stepstone-panel").is_displayed()
+                    and len(b.find_elements(By.CSS_SELECTOR, "#stepstone-panel tr[data-step]")) == 3
+                    and b.find_element(By.ID, "stepstone-panel")
+                ),
+                "the panel did not list the plan",
+            )
+            rows = panel.find_elements(By.CSS_SELECTOR, "tr[data-step]")
+            assert [r.get_attribute("data-step") for r in rows] == list(shown)
+            for row in rows:
+                badge = row.find_element(By.CSS_SELECTOR, ".stepstone-state")
+                assert badge.get_attribute("data-state") == "verified"
+            decision = panel.find_element(By.CSS_SELECTOR, 'li[data-key="threshold"]')
+            assert "threshold = 105" in decision.text
+            assert "run quickstart" in panel.text
+            # answer the open unknown from the panel: recorded as the CLI records it
+            unknown = panel.find_element(By.CSS_SELECTOR, 'li[data-unknown="U1"]')
+            assert unknown.get_attribute("data-state") == "open"
+            assert "EUR or USD" in unknown.text
+            unknown.find_element(By.CSS_SELECTOR, 'input[aria-label="answer"]').send_keys("USD")
+            unknown.find_element(By.CSS_SELECTOR, 'input[aria-label="why"]').send_keys(
+                "the feed's docs"
+            )
+            unknown.find_element(By.CSS_SELECTOR, ".stepstone-answer").click()
+            _until(
+                browser,
+                lambda b: b.find_elements(
+                    By.CSS_SELECTOR, '#stepstone-panel li[data-unknown="U1"][data-state="resolved"]'
+                ),
+                "the answer did not show in the panel",
+            )
+            assert "USD (the feed's docs)" in browser.find_element(By.ID, "stepstone-panel").text
+            shot = tmp_path / "panel.png"
+            assert browser.save_screenshot(str(shot))
+        except BaseException:
+            browser.save_screenshot(str(tmp_path / "failed.png"))
+            raise
+        finally:
+            browser.quit()
+    status = _all_verified_of(folder, shown)
+    (u1,) = status["unknowns"]
+    assert (u1["state"], u1["answer"], u1["why"]) == ("resolved", "USD", "the feed's docs")
+    said = cli("log", "--json", cwd=folder)
+    assert json.loads(said.stdout)[0]["via"] == "jupyterlab"
+    if os.environ.get("STEPSTONE_SCREENSHOT") == "1":
+        shutil.copy(shot, ROOT / "docs" / "jupyterlab-panel.png")
+
+
+def _all_verified_of(folder: Path, steps: tuple[str, ...]) -> dict[str, Any]:
+    done = cli("status", "--json", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert {s["name"]: s["state"] for s in status["steps"]} == dict.fromkeys(steps, "verified")
+    return status
+
+
+def test_the_badges_follow_a_headless_run_live(tmp_path: Path):
+    chromium()
+    _needs("jupyterlab")
+    folder = tmp_path / "notebooks"
+    notebook = _notebook_with_a_pause(folder)
+    done = cli("run", NOTEBOOK, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    (folder / "data" / "pause.txt").unlink()  # pause runs again at the next run
+    cells = len(nbformat.read(notebook, as_version=4).cells)
+    with _jupyter(folder, tmp_path / "jupyter", "jupyterlab") as server:
+        browser = headless_browser("1400,1000")
+        run = None
+        try:
+            _open_lab(browser, server, cells)
+            _until(
+                browser,
+                lambda b: _states(b).get("pause") == "stale",
+                "pause, whose file is gone, not shown stale",
+            )
+            assert "data/pause.txt" in _badges(browser)["pause"][1], _badges(browser)
+            assert _states(browser)["make-data"] == "verified"
+            said = tmp_path / "run.log"
+            with said.open("w") as out:
+                run = subprocess.Popen(
+                    [sys.executable, "-m", "stepstone", "run", NOTEBOOK],
+                    cwd=folder,
+                    env=clean_env(),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            _until(
+                browser,
+                lambda b: (
+                    _states(b).get("pause") == "running"
+                    and _states(b).get("make-data") == "skipped"
+                ),
+                "the badges did not show pause running after make-data was skipped",
+            )
+            assert run.wait(timeout=120) == 0, said.read_text()
+            _until(
+                browser,
+                lambda b: set(_states(b).values()) == {"verified"} and len(_states(b)) == 4,
+                "the badges did not come back verified after the run",
+            )
+        except BaseException:
+            browser.save_screenshot(str(tmp_path / "failed.png"))
+            raise
+        finally:
+            browser.quit()
+            if run is not None and run.poll() is None:
+                run.kill()
+
+
+def test_the_server_extension_reads_and_steers_the_run_as_the_command_line_does(
+    tmp_path: Path,
+):
+    import httpx
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    shutil.copy(ROOT / "notebooks" / NOTEBOOK, folder / NOTEBOOK)
+    (tmp_path / "outside.ipynb").write_text("{}")
+    assert cli("run", NOTEBOOK, cwd=folder).returncode == 0
+    with _jupyter(folder, tmp_path / "jupyter", "jupyter_server") as server:
+        api = f"{server.url}stepstone/"
+
+        def read() -> dict[str, Any]:
+            got = httpx.get(api + "run", params={"path": NOTEBOOK}, headers=server.headers)
+            assert got.status_code == 200, got.text
+            return dict(got.json())
+
+        def act(**given: Any) -> httpx.Response:
+            body = json.dumps({"path": NOTEBOOK, **given})
+            return httpx.post(api + "action", content=body, headers=server.headers)
+
+        shown = read()
+        steps = {c["step"]: c["state"] for c in shown["cells"] if c["step"]}
+        assert steps == dict.fromkeys(("make-data", "summarise", "report"), "verified")
+        assert shown["run"] == "quickstart"
+        assert [d["key"] for d in shown["decisions"]] == ["threshold"]
+        assert shown["decisions"][0]["history"][0]["value"] == "105"
+        # a refusal: the command line's words, and nothing recorded
+        refused = act(action="decide", key="treshold", value="90", why="typo", revise=True)
+        assert refused.status_code == 400
+        said = cli("decide", "treshold", "90", "--why", "typo", "--revise", cwd=folder)
+        assert said.returncode == 2
+        assert refused.json()["message"] in said.stderr
+        assert refused.json()["error"] == "InvalidInput"
+        # a revision: the reader runs again, as `stepstone decide --revise` says
+        revised = act(action="decide", key="threshold", value="90", why="more movers")
+        assert revised.status_code == 200, revised.text
+        assert revised.json()["runs_again"] == ["report"]
+        shown = read()
+        states = {c["step"]: (c["state"], c["reason"]) for c in shown["cells"] if c["step"]}
+        assert states["report"][0] == "stale" and "threshold" in states["report"][1], states
+        assert [h["value"] for h in shown["decisions"][0]["history"]] == ["105", "90"]
+        assert shown["timeline"][0]["via"] == "jupyterlab"
+        # a path outside the server's folder is not read
+        outside = httpx.get(
+            api + "run", params={"path": "../outside.ipynb"}, headers=server.headers
+        )
+        assert outside.status_code == 403
+        assert httpx.get(api + "run", params={"path": NOTEBOOK}).status_code == 403  # no token

@@ -48,7 +48,7 @@ from ..settings import (
     child_environment,
 )
 from ..store import DEFAULT_STORE, GitStore
-from . import papermillmeta
+from . import live, papermillmeta
 from .cellargs import split_cell
 from .failures import CellFailed, mark_failure, remove_error_markers
 from .notebook_plan import read_notebook, step_cells
@@ -452,6 +452,7 @@ def execute(
     stopper = _Stopper()
     scratch = Path(tempfile.mkdtemp(prefix="stepstone-run-"))
     channel = Tail(events or scratch / "events.jsonl")
+    live.point(path, channel.path)
     opened: list[RunOpened] = []  # what `%resume` opened, whatever its id
     refused: list[Refused] = []
     ended: dict[str, StepEnded] = {}  # the steps the cell that ran last ended
