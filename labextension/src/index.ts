@@ -343,15 +343,16 @@ class RunPanel extends Widget {
 
   private effects(shown: IRunView): HTMLElement {
     const items = shown.effects.map(e => {
-      const settle =
-        e.state === 'unresolved'
+      const settle = e.next_action
+        ? ` — ${e.next_action}`
+        : e.state === 'unresolved'
           ? ` — settle it: stepstone resolve ${e.key} --happened (or --not-happened)`
           : '';
       return el(
         'li',
         { 'data-state': String(e.state) },
         el('code', {}, String(e.key)),
-        ` ${e.state}${settle}`
+        ` ${e.state} (step ${e.step})${settle}`
       );
     });
     return el(

@@ -19,6 +19,7 @@ from ..store import DEFAULT_STORE, GitStore
 
 VIA = "jupyterlab"
 TIMELINE = 50  # the newest commits the panel lists
+IN_DOUBT = ("unresolved", "submitted")  # effects listed first: someone may have to settle them
 
 
 def store_of(notebook: Path) -> Path:
@@ -99,7 +100,7 @@ def shown(notebook: Path) -> dict[str, Any]:
         "finished": status["finished"],
         "decisions": _decisions(view, status),
         "unknowns": status["unknowns"],
-        "effects": sorted(status["effects"], key=lambda e: e.get("state") != "unresolved"),
+        "effects": sorted(status["effects"], key=lambda e: e.get("state") not in IN_DOUBT),
         "timeline": actions.log_of(view)[:TIMELINE],
     }
 
