@@ -21,6 +21,7 @@ from typing import Any
 import nbformat
 import pytest
 from conftest import clean_env
+from conftest import stepstone_cli as cli
 from nbformat.v4 import new_code_cell, new_notebook
 from receiver import Receiver
 
@@ -473,6 +474,50 @@ def test_an_intent_dated_in_the_future_is_in_doubt_not_retried(workdir: Path, re
     assert resumed.returncode == 1 and "UnresolvedEffect" in resumed.stderr, resumed.stderr
     assert "in the future" in resumed.stderr
     assert receiver.applied("keyed") == {}
+
+
+TWO_STEPS = """
+import os, sys, stepstone
+from receiver import send
+def charge():
+    url = os.environ["FX_RECEIVER"]
+    return stepstone.effect(
+        "charge", lambda key: send(url, "keyed", {"ref": key, "name": "charge", "payload": None},
+                                   {"Idempotency-Key": key}), keyed=True)
+with stepstone.open_run(sys.argv[1]) as run:
+    run.step("first", lambda: 1)
+    run.step("pay", charge)
+"""
+
+
+@pytest.mark.fault
+def test_an_intent_dated_in_the_future_that_a_person_settled_is_not_in_doubt_again_via_a_fork(
+    workdir: Path, receiver
+):
+    """Found by the generated round (seed 7366): a person's resolution made "now" is
+    earlier than an intent a clock ahead dated in the future, so the same intent held
+    by a fork kept the effect in doubt at every run, resolved as often as asked."""
+    env = clean_env(PYTHONPATH=str(TESTS), FX_RECEIVER=receiver.url)
+    ahead = {**env, "STEPSTONE_CLOCK_SKEW": "3600", "STEPSTONE_FAULT": "effect.submitted"}
+
+    def run(name: str, with_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", TWO_STEPS, name]
+        return subprocess.run(argv, cwd=workdir, env=with_env, capture_output=True, text=True)
+
+    assert run("job", ahead).returncode == -9
+    forked = cli("fork", "job", "--at", "first", "--as", "other", cwd=workdir)
+    assert forked.returncode == 0, forked.stderr
+    in_fork = run("other", env)  # the fork takes the intent in doubt in
+    assert in_fork.returncode == 1 and "UnresolvedEffect" in in_fork.stderr, in_fork.stderr
+    key = json.loads(cli("status", "--json", "--run", "job", cwd=workdir).stdout)["effects"][0]
+    settled = cli(
+        "resolve", key["key"], "--run", "job", "--not-happened", "--why", "not there",
+        cwd=workdir,
+    )  # fmt: skip
+    assert settled.returncode == 0, settled.stderr
+    again = run("job", env)
+    assert again.returncode == 0, again.stderr
+    assert len(receiver.applied("keyed")) == 1
 
 
 # -- 10. redaction by exact field names -------------------------------------------------

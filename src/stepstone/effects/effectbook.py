@@ -40,14 +40,15 @@ def state_rank(data: bytes) -> int:
 def settles(record: EffectRecord, other: EffectRecord) -> bool:
     """Whether `record` says, by a person's resolution made after `other`'s intent, that
     the effect did not happen: then `other`'s doubt is settled by it (the same effect,
-    in another history of the lineage)."""
+    in another history of the lineage). The intent the person settled is settled by
+    what it is, not by when the clocks say (one ahead dates an intent in the future)."""
     resolution = record.resolution
     return (
         record.state == "planned"
         and resolution is not None
         and not resolution.happened
         and other.state in IN_DOUBT
-        and other.intent <= resolution.time
+        and (other.intent <= resolution.time or other.intent == record.settled)
     )
 
 

@@ -615,7 +615,9 @@ def resolve(
         )
         subject = "settled by a person: it happened"
     else:
-        settled = record.model_copy(update={"state": "planned", "resolution": resolution})
+        settled = record.model_copy(
+            update={"state": "planned", "resolution": resolution, "settled": record.intent}
+        )
         subject = "settled by a person: it did not happen"
     _save(run, settled, subject)
     return settled

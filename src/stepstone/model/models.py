@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from ..errors import RecordError, SchemaTooNew
 
-SCHEMA_VERSION = 6  # the newest this version reads
+SCHEMA_VERSION = 7  # the newest this version reads
 # fields added since schema 1, with the schema that added them: left out while empty, so
 # that a record that does not use them stays readable by earlier versions; one that uses
 # them says that schema, which an earlier version refuses with "upgrade" rather than
@@ -31,7 +31,7 @@ _ADDED = {
         "left": 5,
         "shared": 5,
     },
-    "EffectRecord": {"basis": 5},
+    "EffectRecord": {"basis": 5, "settled": 7},
 }
 
 PlanMode = Literal["explicit", "notebook", "incremental"]
@@ -257,6 +257,9 @@ class EffectRecord(Record):
     confirmed: str | None = None
     resolution: Resolution | None = None
     basis: str | None = None  # what the asking step had read (None: made before bases)
+    # the intent in doubt a person's resolution settled: that very intent, wherever it was
+    # carried (a fork, a sibling run), is settled whatever the clocks that dated them said
+    settled: str | None = None
 
 
 class Plan(BaseModel):
