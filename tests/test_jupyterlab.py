@@ -866,11 +866,14 @@ def test_after_a_headless_run_each_step_cell_shows_verified_and_the_panel_answer
             unknown = panel.find_element(By.CSS_SELECTOR, 'li[data-unknown="U1"]')
             assert unknown.get_attribute("data-state") == "open"
             assert "EUR or USD" in unknown.text
-            unknown.find_element(By.CSS_SELECTOR, 'input[aria-label="answer"]').send_keys("USD")
+            typed = unknown.find_element(By.CSS_SELECTOR, 'input[aria-label="answer"]')
+            typed.send_keys("US")
+            time.sleep(4)  # longer than the panel's refresh: what is typed stays
+            typed.send_keys("D")
+            assert typed.get_attribute("value") == "USD"
             unknown.find_element(By.CSS_SELECTOR, 'input[aria-label="why"]').send_keys(
-                "the feed's docs"
+                "the feed's docs\n"  # Enter answers
             )
-            unknown.find_element(By.CSS_SELECTOR, ".stepstone-answer").click()
             _until(
                 browser,
                 lambda b: b.find_elements(
@@ -879,6 +882,46 @@ def test_after_a_headless_run_each_step_cell_shows_verified_and_the_panel_answer
                 "the answer did not show in the panel",
             )
             assert "USD (the feed's docs)" in browser.find_element(By.ID, "stepstone-panel").text
+            # revise the decision from the panel: the open notebook's %decide line follows
+            panel = browser.find_element(By.ID, "stepstone-panel")
+            decision = panel.find_element(By.CSS_SELECTOR, 'li[data-key="threshold"]')
+            decision.find_element(By.CSS_SELECTOR, 'input[aria-label="new value"]').send_keys("110")
+            decision.find_element(By.CSS_SELECTOR, 'input[aria-label="why"]').send_keys(
+                "more movers\n"
+            )
+            _until(
+                browser,
+                lambda b: (
+                    _states(b).get("report") == "stale"
+                    and "threshold = 110" in b.find_element(By.ID, "stepstone-panel").text
+                ),
+                "the revision did not show",
+            )
+            assert "threshold changed 105 → 110" in _badges(browser)["report"][1]
+            assert "105 — mean of the feed" in browser.find_element(By.ID, "stepstone-panel").text
+            _until(
+                browser,
+                lambda b: "%decide threshold=110" in b.find_element(By.TAG_NAME, "body").text,
+                "the open notebook's %decide line did not follow the revision",
+            )
+            # re-run asks why, as `stepstone rerun --why` does
+            panel = browser.find_element(By.ID, "stepstone-panel")
+            panel.find_element(
+                By.CSS_SELECTOR, 'tr[data-step="summarise"] .stepstone-rerun'
+            ).click()
+            asked = _until(
+                browser,
+                lambda b: b.find_elements(By.CSS_SELECTOR, ".jp-Dialog input"),
+                "re-run asked no reason",
+            )
+            asked[0].send_keys("new prices")
+            browser.find_element(By.CSS_SELECTOR, ".jp-Dialog .jp-mod-accept").click()
+            _until(
+                browser,
+                lambda b: _states(b).get("summarise") == "stale",
+                "summarise not stale after re-run",
+            )
+            assert "new prices" in _badges(browser)["summarise"][1]
             shot = tmp_path / "panel.png"
             assert browser.save_screenshot(str(shot))
         except BaseException:
@@ -886,11 +929,12 @@ def test_after_a_headless_run_each_step_cell_shows_verified_and_the_panel_answer
             raise
         finally:
             browser.quit()
-    status = _all_verified_of(folder, shown)
+    status = json.loads(cli("status", "--json", cwd=folder).stdout)
     (u1,) = status["unknowns"]
     assert (u1["state"], u1["answer"], u1["why"]) == ("resolved", "USD", "the feed's docs")
     said = cli("log", "--json", cwd=folder)
-    assert json.loads(said.stdout)[0]["via"] == "jupyterlab"
+    assert [e["via"] for e in json.loads(said.stdout)[:3]] == ["jupyterlab"] * 3
+    assert status["decisions"][0]["value"] == "110"
     if os.environ.get("STEPSTONE_SCREENSHOT") == "1":
         shutil.copy(shot, ROOT / "docs" / "jupyterlab-panel.png")
 
@@ -1000,6 +1044,10 @@ def test_the_server_extension_reads_and_steers_the_run_as_the_command_line_does(
         assert states["report"][0] == "stale" and "threshold" in states["report"][1], states
         assert [h["value"] for h in shown["decisions"][0]["history"]] == ["105", "90"]
         assert shown["timeline"][0]["via"] == "jupyterlab"
+        # an empty answer is refused, here as on the command line
+        empty = act(action="answer", unknown="U1", text=" ")
+        assert empty.status_code == 400 and "is empty" in empty.json()["message"]
+        assert cli("answer", "U1", "", cwd=folder).returncode == 2
         # a path outside the server's folder is not read
         outside = httpx.get(
             api + "run", params={"path": "../outside.ipynb"}, headers=server.headers

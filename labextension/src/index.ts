@@ -7,10 +7,10 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { Dialog, ICommandPalette, InputDialog, showDialog } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
-import { ServerConnection } from '@jupyterlab/services';
+import { Contents, ServerConnection } from '@jupyterlab/services';
 import { listIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
@@ -97,6 +97,22 @@ function el(
   return node;
 }
 
+/** A record's time as the timeline shows it: `2026-12-07 23:20:23 UTC`. */
+function when(stamp: string): string {
+  return stamp.replace('T', ' ').replace(/(\.\d+)?Z$/, '') + ' UTC';
+}
+
+/** A text box whose Enter presses `button`. */
+function box(label: string, button: () => HTMLElement): HTMLInputElement {
+  const input = el('input', { placeholder: label, 'aria-label': label }) as HTMLInputElement;
+  input.addEventListener('keydown', event => {
+    if (event.key === 'Enter') {
+      button().click();
+    }
+  });
+  return input;
+}
+
 function badge(state: string, reason: string): HTMLElement {
   const node = el('span', { class: 'stepstone-state', 'data-state': state }, state);
   node.title = reason || state;
@@ -150,7 +166,7 @@ class Badges {
         state = 'running';
         reason = 'running now (this kernel)';
       }
-      const node = badge(state, `${found.step}: ${reason || state}`);
+      const node = badge(state, `${found.step}: ${state}${reason ? ` — ${reason}` : ''}`);
       node.dataset.step = found.step;
       widget.addClass('stepstone-step');
       if (old) {
@@ -168,7 +184,10 @@ class Badges {
 /** The panel: the plan, decisions, unknowns, effects and timeline of the current
  * notebook's run, with the actions the CLI and MCP have. */
 class RunPanel extends Widget {
-  constructor(private tracker: INotebookTracker) {
+  constructor(
+    private tracker: INotebookTracker,
+    private contents: Contents.IManager
+  ) {
     super();
     this.id = PANEL_ID;
     this.addClass('stepstone-panel');
@@ -181,6 +200,7 @@ class RunPanel extends Widget {
 
   private busy = false;
   private error = '';
+  private drawn = ''; // what the panel shows now, to redraw only when it changes
 
   path(): string | null {
     return this.tracker.currentWidget?.context.path ?? null;
@@ -197,13 +217,29 @@ class RunPanel extends Widget {
       );
       return;
     }
+    let shown: IRunView;
     try {
-      this.draw(path, await readRun(path));
+      shown = await readRun(path);
     } catch (error) {
+      this.drawn = '';
       this.node.replaceChildren(
         el('p', { class: 'stepstone-error' }, String((error as Error).message))
       );
+      return;
     }
+    const said = JSON.stringify([path, shown, this.error]);
+    // what a person is typing stays: redrawn once the boxes are left empty
+    if (said === this.drawn || this.editing()) {
+      return;
+    }
+    this.drawn = said;
+    this.draw(path, shown);
+  }
+
+  /** Whether a person is typing in the panel: a box has focus or holds text. */
+  private editing(): boolean {
+    const boxes = Array.from(this.node.querySelectorAll('input'));
+    return boxes.some(b => b.value !== '' || b === document.activeElement);
   }
 
   private async run(action: string, given: object): Promise<void> {
@@ -215,12 +251,66 @@ class RunPanel extends Widget {
     try {
       await act(path, action, given);
       this.error = '';
+      if (action === 'decide') {
+        await this.syncDecideLines(path);
+      }
     } catch (error) {
       this.error = `${action} refused: ${(error as Error).message}`;
     } finally {
       this.busy = false;
     }
+    for (const input of Array.from(this.node.querySelectorAll('input'))) {
+      input.value = ''; // sent: the panel shows what was recorded
+    }
+    (document.activeElement as HTMLElement | null)?.blur();
+    this.drawn = '';
     await this.refresh();
+  }
+
+  /** A revision rewrote the notebook's `%decide` line on disk: the open notebook's
+   * cell says the same, so that saving it keeps the revision. */
+  private async syncDecideLines(path: string): Promise<void> {
+    const panel = this.tracker.currentWidget;
+    const model = panel?.content.model;
+    if (!panel || !model || panel.context.path !== path) {
+      return;
+    }
+    const disk = await this.contents.get(path, { content: true, type: 'notebook' });
+    const cells: Array<{ source: string | string[] }> = disk.content?.cells ?? [];
+    cells.forEach((cell, i) => {
+      const source = Array.isArray(cell.source) ? cell.source.join('') : cell.source;
+      const open = i < model.cells.length ? model.cells.get(i) : null;
+      if (
+        open &&
+        source.startsWith('%decide') &&
+        open.sharedModel.getSource().startsWith('%decide') &&
+        open.sharedModel.getSource() !== source
+      ) {
+        open.sharedModel.setSource(source);
+      }
+    });
+  }
+
+  private async rerun(step: string): Promise<void> {
+    const asked = await InputDialog.getText({
+      title: `Run ${step} again, and what depends on it`,
+      label: 'Why? (recorded with the run, as `stepstone rerun --why`)',
+      okLabel: 'Run again'
+    });
+    if (asked.button.accept && asked.value && asked.value.trim()) {
+      await this.run('rerun', { step, why: asked.value, downstream: true });
+    }
+  }
+
+  private async finishRun(): Promise<void> {
+    const asked = await showDialog({
+      title: 'Finish the run',
+      body: 'Its summary is committed and the run is tagged; a finished run is not run again (reopen it to change it).',
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Finish' })]
+    });
+    if (asked.button.accept) {
+      await this.run('finish', {});
+    }
   }
 
   private draw(path: string, shown: IRunView): void {
@@ -241,7 +331,7 @@ class RunPanel extends Widget {
     parts.push(this.effects(shown), this.timeline(shown));
     if (shown.run && !shown.finished) {
       const finish = el('button', { class: 'stepstone-finish' }, 'Finish the run');
-      finish.onclick = () => void this.run('finish', {});
+      finish.onclick = () => void this.finishRun();
       parts.push(el('section', {}, finish));
     }
     this.node.replaceChildren(...parts);
@@ -253,15 +343,17 @@ class RunPanel extends Widget {
       .map(c => {
         const again = el('button', { class: 'stepstone-rerun' }, 're-run');
         again.title = `run ${c.step} and what depends on it again`;
-        again.onclick = () =>
-          void this.run('rerun', { step: c.step, downstream: true });
+        again.onclick = () => void this.rerun(c.step ?? '');
         return el(
           'tr',
           { 'data-step': c.step ?? '' },
-          el('td', {}, c.step ?? ''),
-          el('td', {}, badge(c.state ?? 'pending', c.reason)),
-          el('td', { class: 'stepstone-reason' }, c.reason),
-          el('td', {}, shown.run ? again : '')
+          el(
+            'td',
+            {},
+            el('div', {}, `${c.step} `, badge(c.state ?? 'pending', c.reason)),
+            c.reason ? el('div', { class: 'stepstone-reason' }, c.reason) : ''
+          ),
+          el('td', { class: 'stepstone-act' }, shown.run ? again : '')
         );
       });
     return el(
@@ -274,25 +366,27 @@ class RunPanel extends Widget {
 
   private decisions(shown: IRunView): HTMLElement {
     const items = shown.decisions.map(d => {
-      const value = el('input', { placeholder: 'new value', 'aria-label': 'value' });
-      const why = el('input', { placeholder: 'why', 'aria-label': 'why' });
-      const revise = el('button', {}, 'revise');
+      const revise = el('button', { class: 'stepstone-revise' }, 'revise');
+      const value = box('new value', () => revise);
+      const why = box('why', () => revise);
       revise.onclick = () =>
         void this.run('decide', {
           key: d.key,
-          value: (value as HTMLInputElement).value,
-          why: (why as HTMLInputElement).value,
+          value: value.value,
+          why: why.value,
           revise: true
         });
       const earlier = d.history
         .slice(0, -1)
-        .map(r => el('li', {}, `${r.value} (${r.why}; ${r.time})`));
+        .map(r => el('li', {}, `${r.value} — ${r.why} (${when(r.time)})`));
       return el(
         'li',
         { 'data-key': d.key },
         el('code', {}, `${d.key} = ${d.value}`),
-        ` ${d.why}`,
-        earlier.length ? el('ul', { class: 'stepstone-history' }, ...earlier) : '',
+        d.why ? ` — ${d.why}` : '',
+        earlier.length
+          ? el('div', { class: 'stepstone-quiet' }, 'before:', el('ul', { class: 'stepstone-history' }, ...earlier))
+          : '',
         el('div', {}, value, why, revise)
       );
     });
@@ -305,34 +399,44 @@ class RunPanel extends Widget {
   }
 
   private unknowns(shown: IRunView): HTMLElement {
-    const open = shown.unknowns.filter(u => u.state === 'open');
-    const answered = shown.unknowns.filter(u => u.state !== 'open');
-    const items = open.map(u => {
-      const answer = el('input', { placeholder: 'answer', 'aria-label': 'answer' });
-      const why = el('input', { placeholder: 'why', 'aria-label': 'why' });
-      const send = el('button', { class: 'stepstone-answer' }, 'answer');
-      send.onclick = () =>
+    const items = shown.unknowns.map(u => {
+      const open = u.state === 'open';
+      const send = el(
+        'button',
+        { class: open ? 'stepstone-answer' : 'stepstone-reanswer' },
+        open ? 'answer' : 'revise'
+      );
+      const answer = box(open ? 'answer' : 'new answer', () => send);
+      const why = box('why', () => send);
+      send.onclick = () => {
+        if (!answer.value.trim()) {
+          answer.placeholder = 'type the answer first';
+          answer.classList.add('stepstone-missing');
+          answer.focus();
+          return;
+        }
         void this.run('answer', {
           unknown: u.id,
-          text: (answer as HTMLInputElement).value,
-          why: (why as HTMLInputElement).value
+          text: answer.value,
+          why: why.value,
+          revise: !open
         });
+      };
+      const said = open
+        ? `${u.id}: ${u.question}`
+        : `${u.id}: ${u.question} — ${u.answer ?? ''}${u.why ? ` (${u.why})` : ''}`;
       return el(
         'li',
-        { 'data-unknown': u.id, 'data-state': 'open' },
-        `${u.id}: ${u.question}`,
+        { 'data-unknown': u.id, 'data-state': u.state },
+        said,
         el('div', {}, answer, why, send)
       );
     });
-    for (const u of answered) {
-      items.push(
-        el(
-          'li',
-          { 'data-unknown': u.id, 'data-state': u.state },
-          `${u.id}: ${u.question} — ${u.answer ?? ''}${u.why ? ` (${u.why})` : ''}`
-        )
-      );
-    }
+    // the open ones first: they are what is asked
+    items.sort(
+      (a, b) =>
+        Number(a.dataset.state !== 'open') - Number(b.dataset.state !== 'open')
+    );
     return el(
       'section',
       { class: 'stepstone-unknowns' },
@@ -368,7 +472,7 @@ class RunPanel extends Widget {
       el(
         'li',
         {},
-        el('span', { class: 'stepstone-quiet' }, `${t.time} `),
+        el('span', { class: 'stepstone-quiet' }, `${t.time} UTC `),
         t.subject,
         t.by ? el('span', { class: 'stepstone-quiet' }, ` — ${t.by}`) : ''
       )
@@ -405,7 +509,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         void kept.refresh();
       });
     });
-    const panel = new RunPanel(tracker);
+    const panel = new RunPanel(tracker, app.serviceManager.contents);
     app.shell.add(panel, 'left', { rank: 900 });
     app.commands.addCommand(OPEN_PANEL, {
       label: 'stepstone: open the run panel',

@@ -524,6 +524,11 @@ def answer(
     not asked again. Another answer to an answered unknown needs `revise`, as another
     value of a decision does. `runs_again`: the steps that read it (`stepstone.answer`,
     `--uses`) and run again for the answer; `note` says when no step reads it."""
+    if not text.strip():
+        raise InvalidInput(
+            f"the answer to {unknown} is empty: give its text (an answer closes the question "
+            f"for every step that reads it)"
+        )
     with driver(run, repo, via, home=home) as held:
         old = held.unknowns.get(unknown)
         if old is not None and old.state == "resolved" and old.answer != text and not revise:

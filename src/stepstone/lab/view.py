@@ -68,6 +68,8 @@ def shown(notebook: Path) -> dict[str, Any]:
     view = actions.reader(run, str(store_of(notebook)), home=str(notebook.parent)) if run else None
     cells = actions.cells_of(view, str(notebook), str(notebook.parent))["cells"]
     now, skipped = live.running(notebook)
+    status = actions.status_of(view) if view is not None else None
+    evidence = {s["name"]: s["evidence"] for s in status["steps"]} if status else {}
     for cell in cells:
         if cell["step"] is None:
             continue
@@ -76,13 +78,15 @@ def shown(notebook: Path) -> dict[str, Any]:
         elif cell["step"] in skipped and cell["state"] == "verified":
             cell["state"] = "skipped"
             cell["reason"] = "skipped: its evidence verified (this run)"
+        elif cell["state"] == "verified" and not cell["reason"]:
+            cell["reason"] = _evidence(evidence.get(cell["step"], []))
     said: dict[str, Any] = {
         "notebook": str(notebook),
         "run": run,
         "running": now,
         "cells": [{k: c[k] for k in ("index", "id", "step", "state", "reason")} for c in cells],
     }
-    if view is None:
+    if view is None or status is None:
         return {
             **said,
             "status": None,
@@ -92,7 +96,6 @@ def shown(notebook: Path) -> dict[str, Any]:
             "effects": [],
             "timeline": [],
         }
-    status = actions.status_of(view)
     return {
         **said,
         "status": status,
@@ -103,6 +106,12 @@ def shown(notebook: Path) -> dict[str, Any]:
         "effects": sorted(status["effects"], key=lambda e: e.get("state") not in IN_DOUBT),
         "timeline": actions.log_of(view)[:TIMELINE],
     }
+
+
+def _evidence(evidence: list[dict[str, Any]]) -> str:
+    """A verified step's evidence in a line, as `stepstone status` lists it."""
+    said = [f"{e['check']} ({e['detail']})" if e.get("detail") else e["check"] for e in evidence]
+    return "evidence: " + "; ".join(said) if said else "completed"
 
 
 def _decisions(view: Run, status: dict[str, Any]) -> list[dict[str, Any]]:
