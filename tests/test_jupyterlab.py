@@ -1054,3 +1054,31 @@ def test_the_server_extension_reads_and_steers_the_run_as_the_command_line_does(
         )
         assert outside.status_code == 403
         assert httpx.get(api + "run", params={"path": NOTEBOOK}).status_code == 403  # no token
+
+
+def test_each_cell_of_a_cells_run_carries_its_state(tmp_path: Path):
+    import httpx
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    book = nbformat.v4.new_notebook()
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    book.cells = [
+        nbformat.v4.new_markdown_cell("# plain cells, each a step"),
+        nbformat.v4.new_code_cell("x = 2"),
+        nbformat.v4.new_code_cell("print(x * 21)"),
+    ]
+    nbformat.write(book, str(folder / "plain.ipynb"))
+    done = cli("run", "plain.ipynb", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    with _jupyter(folder, tmp_path / "jupyter", "jupyter_server") as server:
+        got = httpx.get(
+            f"{server.url}stepstone/run", params={"path": "plain.ipynb"}, headers=server.headers
+        )
+    assert got.status_code == 200, got.text
+    cells = got.json()["cells"]
+    assert [(c["step"], c["state"]) for c in cells] == [
+        (None, None),
+        ("cell-1", "verified"),
+        ("cell-2", "verified"),
+    ]
