@@ -619,6 +619,20 @@ def test_an_effect_sent_blind_and_in_doubt_is_offered_for_settling_first(workdir
     assert (workdir / "outbox.log").read_text().splitlines() == [key]  # never sent again
 
 
+@pytest.mark.kernel
+def test_an_effect_settled_as_not_sent_by_mcp_answers_in_its_schema(workdir: Path):
+    """Found by a fresh agent: `resolve(happened=false)` answered a schema error (the
+    record's new `settled` field), though the resolution was recorded."""
+    key = _in_doubt(workdir)
+
+    async def agent(call: Any) -> Any:
+        return await call("resolve", key=key, happened=False, why="outbox.log lacks it")
+
+    settled = _mcp(workdir, agent)
+    assert settled.get("key") == key, settled  # a record, not a refusal
+    assert settled["state"] == "planned" and settled["settled"], settled
+
+
 SENDS_SLOWLY = """%%step send
 import stepstone, time
 def do(key):

@@ -391,6 +391,9 @@ class ResolvedEffectShape(_Shape):
     confirmed: str | None
     resolution: ResolutionShape | None
     basis: str | None = Field(default=None, description="what the asking step had read")
+    settled: str | None = Field(
+        default=None, description="the intent in doubt a person's resolution settled"
+    )
 
 
 class RerunShape(_Shape):

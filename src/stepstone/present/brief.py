@@ -143,8 +143,9 @@ def for_task(status: RunStatus, where: Context) -> list[str]:
             )
     path = ["stepstone", "run", where.notebook] if where.notebook else None
     then = f"`{shlex.join(path)}`, " if path else ""
+    first = "then " if lines else ("settle the effects above, then " if status.to_settle else "")
     lines.append(
-        f"then {then}`stepstone finish --run {status.run}`, and `stepstone handoff --run "
+        f"{first}{then}`stepstone finish --run {status.run}`, and `stepstone handoff --run "
         f"{status.run}` to hand it back"
     )
     return lines
