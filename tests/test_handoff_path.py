@@ -669,11 +669,15 @@ def test_each_command_that_changes_a_copy_takes_diverge_when_its_original_is_gon
         _as_if_copied_while_driven(tmp_path / copy / ".stepstone")
     shutil.rmtree(a)
     b, c = tmp_path / "b", tmp_path / "c"
+    said = cli("status", cwd=b).stdout  # said before a command is refused for it
+    assert "is gone (moved, archived or on another machine)" in said, said
+    assert "--diverge (MCP: diverge=true)" in said
     refused = cli("resolve", key, "--not-happened", cwd=b)
     assert refused.returncode == 2 and "Diverged" in refused.stderr
     assert "`stepstone resolve KEY ... --diverge`" in refused.stderr
     done = cli("resolve", key, "--happened", "--why", "outbox has it", "--diverge", cwd=b)
     assert done.returncode == 0, done.stderr
+    assert "is gone" not in cli("status", cwd=b).stdout  # driven as a new lineage now
     assert cli("run", "job.ipynb", cwd=b).returncode == 0
 
     async def agent(call: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from ..rules.status import RunStatus, StepStatus
 from ..rules.verdicts import Verdicts, plan_changed, step_states
 from ..settings import Settings
 from ..values import artifacts, bigvalues, trust
-from . import keeping
+from . import copies, keeping
 from .state import RunState
 
 RETURN = "return"  # the output that holds a Python-API step's return value
@@ -156,6 +156,9 @@ class Checker:
                 )
             if self.withheld:
                 notes.append(self._withheld_note())
+            gone = copies.gone_original(state.store, state.id)
+            if gone is not None:
+                notes.append(gone)
             effect_records = state.effect_book.records.values()
             retention, at = self.settings.effect_retention, self.settings.clock()
             return RunStatus(

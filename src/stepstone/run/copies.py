@@ -274,6 +274,40 @@ def _named_in(lock: Path) -> Path | None:
         return None
 
 
+def gone_original(store: GitStore, run: str) -> str | None:
+    """For a reader: when this store is a copy of a store that is gone and was driven
+    when the copy was taken (a command that changes the run is refused, `Diverged`, until
+    the copy is driven as a new lineage), a note saying so; else None."""
+    lock = _lock_path(store.git_dir, run)
+    try:
+        info = json.loads(lock.read_bytes()[:4096])
+        stat = lock.stat()
+    except (OSError, ValueError):
+        info, stat = {}, None
+    candidates = [path for path, seen in _known(lock).items() if seen is None]
+    named = info.get("lock") if isinstance(info, dict) else None
+    if (
+        isinstance(named, str)
+        and stat is not None
+        and Path(named) != lock.resolve()
+        and info.get("file") != [stat.st_dev, stat.st_ino]
+        and not info.get("released")
+    ):
+        candidates.append(named)
+    idle = _idle(lock) | _left(lock)
+    for path in dict.fromkeys(candidates):
+        folder = _store_of(Path(path))
+        if path not in idle and not folder.exists():
+            return (
+                f"this store is a copy of {folder}, which is gone (moved, archived or on "
+                f"another machine) and was being driven when the copy was taken: a command "
+                f"that changes the run is refused until this copy is driven as a new "
+                f"lineage, with --diverge (MCP: diverge=true); what that store did after the "
+                f"copy, effects included, is not here"
+            )
+    return None
+
+
 def take_turns(store: GitStore, run: str, lock: RunLock) -> list[str]:
     """Before `run` is read by the driver holding `lock`: hold the locks of the store's
     copies on this machine and take in the newest history among them. Notes for the
