@@ -4,9 +4,7 @@ A store copied (`cp -r`, a tarball, a `git clone` of a store on this machine) ho
 the run as it was at the copy. If both copies are driven later, one after the other,
 each would do again, and send again, what the other did since. So the copies of a
 store know each other (`<git dir>/stepstone/locks/<run>.copies`: the lock files of
-the others, and the tip each had when last seen; what one store learns of another is
-left in that store's mailbox in this user's cache, never written into its folder),
-and a driver
+the others, and the tip each had when last seen), and a driver
 
 - holds the lock of every copy it knows, and of the copies they know: none of them
   drives meanwhile (`RunLocked` names the one that does);
@@ -43,7 +41,7 @@ from ..model.models import RunInfo
 from ..remote.git import REMOTE_KEY, git
 from ..store import GitStore, holder_identity
 from ..store.durable import write_atomic
-from ..store.lock import RunLock, mailbox
+from ..store.lock import RunLock
 from .ledger import Ledger
 from .state import RunState, head_info, lineage_of
 
@@ -68,72 +66,34 @@ def _known_path(lock: Path) -> Path:
     return lock.with_suffix(".copies")
 
 
-def _read_json(path: Path) -> dict[str, object]:
+def _read_known(lock: Path) -> dict[str, object]:
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(_known_path(lock).read_bytes())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _read_known(lock: Path) -> dict[str, object]:
-    """What a store knows of its copies: its own file, and what its copies left in its
-    mailbox since it last wrote that (the newer word wins)."""
-    own, told = _read_json(_known_path(lock)), _read_json(mailbox(lock, "copies"))
-    if not told:
-        return own
-    merged: dict[str, object] = {}
-    for key in ("copies",):
-        mine, theirs = own.get(key), told.get(key)
-        merged[key] = {
-            **(mine if isinstance(mine, dict) else {}),
-            **(theirs if isinstance(theirs, dict) else {}),
-        }
-    for key in ("left", "idle"):
-        listed = [*_listed(own.get(key)), *_listed(told.get(key))]
-        if listed:
-            merged[key] = sorted(set(listed))
-    return merged
-
-
-def _listed(value: object) -> list[str]:
-    return [str(v) for v in value] if isinstance(value, list) else []
-
-
 def _known(lock: Path) -> dict[str, str | None]:
-    """The copies a store knows of: their lock files, and the tip each had when seen
-    (not those it diverged from)."""
-    data = _read_known(lock)
-    left = set(_listed(data.get("left")))
+    """The copies a store knows of: their lock files, and the tip each had when seen."""
     try:
-        copies = data["copies"]
-        return {str(k): v for k, v in copies.items() if str(k) not in left}  # type: ignore[attr-defined]
+        copies = _read_known(lock)["copies"]
+        return {str(k): v for k, v in copies.items()}  # type: ignore[attr-defined]
     except (KeyError, TypeError, AttributeError):
         return {}
 
 
 def _left(lock: Path) -> set[str]:
     """The copies a store diverged from (`--diverge`): never taken for copies again."""
-    return set(_listed(_read_known(lock).get("left")))
+    left = _read_known(lock).get("left")
+    return {str(path) for path in left} if isinstance(left, list) else set()
 
 
 def _idle(lock: Path) -> set[str]:
     """The copies a store was copied from while nobody drove the run there: when one is
     gone before this store met it again, this store takes the run over."""
-    return set(_listed(_read_known(lock).get("idle")))
-
-
-def _body(
-    lock: Path, known: dict[str, str | None], left: set[str] | None, idle: set[str] | None
-) -> bytes:
-    kept = _left(lock) if left is None else left
-    idle = _idle(lock) if idle is None else idle
-    body: dict[str, object] = {"copies": dict(sorted(known.items()))}
-    if kept:
-        body["left"] = sorted(kept)
-    if idle & set(known):
-        body["idle"] = sorted(idle & set(known))
-    return json.dumps(body, indent=1).encode()
+    idle = _read_known(lock).get("idle")
+    return {str(path) for path in idle} if isinstance(idle, list) else set()
 
 
 def _save_known(
@@ -142,22 +102,16 @@ def _save_known(
     left: set[str] | None = None,
     idle: set[str] | None = None,
 ) -> None:
-    """Write what this store (whose lock is `lock`) knows of its copies, its mailbox
-    taken in (the caller read it through `_known`)."""
-    data = _body(lock, known, left, idle)
+    kept = _left(lock) if left is None else left
+    idle = _idle(lock) if idle is None else idle
+    body: dict[str, object] = {"copies": dict(sorted(known.items()))}
+    if kept:
+        body["left"] = sorted(kept)
+    if idle & set(known):
+        body["idle"] = sorted(idle & set(known))
+    data = json.dumps(body, indent=1).encode()
     with contextlib.suppress(OSError):  # a read-only copy learns of us when it is driven
         write_atomic(_known_path(lock), data)
-        mailbox(lock, "copies").unlink(missing_ok=True)
-
-
-def _tell(lock: Path, known: dict[str, str | None], left: set[str] | None = None) -> None:
-    """Leave word for the copy whose lock is `lock` of what it knows now: in its
-    mailbox, not its folder (read with its own file when it is driven next)."""
-    data = _body(lock, known, left, None)
-    box = mailbox(lock, "copies")
-    with contextlib.suppress(OSError):
-        box.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomic(box, data)
 
 
 def _cloned_from(store: GitStore, run: str) -> Path | None:
@@ -333,7 +287,7 @@ def take_turns(store: GitStore, run: str, lock: RunLock) -> list[str]:
         theirs = _known(copy.lock)
         theirs.update({k: v for k, v in seen.items() if k != str(copy.lock)})
         theirs[str(mine)] = tip or ""
-        _tell(copy.lock, theirs)
+        _save_known(copy.lock, theirs)
     return notes
 
 
@@ -508,7 +462,7 @@ def diverge(state: RunState, ledger: Ledger, lock: RunLock) -> list[str]:
     for path in known:
         theirs = _known(Path(path))
         if theirs.pop(str(mine), "absent") != "absent":
-            _tell(Path(path), theirs, _left(Path(path)) | {str(mine)})
+            _save_known(Path(path), theirs, _left(Path(path)) | {str(mine)})
     found = [f for f in (lock.copied_from, _cloned_from(state.store, state.id)) if f]
     _save_known(mine, {}, _left(mine) | set(known) | {str(f) for f in found})
     grows = state.info.plan_mode == "incremental"

@@ -5,17 +5,11 @@ path, and `file`, its device and inode): a store copied (`cp -r`, a tarball) car
 it, and the copy, whose lock file is another file, knows it is a copy of that store
 (`RunLock.copied_from`; `run/copies.py` takes it from there). A store moved keeps
 the same file, and is no copy.
-
-A store never writes into another store's folder: the lock of a copy is held by
-reading its file, and what a store has to tell another (that a copy of it holds its
-run, which copies it has) goes to that store's `mailbox` in this user's cache.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -42,8 +36,7 @@ class RunLock:
         """Whether nobody drove the run there when the copy was taken (its lock file was
         released then)."""
         self._fd: int | None = None
-        self._box: int | None = None  # its mailbox's lock, which copies hold too
-        self._others: list[tuple[int | None, int | None, Path]] = []  # copies' locks held
+        self._others: list[int] = []  # the locks of this store's copies, held with it
 
     def acquire(self) -> None:
         """Take the lock, or raise `RunLocked` naming the live holder."""
@@ -67,37 +60,28 @@ class RunLock:
                     f"that run (run.close(), or use `with`) before opening it again"
                 )
             raise RunLocked(self.run, holder) from None
-        try:
-            self._box = _take_box(self.path)
-        except BlockingIOError:
-            os.close(fd)
-            held = _held_from_a_copy(self.path) or "a copy of this store on this machine"
-            raise RunLocked(self.run, held) from None
         self.copied_from, self.copied_idle = _copied_from(fd, self.path)
         _write_holder(fd, self.holder, self.path)
         self._fd = fd
 
     def hold_also(self, path: Path, what: str) -> None:
         """Hold the lock file `path` of a copy of this store (`what` names it) too, until
-        `release`: nobody drives the run there meanwhile; `RunLocked` if somebody does.
-        Nothing is written into the copy's folder: who holds it is left in its mailbox."""
-        fd: int | None = None
-        with contextlib.suppress(OSError):  # a copy never driven has no lock file yet
-            fd = os.open(path, os.O_RDONLY)
+        `release`: nobody drives the run there meanwhile; `RunLocked` if somebody does."""
         try:
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            box = _take_box(path)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return  # a copy that cannot be locked cannot be driven either
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            if fd is not None:
-                os.close(fd)
+            os.close(fd)
             holder = RunLock(path, self.run, "").describe_holder()
             raise RunLocked(
                 self.run,
                 f"{holder}, in {what}; copies of a store take turns: wait for it to finish",
             ) from None
-        _leave_holder(path, self.holder, self.path)
-        self._others.append((fd, box, path))
+        _write_holder(fd, self.holder, self.path)
+        self._others.append(fd)
 
     def describe_holder(self) -> str:
         """`user@host pid N since T` from the lock file, as well as it can be read."""
@@ -116,9 +100,6 @@ class RunLock:
                     return held
             except (OSError, ValueError, KeyError, TypeError):
                 pass
-            from_copy = _held_from_a_copy(self.path)
-            if from_copy is not None:
-                return from_copy
             if time.monotonic() > deadline:
                 return "another process"
             time.sleep(pause)
@@ -140,18 +121,9 @@ class RunLock:
     def release(self) -> None:
         """Let go of the lock, and of the copies' locks held with it (closing a
         descriptor releases its flock). The file keeps who held it last."""
-        for fd, box, path in self._others:
-            with contextlib.suppress(OSError):
-                mailbox(path, "holder").unlink()
-            for held in (fd, box):
-                if held is not None:
-                    os.close(held)
-        if self._fd is not None:
-            _mark_released(self._fd)
-            os.close(self._fd)
-        if self._box is not None:
-            os.close(self._box)
-        self._box = None
+        for fd in [*self._others, *([self._fd] if self._fd is not None else [])]:
+            _mark_released(fd)
+            os.close(fd)
         self._others = []
         self._fd = None
 
@@ -180,59 +152,6 @@ def _write_holder(fd: int, holder: str, lock: Path) -> None:
     data = json.dumps(info).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
-
-
-def mailbox(lock: Path, kind: str) -> Path:
-    """Where other stores on this machine leave word of `kind` for the store whose run
-    lock is `lock` (`copies`: the copies they know of; `holder`: who holds it from a
-    copy): this user's cache, never the store's own folder."""
-    key = hashlib.sha256(str(lock.resolve()).encode()).hexdigest()[:24]
-    return Path.home() / ".cache" / "stepstone" / "mailbox" / f"{key}.{kind}"
-
-
-def _take_box(lock: Path) -> int | None:
-    """Hold the lock of `lock`'s mailbox: a driver holds its own, and a store taking turns
-    with its copies holds theirs (whether or not their folder has a lock file yet).
-    None when this user's cache cannot be written; `BlockingIOError` when it is held."""
-    box = mailbox(lock, "lock")
-    try:
-        box.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(box, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _leave_holder(lock: Path, holder: str, mine: Path) -> None:
-    info = {"holder": holder, "since": now(), "lock": str(mine.resolve()), "pid": os.getpid()}
-    with contextlib.suppress(OSError):
-        box = mailbox(lock, "holder")
-        box.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        box.write_text(json.dumps(info))
-
-
-def _held_from_a_copy(lock: Path) -> str | None:
-    """Who holds `lock` from a copy of its store, as its mailbox says (None: nobody
-    said, or the process that said so is gone)."""
-    try:
-        info = json.loads(mailbox(lock, "holder").read_text())
-        pid = int(info["pid"])
-        there = Path(info["lock"]).parent.parent.parent
-        held = f"{info['holder']} since {info['since']}, in the copy of this store at {there}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass  # another user's process: alive
-    return f"{held} (copies take turns)"
 
 
 def _mark_released(fd: int) -> None:
