@@ -254,10 +254,11 @@ def gone_original(store: GitStore, run: str) -> str | None:
         if path not in idle and not folder.exists():
             return (
                 f"this store is a copy of {folder}, which is gone (moved, archived or on "
-                f"another machine) and was being driven when the copy was taken: a command "
-                f"that changes the run is refused until this copy is driven as a new "
-                f"lineage, with --diverge (MCP: diverge=true); what that store did after the "
-                f"copy, effects included, is not here"
+                f"another machine) and was not seen since the copy: a command that changes "
+                f"the run is refused until that store is back where it was (the copies then "
+                f"take turns), or until this copy is driven as a new lineage, with "
+                f"--diverge (MCP: diverge=true), when what that store did after the copy, "
+                f"effects included, is known not to matter: it is not here"
             )
     return None
 
