@@ -68,3 +68,17 @@ def test_another_notebook_of_the_same_name_elsewhere_is_not_running(tmp_path: Pa
     live.point(here, stream)
     assert live.running(here)[0] == "load"
     assert live.running(there) == (None, set())
+
+
+def test_the_pointer_goes_when_its_run_ends_unless_another_run_took_it(tmp_path: Path, home: Path):
+    notebook = tmp_path / "job.ipynb"
+    live.point(notebook, tmp_path / "events.jsonl")
+    live.unpoint(notebook)
+    assert not live.pointer(notebook).exists()
+    code = (
+        "import sys; from pathlib import Path; from stepstone.notebook import live; "
+        "live.point(Path(sys.argv[1]), Path(sys.argv[2]))"
+    )
+    subprocess.run([sys.executable, "-c", code, str(notebook), "x"], check=True)
+    live.unpoint(notebook)  # another process's: kept
+    assert live.pointer(notebook).exists()

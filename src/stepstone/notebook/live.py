@@ -31,6 +31,17 @@ def point(notebook: Path, events: Path) -> None:
         pass  # a reader then sees nothing running: the run itself is not concerned
 
 
+def unpoint(notebook: Path) -> None:
+    """This process's run of `notebook` ended: its pointer goes (unless another run of
+    the notebook pointed it elsewhere since)."""
+    path = pointer(notebook)
+    try:
+        if int(json.loads(path.read_text())["pid"]) == os.getpid():
+            path.unlink()
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+
+
 def running(notebook: Path) -> tuple[str | None, set[str]]:
     """What a live `stepstone run` of `notebook` does now: the step it runs (or skips)
     now, else None, and the steps it skipped on their evidence so far."""

@@ -606,6 +606,7 @@ def execute(
             )
     heard()
     shutil.rmtree(scratch, ignore_errors=True)
+    live.unpoint(path)
     opened_run = (opened[-1].run, Path(opened[-1].store)) if opened else None
     unended = stopper.step if stopper.step not in ended else None  # it said how it ended
     if stopper.signum is not None:
