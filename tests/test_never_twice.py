@@ -810,3 +810,64 @@ def test_a_parameter_set_takes_what_a_clone_of_the_shared_remote_sent(tmp_path: 
     done = _run(a, receiver, "run", "job.ipynb", "-p", "n", "4")
     assert done.returncode == 0, done.stderr
     assert _sent(receiver) == [("charge", None)]
+
+
+@pytest.mark.kernel
+def test_a_parameter_set_in_a_clone_of_a_store_takes_what_the_original_sent_since(
+    tmp_path: Path, receiver
+):
+    """Found by the generator (seed 8003): a `git clone --bare` of a store on this machine,
+    taken before the notebook's run sent its effect, then the notebook run in the clone
+    with other parameters: the parameter set is in the lineage of the original's run,
+    but it looks for the effect only in the clone's stale copy of that run."""
+    from conftest import git
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    fail = "import os\nif os.path.exists('fail'):\n    raise RuntimeError('not yet')"
+    cells = [
+        ("parameters", "n = 3"),
+        "%%step load\nx = 1",
+        f"%%step send\n{fail}\nfx.blind('charge')",
+    ]
+    _write(a, [SETUP, "import fx", *cells])
+    (a / "fail").write_text("")
+    assert _run(a, receiver, "run", "job.ipynb").returncode == 1
+    b.mkdir()
+    git("clone", "--bare", "-q", str(a / ".stepstone"), str(b / ".stepstone"), cwd=tmp_path)
+    shutil.copy(a / "job.ipynb", b / "job.ipynb")
+    (a / "fail").unlink()
+    assert _run(a, receiver, "run", "job.ipynb").returncode == 0
+    assert _sent(receiver) == [("charge", None)]
+    done = _run(b, receiver, "run", "job.ipynb", "-p", "n", "4")
+    assert done.returncode == 0, done.stderr
+    assert _sent(receiver) == [("charge", None)]
+
+
+@pytest.mark.kernel
+def test_the_original_takes_what_a_parameter_set_in_its_clone_sent(tmp_path: Path, receiver):
+    """The other way round of seed 8003: the parameter set driven in the clone sends
+    first; the notebook's run in the store it was cloned from then asks the same."""
+    from conftest import git
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    fail = "import os\nif os.path.exists('fail'):\n    raise RuntimeError('not yet')"
+    cells = [
+        ("parameters", "n = 3"),
+        "%%step load\nx = 1",
+        f"%%step send\n{fail}\nfx.blind('charge')",
+    ]
+    _write(a, [SETUP, "import fx", *cells])
+    (a / "fail").write_text("")
+    assert _run(a, receiver, "run", "job.ipynb").returncode == 1
+    b.mkdir()
+    git("clone", "--bare", "-q", str(a / ".stepstone"), str(b / ".stepstone"), cwd=tmp_path)
+    shutil.copy(a / "job.ipynb", b / "job.ipynb")
+    done = _run(b, receiver, "run", "job.ipynb", "-p", "n", "4")
+    assert done.returncode == 0, done.stderr
+    assert _sent(receiver) == [("charge", None)]
+    (a / "fail").unlink()
+    again = _run(a, receiver, "run", "job.ipynb")
+    assert again.returncode == 0, again.stderr
+    assert _sent(receiver) == [("charge", None)]

@@ -330,9 +330,13 @@ def _history(ref: str) -> str:
         ("refs/remotes/", "the remote's "),
         ("refs/tags/stepstone/", "the archive of run "),
         ("refs/stepstone/diverged/", "the copy set aside of run "),
+        ("refs/stepstone/kin/", "a copy of this store on this machine, run "),
     ):
         if ref.startswith(prefix):
-            return said + ref[len(prefix) :]
+            rest = ref[len(prefix) :]
+            if prefix == "refs/stepstone/kin/":
+                rest = rest.partition("/")[2]  # after the copy's hash
+            return said + rest
     return ref
 
 

@@ -42,6 +42,7 @@ from ..remote.git import REMOTE_KEY, git
 from ..store import GitStore, holder_identity
 from ..store.durable import write_atomic
 from ..store.lock import RunLock
+from ..store.refs import KIN_REFS
 from .ledger import Ledger
 from .state import RunState, head_info, lineage_of
 
@@ -226,6 +227,52 @@ def _named_in(lock: Path) -> Path | None:
         return Path(json.loads(lock.read_bytes()[:4096])["lock"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def fetch_kin(store: GitStore, lineage: str, me: str) -> None:
+    """Before run `me` of `lineage` records a new intent: bring in, from the copies of
+    this store on this machine (the store it was copied or cloned from, the copies it
+    knows), their history of the other runs of the lineage (the notebook's run beside a
+    parameter set), so that an effect one of them sent there since the copy is found
+    here; kept under `refs/stepstone/kin/`, which `recorded_elsewhere` searches. And tell
+    each such store of `me` here (in its `locks/<me>.copies`, as copies tell each other),
+    so that its runs of the lineage find what `me` sends here."""
+    locks = store.git_dir / "stepstone" / "locks"
+    runs = set(store.refs.runs()) | {p.stem for p in locks.glob("*.copies")}
+    mine = str(_lock_path(store.git_dir, me))
+    told: set[Path] = set()
+    for run in sorted(runs - {me}):
+        lock = _lock_path(store.git_dir, run)
+        others = set(_known(lock))
+        named = _named_in(lock)
+        if named is not None and named.resolve() != lock.resolve():
+            others.add(str(named))
+        cloned = _cloned_from(store, run)
+        if cloned is not None:
+            others.add(str(cloned))
+        here = store.refs.tip(run)
+        for path in sorted(others):
+            folder = _store_of(Path(path))
+            try:
+                there = GitStore(folder, create=False) if folder.is_dir() else None
+                tip = there.refs.tip(run) if there is not None else None
+                info = head_info(there, run) if there is not None and tip else None
+            except StepstoneError:
+                continue
+            if there is None or info is None or lineage_of(info) != lineage:
+                continue
+            if there.git_dir not in told:
+                told.add(there.git_dir)
+                theirs = _lock_path(there.git_dir, me)
+                known = _known(theirs)
+                if mine not in known and mine not in _left(theirs):
+                    _save_known(theirs, {**known, mine: ""})
+            if tip == here:
+                continue
+            kin = f"{KIN_REFS}{hashlib.sha256(path.encode()).hexdigest()[:16]}/{run}"
+            with contextlib.suppress(StepstoneError, OSError):
+                git(store, "fetch", "--quiet", "--no-tags", str(there.git_dir),
+                    f"+{there.refs.ref(run)}:{kin}")  # fmt: skip
 
 
 def gone_original(store: GitStore, run: str) -> str | None:

@@ -19,7 +19,7 @@ from ..errors import StepstoneError
 from ..model.models import Asking, EffectRecord, RunInfo, load
 from ..store.lock import RunLock, driver_of
 from ..store.refs import REMOTE_REFS
-from . import active
+from . import active, copies
 from .ledger import Ledger
 from .state import RunState, head_info, lineage_of
 
@@ -108,25 +108,32 @@ class EffectSession:
         return best
 
     def _fetch_shared_lineage(self) -> None:
-        """Bring in the remote's history of the other runs of this run's lineage that
-        travel through it (a notebook's run shared, asked here with other parameters),
-        so that what a clone of the remote sent for them is found before a new intent:
-        their tips on the remote can hold effects this store never saw. Once for each
-        step's attempt (a family of a thousand members fetches once, not a thousand
-        times). A remote that cannot be reached leaves what was fetched before (the
-        run's lease, when it has one, says the rest)."""
+        """Bring in the history of the other runs of this run's lineage that is kept
+        elsewhere: the remote's, for those that travel through it (a notebook's run
+        shared, asked here with other parameters: a clone of the remote may have sent
+        for them), and that of the copies of this store on this machine (`copies.fetch_kin`:
+        the store this one was cloned from went on with the notebook's run). Their tips
+        can hold effects this store never saw. Once for each step's attempt (a family of
+        a thousand members fetches once, not a thousand times). A remote that cannot be
+        reached leaves what was fetched before (the run's lease, when it has one, says
+        the rest)."""
         from .. import remote
 
         store, attempt = self.store, self._stepper.asking
         if attempt is not None and attempt is self._fetched_for:
             return
         self._fetched_for = attempt
-        if remote.remote_name(store) is None:
-            return
         mine = self.state.lineage
+        kin = []
         for run in store.refs.runs():
             info = head_info(store, run) if run != self.id else None
-            if info is None or not info.shared or lineage_of(info) != mine:
+            if info is not None and lineage_of(info) == mine:
+                kin.append((run, info))
+        copies.fetch_kin(store, mine, self.id)
+        if remote.remote_name(store) is None:
+            return
+        for run, info in kin:
+            if not info.shared:
                 continue
             try:
                 remote.remote_tip(store, run)

@@ -35,7 +35,10 @@ LEASE_REFS = "refs/stepstone/leases/"  # on a shared remote: who drives each run
 TRACKING_REFS = "refs/stepstone/remote/"  # here: the remote's history of each run
 TRACKING_LEASE_REFS = "refs/stepstone/remote-leases/"  # here: the remote's lease commits
 DIVERGED_REFS = "refs/stepstone/diverged/"  # the copy of a run that `pull` did not keep
-HISTORY_REFS = (RUN_REFS, BRANCH_REFS, REMOTE_REFS, TRACKING_REFS, DIVERGED_REFS, TAG_REFS)
+KIN_REFS = "refs/stepstone/kin/"  # here: a copy's history of a run of this lineage
+HISTORY_REFS = (
+    RUN_REFS, BRANCH_REFS, REMOTE_REFS, TRACKING_REFS, DIVERGED_REFS, TAG_REFS, KIN_REFS
+)  # fmt: skip
 
 
 class Refs:
