@@ -21,6 +21,7 @@ store's retention shortened to a second).
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import random
@@ -93,13 +94,21 @@ def _copy_live(source: Path, path: Path) -> None:
 
 def _tar_live(tar: tarfile.TarFile, source: Path, name: str) -> None:
     """`tar c` of a folder a driver may be writing: a file removed before it was read is
-    skipped, as tar reports and skips it."""
+    skipped, as tar reports and skips it; a file is archived as it was when read (one
+    that shrank meanwhile is not an error, as tar pads it and goes on)."""
     tar.add(source, arcname=name, recursive=False)
     for folder, dirs, files in os.walk(source):
         for entry in sorted(dirs) + sorted(files):
             full = Path(folder) / entry
+            arcname = f"{name}/{full.relative_to(source)}"
             try:
-                tar.add(full, arcname=f"{name}/{full.relative_to(source)}", recursive=False)
+                if full.is_file() and not full.is_symlink():
+                    info = tar.gettarinfo(full, arcname=arcname)
+                    data = full.read_bytes()
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                else:
+                    tar.add(full, arcname=arcname, recursive=False)
             except FileNotFoundError:
                 continue
 

@@ -72,6 +72,13 @@ def errors_as_exit_codes(fn: F) -> F:
         except StepstoneError as exc:
             click.echo(f"stepstone: {refusal(exc)}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:  # Ctrl-C before a kernel ran anything, or a reader's
+            click.echo(
+                "stepstone: interrupted (Ctrl-C); what was recorded stays recorded: run the "
+                "same command again",
+                err=True,
+            )
+            sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 import subprocess
 from pathlib import Path
 
@@ -102,6 +103,8 @@ def git(store: GitStore, *args: str, check: bool = True, timeout: float = 60) ->
         raise GitFailed(
             str(store.path), f"`git {args[0]}` timed out after {timeout:.0f} s"
         ) from exc
+    if done.returncode == -signal.SIGINT:  # Ctrl-C reached git's process group first
+        raise KeyboardInterrupt
     if check and done.returncode != 0:
         said = f"`git {args[0]}` failed: {gist(done.stderr)}{way_on(done.stderr)}"
         raise GitFailed(str(store.path), said, done.stderr)
