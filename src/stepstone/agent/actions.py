@@ -372,15 +372,22 @@ def cells(
     return cells_of(maybe_reader(run, repo, home), notebook, home)
 
 
-def cells_of(view: Run | None, notebook: str | None, home: str | None) -> dict[str, Any]:
-    """`cells` of an open run (None: the folder has no run yet)."""
+def cells_of(
+    view: Run | None,
+    notebook: str | None,
+    home: str | None,
+    *,
+    status: RunStatus | None = None,
+) -> dict[str, Any]:
+    """`cells` of an open run (None: the folder has no run yet); `status`: the run's
+    status as `seen` read it already (else read here)."""
     from ..notebook import editing
 
     path = notebook_of(view, notebook, home)
     every = bool(view is not None and view.info.cells)
     states: dict[str, tuple[str, str]] = {}
     if view is not None:
-        states = {s.name: (s.state, s.reason) for s in seen(view).steps}
+        states = {s.name: (s.state, s.reason) for s in (status or seen(view)).steps}
     found = editing.cells(path, every=every)
     for cell in found:
         state = states.get(cell["step"]) if cell["step"] else None

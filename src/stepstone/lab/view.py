@@ -14,7 +14,7 @@ from ..errors import InvalidInput, StepstoneError
 from ..notebook import live
 from ..present.report.history import read_commits, read_history
 from ..run import Run
-from ..run.layout import RUN_INFO
+from ..run.state import head_info
 from ..store import DEFAULT_STORE, GitStore
 
 VIA = "jupyterlab"
@@ -37,24 +37,16 @@ def run_of(notebook: Path) -> str | None:
         return None
     own = []
     for run in runs:
-        info = _info(store, run)
-        if Path(str(info.get("notebook") or "")).name == notebook.name and not (
-            info.get("forked_from") or info.get("parameters")
+        info = head_info(store, run)
+        if (
+            info is not None
+            and Path(info.notebook or "").name == notebook.name
+            and not (info.forked_from or info.parameters)
         ):
             own.append(run)
     if len(own) == 1:
         return own[0]
     return notebook.stem if notebook.stem in runs else None
-
-
-def _info(store: GitStore, run: str) -> dict[str, Any]:
-    head = store.reader.head(run)
-    data = store.blob(head.tree, RUN_INFO) if head.tree else None
-    try:
-        found = json.loads(data) if data else {}
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def shown(notebook: Path) -> dict[str, Any]:
@@ -66,9 +58,10 @@ def shown(notebook: Path) -> dict[str, Any]:
         raise InvalidInput(f"no notebook at {notebook}")
     run = run_of(notebook)
     view = actions.reader(run, str(store_of(notebook)), home=str(notebook.parent)) if run else None
-    cells = actions.cells_of(view, str(notebook), str(notebook.parent))["cells"]
+    seen = actions.seen(view) if view is not None else None  # read once, for both
+    cells = actions.cells_of(view, str(notebook), str(notebook.parent), status=seen)["cells"]
     now, skipped = live.running(notebook)
-    status = actions.status_of(view) if view is not None else None
+    status = json.loads(seen.json_text()) if seen is not None else None
     evidence = {s["name"]: s["evidence"] for s in status["steps"]} if status else {}
     for cell in cells:
         if cell["step"] is None:
