@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from ..model.events import RunEnded, StepEnded, StepStarted, Tail
+from ..store.lock import process_alive
 
 
 def pointer(notebook: Path) -> Path:
@@ -51,7 +52,7 @@ def running(notebook: Path) -> tuple[str | None, set[str]]:
         pid, events = int(said["pid"]), Path(said["events"])
     except (OSError, ValueError, KeyError, TypeError):
         return nothing
-    if not _alive(pid) or not events.is_file():
+    if not process_alive(pid) or not events.is_file():
         return nothing
     now: str | None = None
     skipped: set[str] = set()
@@ -66,13 +67,3 @@ def running(notebook: Path) -> tuple[str | None, set[str]]:
         elif isinstance(event, RunEnded):
             return nothing
     return now, skipped
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

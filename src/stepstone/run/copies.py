@@ -41,7 +41,7 @@ from ..model.models import RunInfo
 from ..remote.git import REMOTE_KEY, git
 from ..store import GitStore, holder_identity
 from ..store.durable import write_atomic
-from ..store.lock import RunLock
+from ..store.lock import RunLock, copied_from
 from ..store.refs import KIN_REFS
 from .ledger import Ledger
 from .state import RunState, head_info, lineage_of
@@ -244,8 +244,8 @@ def fetch_kin(store: GitStore, lineage: str, me: str) -> None:
     for run in sorted(runs - {me}):
         lock = _lock_path(store.git_dir, run)
         others = set(_known(lock))
-        named = _named_in(lock)
-        if named is not None and named.resolve() != lock.resolve():
+        named, _ = copied_from(lock)
+        if named is not None:
             others.add(str(named))
         cloned = _cloned_from(store, run)
         if cloned is not None:
@@ -280,21 +280,10 @@ def gone_original(store: GitStore, run: str) -> str | None:
     when the copy was taken (a command that changes the run is refused, `Diverged`, until
     the copy is driven as a new lineage), a note saying so; else None."""
     lock = _lock_path(store.git_dir, run)
-    try:
-        info = json.loads(lock.read_bytes()[:4096])
-        stat = lock.stat()
-    except (OSError, ValueError):
-        info, stat = {}, None
     candidates = [path for path, seen in _known(lock).items() if seen is None]
-    named = info.get("lock") if isinstance(info, dict) else None
-    if (
-        isinstance(named, str)
-        and stat is not None
-        and Path(named) != lock.resolve()
-        and info.get("file") != [stat.st_dev, stat.st_ino]
-        and not info.get("released")
-    ):
-        candidates.append(named)
+    named, idle_then = copied_from(lock)
+    if named is not None and not idle_then:
+        candidates.append(str(named))
     idle = _idle(lock) | _left(lock)
     for path in dict.fromkeys(candidates):
         folder = _store_of(Path(path))

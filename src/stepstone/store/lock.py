@@ -133,6 +133,19 @@ def _identity(fd: int) -> list[int]:
     return [stat.st_dev, stat.st_ino]
 
 
+def copied_from(path: Path) -> tuple[Path | None, bool]:
+    """`RunLock.copied_from` and `copied_idle` of the lock file at `path`, read without
+    taking the lock (for a reader)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None, False
+    try:
+        return _copied_from(fd, path)
+    finally:
+        os.close(fd)
+
+
 def _copied_from(fd: int, path: Path) -> tuple[Path | None, bool]:
     """The lock file a store's lock file was copied from: the one its content names,
     when that is another file (a moved store keeps the very file: no copy); and whether
@@ -210,16 +223,21 @@ def driver_of(path: Path) -> str | None:
     if info.get("released"):
         return None
     pid = holder.rpartition(" pid ")[2]
-    if host_of(holder) == socket.gethostname() and pid.isdigit():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return None  # killed while it held the lock: nobody drives now
-        except PermissionError:
-            pass
-        try:  # a zombie has exited; only its parent has not read its status yet
-            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[:1] == ["Z"]:
-                return None
-        except OSError:
-            pass
+    if host_of(holder) == socket.gethostname() and pid.isdigit() and not process_alive(int(pid)):
+        return None  # killed while it held the lock: nobody drives now
     return holder
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` of this host runs (another user's counts; a zombie, which
+    has exited and whose parent has not read its status yet, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[:1] != ["Z"]
+    except OSError:
+        return True
