@@ -781,6 +781,29 @@ def test_diverge_says_on_the_console_what_it_sends_anew(tmp_path: Path, receiver
     assert _sent(receiver) == [("notify", None)]
 
 
+def _charge_held_back(folder: Path, receiver: Receiver) -> None:
+    """The notebook of a parameters cell, a step `load` and a step `send` that charges,
+    run in `folder` while `send` fails (while the file `fail` is there)."""
+    fail = "import os\nif os.path.exists('fail'):\n    raise RuntimeError('not yet')"
+    cells = [
+        ("parameters", "n = 3"),
+        "%%step load\nx = 1",
+        f"%%step send\n{fail}\nfx.blind('charge')",
+    ]
+    _write(folder, [SETUP, "import fx", *cells])
+    (folder / "fail").write_text("")
+    assert _run(folder, receiver, "run", "job.ipynb").returncode == 1
+
+
+def _store_cloned(a: Path, b: Path) -> None:
+    """`b`: a plain `git clone --bare` of `a`'s store beside a copy of its notebook."""
+    from conftest import git
+
+    b.mkdir()
+    git("clone", "--bare", "-q", str(a / ".stepstone"), str(b / ".stepstone"), cwd=a.parent)
+    shutil.copy(a / "job.ipynb", b / "job.ipynb")
+
+
 @pytest.mark.kernel
 def test_a_parameter_set_takes_what_a_clone_of_the_shared_remote_sent(tmp_path: Path, receiver):
     """Found by the generator (seed 2079): a notebook's run shared through a remote, a
@@ -791,15 +814,7 @@ def test_a_parameter_set_takes_what_a_clone_of_the_shared_remote_sent(tmp_path: 
     origin, a, b = tmp_path / "remote.git", tmp_path / "a", tmp_path / "b"
     git("init", "-q", "--bare", str(origin), cwd=tmp_path)
     a.mkdir()
-    fail = "import os\nif os.path.exists('fail'):\n    raise RuntimeError('not yet')"
-    cells = [
-        ("parameters", "n = 3"),
-        "%%step load\nx = 1",
-        f"%%step send\n{fail}\nfx.blind('charge')",
-    ]
-    _write(a, [SETUP, "import fx", *cells])
-    (a / "fail").write_text("")
-    assert _run(a, receiver, "run", "job.ipynb").returncode == 1
+    _charge_held_back(a, receiver)
     assert _run(a, receiver, "push", "--remote", str(origin)).returncode == 0
     b.mkdir()
     git("clone", "--bare", "-q", str(origin), str(b / ".stepstone"), cwd=tmp_path)
@@ -820,22 +835,10 @@ def test_a_parameter_set_in_a_clone_of_a_store_takes_what_the_original_sent_sinc
     taken before the notebook's run sent its effect, then the notebook run in the clone
     with other parameters: the parameter set is in the lineage of the original's run,
     but it looks for the effect only in the clone's stale copy of that run."""
-    from conftest import git
-
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
-    fail = "import os\nif os.path.exists('fail'):\n    raise RuntimeError('not yet')"
-    cells = [
-        ("parameters", "n = 3"),
-        "%%step load\nx = 1",
-        f"%%step send\n{fail}\nfx.blind('charge')",
-    ]
-    _write(a, [SETUP, "import fx", *cells])
-    (a / "fail").write_text("")
-    assert _run(a, receiver, "run", "job.ipynb").returncode == 1
-    b.mkdir()
-    git("clone", "--bare", "-q", str(a / ".stepstone"), str(b / ".stepstone"), cwd=tmp_path)
-    shutil.copy(a / "job.ipynb", b / "job.ipynb")
+    _charge_held_back(a, receiver)
+    _store_cloned(a, b)
     (a / "fail").unlink()
     assert _run(a, receiver, "run", "job.ipynb").returncode == 0
     assert _sent(receiver) == [("charge", None)]
@@ -848,22 +851,10 @@ def test_a_parameter_set_in_a_clone_of_a_store_takes_what_the_original_sent_sinc
 def test_the_original_takes_what_a_parameter_set_in_its_clone_sent(tmp_path: Path, receiver):
     """The other way round of seed 8003: the parameter set driven in the clone sends
     first; the notebook's run in the store it was cloned from then asks the same."""
-    from conftest import git
-
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
-    fail = "import os\nif os.path.exists('fail'):\n    raise RuntimeError('not yet')"
-    cells = [
-        ("parameters", "n = 3"),
-        "%%step load\nx = 1",
-        f"%%step send\n{fail}\nfx.blind('charge')",
-    ]
-    _write(a, [SETUP, "import fx", *cells])
-    (a / "fail").write_text("")
-    assert _run(a, receiver, "run", "job.ipynb").returncode == 1
-    b.mkdir()
-    git("clone", "--bare", "-q", str(a / ".stepstone"), str(b / ".stepstone"), cwd=tmp_path)
-    shutil.copy(a / "job.ipynb", b / "job.ipynb")
+    _charge_held_back(a, receiver)
+    _store_cloned(a, b)
     done = _run(b, receiver, "run", "job.ipynb", "-p", "n", "4")
     assert done.returncode == 0, done.stderr
     assert _sent(receiver) == [("charge", None)]
